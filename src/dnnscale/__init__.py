@@ -1,0 +1,42 @@
+"""dnnscale: predict how long a DNN takes to train on a cluster, and find the fastest setup.
+
+Python API::
+
+    import dnnscale
+    p = dnnscale.predict("adam-imagenet22k", "adam-2014",
+                         dnnscale.Config(partitions=4, replicas=8, ps_shards=4, minibatch=32))
+    p.epoch_time_s, p.bottleneck
+
+Inputs may be built-in names, YAML paths or objects. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dnnscale.config import Config
+
+if TYPE_CHECKING:
+    from dnnscale.cluster import Cluster
+    from dnnscale.model import Prediction
+    from dnnscale.workload import Workload
+
+__version__ = "0.1.0"
+__all__ = ["Config", "predict", "__version__"]
+
+
+def predict(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
+            config: "Config | str | Path") -> "Prediction":
+    """Predict step time, throughput and epoch time of `config` for `workload` on `cluster`.
+
+    Raises dnnscale.errors.InputError (naming the field) for invalid inputs.
+    """
+    from dnnscale.cluster import load_cluster
+    from dnnscale.config import check_config, load_config
+    from dnnscale.model import predict_config
+    from dnnscale.workload import load_workload
+
+    w, c, cfg = load_workload(workload), load_cluster(cluster), load_config(config)
+    check_config(cfg, w, c)
+    return predict_config(w, c, cfg)

@@ -1,0 +1,143 @@
+"""The `dnnscale` command line. Bad input: one line on stderr naming the field, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, Optional, TypeVar
+
+import typer
+
+from dnnscale.errors import InputError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Predict DNN training time on a cluster and find the fastest configuration.")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(func: F) -> F:
+    """Turn InputError into one line on stderr and exit code 2."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except InputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and value == float("inf"):
+        return None
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+@app.command()
+@user_errors
+def describe(workload: str = typer.Argument(..., help="zoo name or workload YAML"),
+             as_json: bool = typer.Option(False, "--json", help="print JSON"),
+             output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                                   help="also write the workload as YAML")) -> None:
+    """Per-layer shapes, parameters, FLOPs per phase and activations of a workload."""
+    from dnnscale.workload import load_workload
+
+    w = load_workload(workload)
+    if output is not None:
+        from dnnscale.workload.spec import save_workload_yaml
+
+        save_workload_yaml(w, output)
+    if as_json:
+        _print_json(workload_json(w))
+    else:
+        from dnnscale.report.tables import workload_table
+
+        _console().print(workload_table(w))
+
+
+def workload_json(w: Any) -> dict[str, Any]:
+    return {"name": w.name, "input_shape": list(w.input_shape),
+            "samples_per_epoch": w.samples_per_epoch,
+            "layers": [{"name": layer.name, "kind": layer.kind,
+                        "input_shape": list(layer.input_shape),
+                        "output_shape": list(layer.output_shape), "params": layer.params,
+                        "fwd_flops": layer.fwd_flops, "input_grad_flops": layer.input_grad_flops,
+                        "weight_grad_flops": layer.weight_grad_flops,
+                        "activation_values": layer.activation_values} for layer in w.layers],
+            "totals": w.totals()}
+
+
+def config_from_options(config_file: Optional[Path], **flags: Any) -> Any:
+    """A Config from an optional YAML file, overridden by the flags that were given."""
+    from dnnscale.config import config_from_dict
+    from dnnscale.yamlio import load_yaml_file
+
+    data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
+    data.update({key: value for key, value in flags.items() if value is not None})
+    return config_from_dict(data)
+
+
+@app.command()
+@user_errors
+def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or YAML"),
+            cluster: str = typer.Option(..., "--cluster", "-c", help="preset name or YAML"),
+            config: Optional[Path] = typer.Option(None, "--config", help="config YAML"),
+            partitions: Optional[int] = typer.Option(None, "--partitions", "-P"),
+            replicas: Optional[int] = typer.Option(None, "--replicas", "-R"),
+            ps_shards: Optional[int] = typer.Option(None, "--ps-shards", "-S"),
+            sync: Optional[str] = typer.Option(None, "--sync",
+                                               help="ps-async | ps-sync | allreduce"),
+            minibatch: Optional[int] = typer.Option(None, "--minibatch", "-n"),
+            push_every: Optional[int] = typer.Option(None, "--push-every"),
+            pull_every: Optional[int] = typer.Option(None, "--pull-every"),
+            fc_protocol: Optional[str] = typer.Option(None, "--fc-protocol",
+                                                      help="weights | vectors"),
+            overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap"),
+            layers: bool = typer.Option(False, "--layers", help="include per-layer costs"),
+            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Predict step time, throughput, epoch time and bottleneck of one configuration."""
+    from dnnscale.cluster import load_cluster
+    from dnnscale.config import check_config
+    from dnnscale.model import predict_config
+    from dnnscale.workload import load_workload
+
+    cfg = config_from_options(config, partitions=partitions, replicas=replicas,
+                              ps_shards=ps_shards, sync=sync, minibatch=minibatch,
+                              push_every=push_every, pull_every=pull_every,
+                              fc_protocol=fc_protocol, overlap=overlap)
+    w, c = load_workload(workload), load_cluster(cluster)
+    check_config(cfg, w, c)
+    prediction = predict_config(w, c, cfg)
+    if as_json:
+        _print_json(prediction.to_dict(with_layers=layers))
+        return
+    from dnnscale.report.tables import prediction_table
+
+    console = _console()
+    console.print(prediction_table(prediction, w.name, c.name))
+    if not c.calibrated:
+        console.print(f"[yellow]note:[/yellow] cluster {c.name!r} uses uncalibrated compute rates")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Cluster YAML (human units) -> `Cluster` (SI), with errors that name the field.
+
+Format (see docs/formats.md)::
+
+    name: adam-2014
+    machines: 120
+    calibrated: false
+    machine:
+      cores: 16
+      memory: 96GB
+      memory_bandwidth: 40GB/s
+      flops_per_core: 8GFLOP/s        # or {default: ..., linear: ..., conv2d.forward: [[size, rate], ...]}
+      update_time_per_param: 0.5ns
+    ps_machine: {...}                 # optional; missing fields come from `machine`
+    network: {bandwidth: 10Gbit/s, latency: 50us}
+    ps_network: {...}                 # optional
+    overlap_gamma: inf                # optional
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dnnscale.cluster.curve import RateCurve
+from dnnscale.cluster.spec import PHASES, Cluster, MachineSpec, NetworkSpec
+from dnnscale.errors import InputError, require_int, require_positive
+from dnnscale.units import parse_quantity
+
+_MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
+_NETWORK_FIELDS = {"bandwidth", "latency"}
+_TOP_FIELDS = {"name", "machines", "calibrated", "machine", "ps_machine", "network", "ps_network",
+               "overlap_gamma", "description"}
+_RATE_KINDS = {"default", "conv2d", "linear", "generic"}
+
+
+def preset_names() -> list[str]:
+    folder = resources.files("dnnscale.cluster") / "presets"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _check_fields(data: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(allowed))})")
+
+
+def _positive(data: dict[str, Any], key: str, dimension: str, where: str) -> float:
+    if key not in data:
+        raise InputError(f"{where}.{key}", "missing")
+    value = parse_quantity(data[key], dimension, f"{where}.{key}")
+    return require_positive(f"{where}.{key}", value)
+
+
+def _rate_curve(value: Any, where: str) -> RateCurve:
+    if isinstance(value, list):
+        points = []
+        for i, point in enumerate(value):
+            if not isinstance(point, (list, tuple)) or len(point) != 2:
+                raise InputError(f"{where}[{i}]", "each curve point is [size, rate], e.g. "
+                                 "[1MFLOP, 5GFLOP/s]")
+            size = require_positive(f"{where}[{i}]", parse_quantity(point[0], "flop", f"{where}[{i}]"))
+            rate = require_positive(f"{where}[{i}]", parse_quantity(point[1], "flops", f"{where}[{i}]"))
+            points.append((size, rate))
+        if not points:
+            raise InputError(where, "a curve needs at least one [size, rate] point")
+        points.sort()
+        if any(b[0] == a[0] for a, b in zip(points, points[1:])):
+            raise InputError(where, "curve sizes must be distinct")
+        return RateCurve(tuple(p[0] for p in points), tuple(p[1] for p in points))
+    return RateCurve.constant(require_positive(where, parse_quantity(value, "flops", where)))
+
+
+def _rates(value: Any, where: str) -> dict[str, RateCurve]:
+    if not isinstance(value, dict):
+        return {"default": _rate_curve(value, where)}
+    curves: dict[str, RateCurve] = {}
+    for key, item in value.items():
+        kind, _, phase = str(key).partition(".")
+        if kind not in _RATE_KINDS or (phase and phase not in PHASES):
+            raise InputError(f"{where}.{key}", f"unknown rate key (use default, conv2d, linear or "
+                             f"generic, optionally .{'/.'.join(PHASES)})")
+        curves[str(key)] = _rate_curve(item, f"{where}.{key}")
+    if "default" not in curves:
+        raise InputError(f"{where}.default", "missing (the rate for kinds not listed)")
+    return curves
+
+
+def machine_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> MachineSpec:
+    if not isinstance(data, dict):
+        raise InputError(where, f"must be a mapping, got {data!r}")
+    _check_fields(data, _MACHINE_FIELDS, where)
+    merged = {**(base or {}), **data}
+    return MachineSpec(
+        cores=_cores(merged, where),
+        memory_bytes=_positive(merged, "memory", "bytes", where),
+        memory_bandwidth_bytes_per_s=_positive(merged, "memory_bandwidth", "bandwidth", where),
+        flops_per_s_per_core=_rates(_required(merged, "flops_per_core", where),
+                                    f"{where}.flops_per_core"),
+        update_s_per_param=_positive(merged, "update_time_per_param", "time", where),
+    )
+
+
+def _cores(merged: dict[str, Any], where: str) -> float:
+    if "cores" not in merged:
+        raise InputError(f"{where}.cores", "missing")
+    value = merged["cores"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{where}.cores", f"must be a number of cores (e.g. 16 or 0.5), got {value!r}")
+    return float(require_positive(f"{where}.cores", value))
+
+
+def _required(data: dict[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise InputError(f"{where}.{key}", "missing")
+    return data[key]
+
+
+def network_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> NetworkSpec:
+    if not isinstance(data, dict):
+        raise InputError(where, f"must be a mapping, got {data!r}")
+    _check_fields(data, _NETWORK_FIELDS, where)
+    merged = {**(base or {}), **data}
+    latency = parse_quantity(merged.get("latency", 0), "time", f"{where}.latency")
+    if latency < 0 or not math.isfinite(latency):
+        raise InputError(f"{where}.latency", f"must be >= 0, got {merged.get('latency')!r}")
+    return NetworkSpec(bandwidth_bytes_per_s=_positive(merged, "bandwidth", "bandwidth", where),
+                       latency_s=latency)
+
+
+def cluster_from_dict(data: dict[str, Any], source: str = "") -> Cluster:
+    _check_fields(data, _TOP_FIELDS, "cluster")
+    for key in ("machines", "machine", "network"):
+        if key not in data:
+            raise InputError(f"cluster.{key}", "missing")
+    machine_data = data["machine"]
+    machine = machine_from_dict(machine_data, "cluster.machine")
+    ps_machine = (machine_from_dict(data["ps_machine"], "cluster.ps_machine", machine_data)
+                  if data.get("ps_machine") else None)
+    network = network_from_dict(data["network"], "cluster.network")
+    ps_network = (network_from_dict(data["ps_network"], "cluster.ps_network", data["network"])
+                  if data.get("ps_network") else None)
+    gamma = data.get("overlap_gamma", "inf")
+    try:
+        gamma = float(gamma)
+    except (TypeError, ValueError):
+        raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got {gamma!r}") from None
+    if not gamma >= 1:
+        raise InputError("cluster.overlap_gamma", f"must be >= 1 (1 = no overlap), got {gamma!r}")
+    cluster = Cluster(name=str(data.get("name", "cluster")),
+                      machines=require_int("cluster.machines", data["machines"]),
+                      machine=machine, network=network, ps_machine=ps_machine,
+                      ps_network=ps_network, overlap_gamma=gamma,
+                      calibrated=bool(data.get("calibrated", False)),
+                      description=str(data.get("description", "")), profile_source=source)
+    return cluster
+
+
+def load_cluster(source: "str | Path | Cluster") -> Cluster:
+    """A preset name, a YAML file, or a Cluster (returned as is)."""
+    from dnnscale.yamlio import load_yaml_file
+
+    if isinstance(source, Cluster):
+        return source
+    path = Path(source)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        return cluster_from_dict(load_yaml_file(path, "cluster"), str(path))
+    name = str(source)
+    if name not in preset_names():
+        raise InputError("cluster", f"unknown cluster {name!r}: not a preset "
+                         f"({', '.join(preset_names())}) nor an existing YAML file")
+    import yaml
+
+    text = (resources.files("dnnscale.cluster") / "presets" / f"{name}.yaml").read_text()
+    return cluster_from_dict(yaml.safe_load(text), f"preset:{name}")

@@ -1,0 +1,49 @@
+"""Point-to-point transfer and all-reduce cost formulas (performance-model.md §2, §4)."""
+
+from __future__ import annotations
+
+from dnnscale.model.registry import cost_formula
+
+
+@cost_formula
+def transfer_time_s(bytes_moved: float, messages: float, bandwidth_bytes_per_s: float,
+                    latency_s: float) -> float:
+    """Time to move data over one NIC direction in several messages.
+
+    Formula: T = bytes / B + messages · α
+    Units: bytes, B in bytes/s, α in s -> seconds.
+    Source: the α-β (Hockney) model; performance-model.md §2.
+    """
+    if bytes_moved <= 0 and messages <= 0:
+        return 0.0
+    return bytes_moved / bandwidth_bytes_per_s + messages * latency_s
+
+
+@cost_formula
+def ring_allreduce_time_s(peers: int, bytes_per_peer: float, bandwidth_bytes_per_s: float,
+                          latency_s: float) -> float:
+    """Ring all-reduce of `bytes_per_peer` among N peers.
+
+    Formula: T_ar = 2·(N−1)/N · bytes / B + 2·(N−1)·α   (reduce-scatter then all-gather)
+    Units: bytes, B in bytes/s, α in s -> seconds; 0 for N = 1.
+    Source: Patarasuk & Yuan, JPDC 2009; performance-model.md §4.
+    """
+    if peers <= 1:
+        return 0.0
+    return 2 * (peers - 1) / peers * bytes_per_peer / bandwidth_bytes_per_s + 2 * (peers - 1) * latency_s
+
+
+@cost_formula
+def overlapped_time_s(first_s: float, second_s: float, gamma: float) -> float:
+    """Combined time of two activities that overlap imperfectly.
+
+    Formula: (a^γ + b^γ)^(1/γ); γ = 1 is no overlap (a + b), γ → ∞ full overlap (max(a, b)).
+    Units: seconds -> seconds.
+    Source: performance-model.md §4 (γ-norm overlap coefficient, calibrated per cluster).
+    """
+    if gamma == float("inf"):
+        return max(first_s, second_s)
+    if first_s <= 0 or second_s <= 0:
+        return max(first_s, second_s, 0.0)
+    top = max(first_s, second_s)
+    return top * ((first_s / top) ** gamma + (second_s / top) ** gamma) ** (1.0 / gamma)

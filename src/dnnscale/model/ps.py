@@ -1,0 +1,76 @@
+"""Parameter-server traffic and capacity (performance-model.md §3)."""
+
+from __future__ import annotations
+
+import math
+
+from dnnscale.model.registry import cost_formula
+
+
+@cost_formula
+def ps_push_bytes_per_step(weight_params: int, vector_values: float, bytes_per_value: int,
+                           push_every: int) -> float:
+    """Bytes one replica (all P workers together) pushes to the parameter servers per step.
+
+    Formula: W_w · b / k_push + V · b, where W_w are the parameters pushed as weight updates and
+    V = n · Σ_FC (n_in + n_out) the activation and error values of FC layers under Project Adam's
+    vector protocol (accumulated over k_push steps, so V per step on average).
+    Units: parameters, values, bytes per value -> bytes per step.
+    Source: performance-model.md §3; Chilimbi et al. OSDI 2014 §3.3 (FC update vectors).
+    """
+    return weight_params * bytes_per_value / push_every + vector_values * bytes_per_value
+
+
+@cost_formula
+def ps_pull_bytes_per_step(params: int, bytes_per_value: int, pull_every: int) -> float:
+    """Bytes one replica pulls from the parameter servers per step.
+
+    Formula: W · b / k_pull
+    Units: parameters, bytes per value -> bytes per step.
+    Source: performance-model.md §3.
+    """
+    return params * bytes_per_value / pull_every
+
+
+@cost_formula
+def busiest_shard_share(params: int, shards: int) -> float:
+    """Share of the parameters held by the largest of S shards (flat slicing).
+
+    Formula: ceil(W / S) / W
+    Units: dimensionless.
+    Source: performance-model.md §3 ("the largest shard decides").
+    """
+    if params <= 0:
+        return 1.0 / shards
+    return math.ceil(params / shards) / params
+
+
+@cost_formula
+def ps_network_capacity_samples_per_s(ps_bandwidth_bytes_per_s: float, shard_share: float,
+                                      push_bytes_per_sample: float,
+                                      pull_bytes_per_sample: float) -> float:
+    """Samples per second the parameter servers' NICs can sustain, all replicas together.
+
+    Formula: X_ps,net = B_ps / (s · max(push bytes per sample, pull bytes per sample)), s the
+    busiest shard's share (= S·B / bytes per sample for an even split); push is the PS's ingress,
+    pull its egress, each direction carrying B.
+    Units: bytes/s, bytes per sample -> samples/s.
+    Source: performance-model.md §3; Yan et al. KDD 2015 (PS communication bottleneck).
+    """
+    busiest = shard_share * max(push_bytes_per_sample, pull_bytes_per_sample)
+    return math.inf if busiest <= 0 else ps_bandwidth_bytes_per_s / busiest
+
+
+@cost_formula
+def ps_cpu_capacity_samples_per_s(shard_share: float, update_s_per_sample: float,
+                                  fc_outer_product_s_per_sample: float) -> float:
+    """Samples per second the parameter servers' CPUs can sustain, all replicas together.
+
+    Formula: X_ps,cpu = 1 / (s · (W·t_upd/(n·k_push) + Σ_FC F^w / φ_ps)), s the busiest shard's
+    share; the second term is Adam's FC outer products, computed on the PS under the vector
+    protocol.
+    Units: seconds of PS work per sample -> samples/s.
+    Source: performance-model.md §3; Yan et al. KDD 2015 (PS computation bottleneck).
+    """
+    busiest = shard_share * (update_s_per_sample + fc_outer_product_s_per_sample)
+    return math.inf if busiest <= 0 else 1.0 / busiest

@@ -1,0 +1,131 @@
+"""One model replica split over P workers: per-worker compute and partition traffic per step.
+
+This is X_rep's ingredients, computed once per (P, n) and reused by every system-level
+composition (PS async, PS sync, all-reduce) and by the optimizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dnnscale.cluster.spec import MachineSpec, NetworkSpec
+from dnnscale.model.compute import imbalance_fraction, phase_time_s
+from dnnscale.model.network import transfer_time_s
+from dnnscale.model.partition import layer_partition_traffic, split_schemes
+from dnnscale.workload.layer import Layer
+from dnnscale.workload.workload import Workload
+
+_RATE_KIND = {"conv2d": "conv2d", "linear": "linear", "generic": "generic"}
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer's cost on the most loaded worker of a replica, per step."""
+
+    name: str
+    kind: str
+    scheme: str
+    work_fraction: float
+    forward_s: float
+    input_grad_s: float
+    weight_grad_s: float
+    comm_bytes: float
+    comm_messages: float
+    comm_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.input_grad_s + self.weight_grad_s
+
+
+@dataclass(frozen=True)
+class ReplicaCosts:
+    """Per-worker, per-step costs of one replica (most loaded worker, layer by layer)."""
+
+    partitions: int
+    minibatch: int
+    layers: tuple[LayerCost, ...]
+
+    @property
+    def forward_s(self) -> float:
+        return sum(layer.forward_s for layer in self.layers)
+
+    @property
+    def input_grad_s(self) -> float:
+        return sum(layer.input_grad_s for layer in self.layers)
+
+    @property
+    def weight_grad_s(self) -> float:
+        return sum(layer.weight_grad_s for layer in self.layers)
+
+    @property
+    def compute_s(self) -> float:
+        """T_comp: forward + both backward phases on the most loaded worker, per step."""
+        return self.forward_s + self.input_grad_s + self.weight_grad_s
+
+    @property
+    def partition_bytes(self) -> float:
+        return sum(layer.comm_bytes for layer in self.layers)
+
+    @property
+    def partition_s(self) -> float:
+        """T_mp: time in partition communication per step."""
+        return sum(layer.comm_s for layer in self.layers)
+
+
+def _layer_compute(layer: Layer, fraction: float, minibatch: int, machine: MachineSpec,
+                   skip_weight_grad: bool) -> tuple[float, float, float]:
+    rate_kind = _RATE_KIND.get(layer.kind, "default")
+    times = []
+    for phase, flops, bytes_moved in (("forward", layer.fwd_flops, layer.fwd_bytes),
+                                      ("input_grad", layer.input_grad_flops, layer.input_grad_bytes),
+                                      ("weight_grad", layer.weight_grad_flops, layer.weight_grad_bytes)):
+        if phase == "weight_grad" and skip_weight_grad:
+            times.append(0.0)
+            continue
+        work_flops = fraction * minibatch * flops
+        rate = machine.flops_per_s(rate_kind, phase, work_flops) if work_flops > 0 else 1.0
+        times.append(phase_time_s(work_flops, fraction * minibatch * bytes_moved, rate,
+                                  machine.memory_bandwidth_bytes_per_s))
+    return times[0], times[1], times[2]
+
+
+def replica_costs(workload: Workload, machine: MachineSpec, network: NetworkSpec,
+                  partitions: int, minibatch: int, fc_protocol: str = "weights") -> ReplicaCosts:
+    """Cost every layer on the most loaded of P workers and pick each conv layer's cheaper split.
+
+    A weighted layer's scheme is the valid one (at least one unit per worker) with the least
+    compute + communication time; layers without weights follow the last weighted layer's split.
+    Only a weighted layer whose input is distributed (anything after the first weighted layer)
+    exchanges data. With fc_protocol 'vectors' the FC weight gradients move to the PS.
+    """
+    b = workload.bytes_per_value
+    costs: list[LayerCost] = []
+    input_distributed = False
+    current_scheme = "features"
+    for layer in workload.layers:
+        skip_weight_grad = fc_protocol == "vectors" and layer.kind == "linear"
+        candidates = split_schemes(layer) if layer.has_weights else (
+            (current_scheme,) if current_scheme in split_schemes(layer) else split_schemes(layer)[:1])
+        best: LayerCost | None = None
+        for scheme in candidates:
+            extent = layer.split_extent(scheme)
+            if layer.has_weights and extent < partitions and partitions > 1 and len(candidates) > 1:
+                continue  # invalid split: some worker would get nothing
+            fraction = imbalance_fraction(extent, partitions)
+            fwd, ing, wg = _layer_compute(layer, fraction, minibatch, machine, skip_weight_grad)
+            comm_bytes, messages = (layer_partition_traffic(layer, scheme, partitions, b, minibatch)
+                                    if input_distributed else (0.0, 0.0))
+            comm_s = transfer_time_s(comm_bytes, messages, network.bandwidth_bytes_per_s,
+                                     network.latency_s)
+            cost = LayerCost(layer.name, layer.kind, scheme, fraction, fwd, ing, wg, comm_bytes,
+                             messages, comm_s)
+            if best is None or cost.compute_s + cost.comm_s < best.compute_s + best.comm_s:
+                best = cost
+        if best is None:
+            raise ValueError(f"layer {layer.name!r} cannot be split {partitions} ways")
+        costs.append(best)
+        if layer.has_weights:
+            current_scheme = best.scheme
+            input_distributed = partitions > 1
+    return ReplicaCosts(partitions, minibatch, tuple(costs))

@@ -1,0 +1,1 @@
+"""Reports: tables for the terminal, JSON for scripts, plots."""

@@ -1,0 +1,23 @@
+"""Workloads: what is trained (layers, shapes, FLOPs, bytes), the zoo and the YAML format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dnnscale.workload.layer import Layer
+from dnnscale.workload.workload import Workload, build_workload
+from dnnscale.workload.zoo import ZOO, zoo_workload
+
+__all__ = ["Layer", "Workload", "ZOO", "build_workload", "load_workload", "zoo_workload"]
+
+
+def load_workload(source: "str | Path | Workload") -> Workload:
+    """A zoo name, a YAML file path, or a Workload (returned as is)."""
+    if isinstance(source, Workload):
+        return source
+    path = Path(source)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        from dnnscale.workload.spec import load_workload_yaml
+
+        return load_workload_yaml(path)
+    return zoo_workload(str(source))

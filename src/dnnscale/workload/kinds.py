@@ -1,0 +1,235 @@
+"""Registry of layer kinds: shape inference and per-phase FLOPs and bytes, as pure functions.
+
+Each kind is registered with `@register_kind(name)` on a function
+``build(name, input_shape, bytes_per_value, needs_input_grad, **hyper) -> Layer``. Users extend
+the registry the same way. FLOP formulas (1 multiply-add = 2 FLOP) match
+torch.utils.flop_counter, so an imported PyTorch model counts exactly what the zoo counts.
+
+Bytes per sample are what a phase reads and writes in activations (parameters, read once per
+step, are not per sample and are costed separately); b is bytes per value, in/out the layer's
+input/output values per sample:
+  forward                                   (in + out) · b
+  input gradient, conv/linear               (out + in) · b   (read grad_out, write grad_in)
+  input gradient, pooling/activation/loss   (2·out + in) · b (also read a saved out-sized tensor)
+  weight gradient, conv/linear              (in + out) · b   (read the saved input and grad_out)
+Layers before the first weighted layer, and the first weighted layer's input gradient, are not
+computed in training (nothing upstream needs a gradient), so they count 0 there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from dnnscale.errors import InputError
+from dnnscale.workload.layer import Layer
+
+LayerBuilder = Callable[..., Layer]
+LAYER_KINDS: dict[str, LayerBuilder] = {}
+
+
+def register_kind(name: str) -> Callable[[LayerBuilder], LayerBuilder]:
+    """Register a layer kind's builder under `name`."""
+
+    def decorate(builder: LayerBuilder) -> LayerBuilder:
+        LAYER_KINDS[name] = builder
+        return builder
+
+    return decorate
+
+
+def build_layer(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                needs_input_grad: bool, hyper: dict[str, object], field: str) -> Layer:
+    """Build one layer of `kind` on `input_shape`; errors name `field`."""
+    if kind not in LAYER_KINDS:
+        known = ", ".join(sorted(LAYER_KINDS))
+        raise InputError(f"{field}.kind", f"unknown layer kind {kind!r} (known: {known})")
+    try:
+        layer = LAYER_KINDS[kind](name=name, input_shape=tuple(input_shape),
+                                  bytes_per_value=bytes_per_value,
+                                  needs_input_grad=needs_input_grad, **hyper)
+    except TypeError as exc:  # an unexpected or missing hyper-parameter
+        raise InputError(field, f"bad fields for a {kind} layer: {exc}") from None
+    return Layer(**{**layer.__dict__, "hyper": dict(hyper)})
+
+
+def _pair(value: object, field: str) -> tuple[int, int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        pair = (value, value)
+    elif isinstance(value, (list, tuple)) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        pair = (int(value[0]), int(value[1]))
+    else:
+        raise InputError(field, f"must be an integer or a pair of integers, got {value!r}")
+    return pair
+
+
+def _activation_bytes(in_values: int, out_values: int, b: int) -> tuple[float, float, float]:
+    return (in_values + out_values) * b, (2 * out_values + in_values) * b, 0.0
+
+
+def _need_3d(input_shape: tuple[int, ...], kind: str, name: str) -> tuple[int, int, int]:
+    if len(input_shape) != 3:
+        raise InputError(f"layers.{name}", f"a {kind} layer needs a (channels, height, width) "
+                         f"input, got shape {list(input_shape)}")
+    c, h, w = input_shape
+    return c, h, w
+
+
+def _conv_output(size: int, kernel: int, stride: int, padding: int) -> int:
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+@register_kind("conv2d")
+def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
+           out_channels: int, kernel: object, stride: object = 1, padding: object = 0,
+           groups: int = 1, bias: bool = True) -> Layer:
+    """2-D convolution C_in -> C_out, kernel K_h x K_w, output H x W.
+
+    FLOPs per sample (fwd = input-grad = weight-grad): 2·C_out·H·W·K_h·K_w·C_in/groups
+    (torch.utils.flop_counter.conv_flop_count). Params: C_out·C_in/groups·K_h·K_w (+ C_out bias).
+    """
+    c_in, h_in, w_in = _need_3d(input_shape, "conv2d", name)
+    kh, kw = _pair(kernel, f"layers.{name}.kernel")
+    sh, sw = _pair(stride, f"layers.{name}.stride")
+    ph, pw = _pair(padding, f"layers.{name}.padding")
+    if out_channels < 1 or groups < 1 or c_in % groups or out_channels % groups:
+        raise InputError(f"layers.{name}.groups", f"channels {c_in}->{out_channels} are not "
+                         f"divisible into {groups} groups")
+    h_out, w_out = _conv_output(h_in, kh, sh, ph), _conv_output(w_in, kw, sw, pw)
+    if h_out < 1 or w_out < 1:
+        raise InputError(f"layers.{name}.kernel", f"kernel {kh}x{kw} does not fit the "
+                         f"{h_in}x{w_in} input")
+    macs = out_channels * h_out * w_out * kh * kw * c_in // groups
+    params = out_channels * (c_in // groups) * kh * kw + (out_channels if bias else 0)
+    in_values, out_values = c_in * h_in * w_in, out_channels * h_out * w_out
+    b = bytes_per_value
+    return Layer(name=name, kind="conv2d", input_shape=(c_in, h_in, w_in),
+                 output_shape=(out_channels, h_out, w_out), params=params,
+                 fwd_flops=2.0 * macs, input_grad_flops=2.0 * macs if needs_input_grad else 0.0,
+                 weight_grad_flops=2.0 * macs,
+                 fwd_bytes=(in_values + out_values) * b,
+                 input_grad_bytes=(in_values + out_values) * b if needs_input_grad else 0.0,
+                 weight_grad_bytes=(in_values + out_values) * b,
+                 in_channels=c_in, out_channels=out_channels, kernel=(kh, kw), stride=(sh, sw),
+                 padding=(ph, pw), groups=groups)
+
+
+@register_kind("linear")
+def linear(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
+           out_features: int, bias: bool = True) -> Layer:
+    """Fully connected layer n_in -> n_out.
+
+    FLOPs per sample (fwd = input-grad = weight-grad): 2·n_in·n_out (torch mm/addmm formula).
+    Params: n_in·n_out (+ n_out bias).
+    """
+    if len(input_shape) != 1:
+        raise InputError(f"layers.{name}", f"a linear layer needs a flat input, got shape "
+                         f"{list(input_shape)} (add a flatten layer before it)")
+    n_in = input_shape[0]
+    if out_features < 1:
+        raise InputError(f"layers.{name}.out_features", f"must be >= 1, got {out_features}")
+    macs = n_in * out_features
+    b = bytes_per_value
+    return Layer(name=name, kind="linear", input_shape=(n_in,), output_shape=(out_features,),
+                 params=n_in * out_features + (out_features if bias else 0),
+                 fwd_flops=2.0 * macs, input_grad_flops=2.0 * macs if needs_input_grad else 0.0,
+                 weight_grad_flops=2.0 * macs,
+                 fwd_bytes=(n_in + out_features) * b,
+                 input_grad_bytes=(n_in + out_features) * b if needs_input_grad else 0.0,
+                 weight_grad_bytes=(n_in + out_features) * b,
+                 in_features=n_in, out_features=out_features)
+
+
+def _pool(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+          needs_input_grad: bool, kernel: object, stride: object, padding: object) -> Layer:
+    c, h_in, w_in = _need_3d(input_shape, kind, name)
+    kh, kw = _pair(kernel, f"layers.{name}.kernel")
+    sh, sw = _pair(kernel if stride is None else stride, f"layers.{name}.stride")
+    ph, pw = _pair(padding, f"layers.{name}.padding")
+    h_out, w_out = _conv_output(h_in, kh, sh, ph), _conv_output(w_in, kw, sw, pw)
+    if h_out < 1 or w_out < 1:
+        raise InputError(f"layers.{name}.kernel", f"pool {kh}x{kw} does not fit the "
+                         f"{h_in}x{w_in} input")
+    fwd, bwd, _ = _activation_bytes(c * h_in * w_in, c * h_out * w_out, bytes_per_value)
+    return Layer(name=name, kind=kind, input_shape=(c, h_in, w_in), output_shape=(c, h_out, w_out),
+                 params=0, fwd_flops=0.0, input_grad_flops=0.0, weight_grad_flops=0.0,
+                 fwd_bytes=fwd, input_grad_bytes=bwd if needs_input_grad else 0.0,
+                 weight_grad_bytes=0.0, in_channels=c, out_channels=c, kernel=(kh, kw),
+                 stride=(sh, sw), padding=(ph, pw))
+
+
+@register_kind("maxpool2d")
+def maxpool2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+              needs_input_grad: bool, kernel: object, stride: object = None,
+              padding: object = 0) -> Layer:
+    """Max pooling: 0 FLOP (memory bound), bytes as in the module docstring."""
+    return _pool("maxpool2d", name, input_shape, bytes_per_value, needs_input_grad, kernel,
+                 stride, padding)
+
+
+@register_kind("avgpool2d")
+def avgpool2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+              needs_input_grad: bool, kernel: object, stride: object = None,
+              padding: object = 0) -> Layer:
+    """Average pooling: 0 FLOP (memory bound), bytes as in the module docstring."""
+    return _pool("avgpool2d", name, input_shape, bytes_per_value, needs_input_grad, kernel,
+                 stride, padding)
+
+
+def _elementwise(kind: str, name: str, input_shape: tuple[int, ...], output_shape: tuple[int, ...],
+                 bytes_per_value: int, needs_input_grad: bool, moves_data: bool = True) -> Layer:
+    values = math.prod(input_shape)
+    fwd, bwd, _ = _activation_bytes(values, values, bytes_per_value)
+    channels = input_shape[0] if len(input_shape) == 3 else None
+    return Layer(name=name, kind=kind, input_shape=input_shape, output_shape=output_shape,
+                 params=0, fwd_flops=0.0, input_grad_flops=0.0, weight_grad_flops=0.0,
+                 fwd_bytes=fwd if moves_data else 0.0,
+                 input_grad_bytes=bwd if (needs_input_grad and moves_data) else 0.0,
+                 weight_grad_bytes=0.0, in_channels=channels, out_channels=channels)
+
+
+@register_kind("relu")
+def relu(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+         needs_input_grad: bool) -> Layer:
+    """Element-wise ReLU: 0 FLOP, memory bound."""
+    return _elementwise("relu", name, input_shape, input_shape, bytes_per_value, needs_input_grad)
+
+
+@register_kind("flatten")
+def flatten(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+            needs_input_grad: bool) -> Layer:
+    """Flatten (C, H, W) -> (C·H·W,): a view, no FLOPs and no bytes moved."""
+    return _elementwise("flatten", name, input_shape, (math.prod(input_shape),), bytes_per_value,
+                        needs_input_grad, moves_data=False)
+
+
+@register_kind("softmax_loss")
+def softmax_loss(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                 needs_input_grad: bool) -> Layer:
+    """Softmax + cross-entropy loss over a flat input: 0 FLOP, memory bound; outputs the
+    per-class probabilities (same shape as the input)."""
+    if len(input_shape) != 1:
+        raise InputError(f"layers.{name}", f"softmax_loss needs a flat input, got shape "
+                         f"{list(input_shape)}")
+    return _elementwise("softmax_loss", name, input_shape, input_shape, bytes_per_value,
+                        needs_input_grad)
+
+
+@register_kind("generic")
+def generic(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
+            output_shape: list[int], params: int = 0, fwd_flops: float = 0.0,
+            input_grad_flops: float = 0.0, weight_grad_flops: float = 0.0,
+            fwd_bytes: float = 0.0, input_grad_bytes: float = 0.0,
+            weight_grad_bytes: float = 0.0) -> Layer:
+    """A layer whose costs were measured or counted elsewhere (e.g. a PyTorch import).
+
+    Nothing is derived: every count is given. It is split by features (its flattened output).
+    """
+    return Layer(name=name, kind="generic", input_shape=input_shape,
+                 output_shape=tuple(int(v) for v in output_shape), params=int(params),
+                 fwd_flops=float(fwd_flops),
+                 input_grad_flops=float(input_grad_flops) if needs_input_grad else 0.0,
+                 weight_grad_flops=float(weight_grad_flops), fwd_bytes=float(fwd_bytes),
+                 input_grad_bytes=float(input_grad_bytes) if needs_input_grad else 0.0,
+                 weight_grad_bytes=float(weight_grad_bytes))

@@ -1,0 +1,81 @@
+"""The per-layer record every stage of dnnscale reads.
+
+A `Layer` holds one layer's shapes (per sample, without the batch dimension), its parameter
+count, its FLOPs per sample for each training phase, the bytes it moves per sample in each phase,
+and the facts that model partitioning needs (kernel, stride, channels, features).
+
+FLOPs follow the convention of torch.utils.flop_counter: one multiply-add is 2 FLOP; bias adds,
+activations, pooling and softmax count 0 FLOP (they are memory bound and costed by bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a workload; all counts are per sample."""
+
+    name: str
+    kind: str
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    params: int
+    fwd_flops: float
+    input_grad_flops: float
+    weight_grad_flops: float
+    fwd_bytes: float
+    input_grad_bytes: float
+    weight_grad_bytes: float
+    # Facts for partitioning; None where they do not apply.
+    in_channels: int | None = None
+    out_channels: int | None = None
+    kernel: tuple[int, int] | None = None
+    stride: tuple[int, int] | None = None
+    padding: tuple[int, int] | None = None
+    groups: int = 1
+    in_features: int | None = None
+    out_features: int | None = None
+    hyper: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def input_values(self) -> int:
+        """Values in one sample's input to this layer."""
+        return math.prod(self.input_shape)
+
+    @property
+    def activation_values(self) -> int:
+        """Values this layer outputs per sample (A_l in performance-model.md)."""
+        return math.prod(self.output_shape)
+
+    @property
+    def fwd_macs(self) -> float:
+        """Forward multiply-adds per sample ('connections' in Project Adam's terms)."""
+        return self.fwd_flops / 2
+
+    @property
+    def train_flops(self) -> float:
+        """Forward + input-gradient + weight-gradient FLOPs per sample."""
+        return self.fwd_flops + self.input_grad_flops + self.weight_grad_flops
+
+    @property
+    def has_weights(self) -> bool:
+        return self.params > 0
+
+    def split_extent(self, scheme: str) -> int:
+        """How many units a vertical split divides among workers under `scheme`.
+
+        'features' splits a linear layer's outputs (or a 1-D tensor); 'channels' splits output
+        channels; 'rows' splits output rows (horizontal stripes). 1 when the layer cannot be split
+        that way.
+        """
+        shape = self.output_shape
+        if scheme == "features":
+            return self.out_features if self.out_features is not None else math.prod(shape)
+        if scheme == "channels":
+            return shape[0] if len(shape) == 3 else 1
+        if scheme == "rows":
+            return shape[1] if len(shape) == 3 else 1
+        raise ValueError(f"unknown split scheme {scheme!r}")

@@ -1,0 +1,68 @@
+"""Workload YAML: read and write.
+
+Format::
+
+    name: my-net
+    input_shape: [3, 32, 32]
+    samples_per_epoch: 50000
+    bytes_per_value: 4          # optional, default 4 (fp32)
+    layers:
+      - {kind: conv2d, name: conv1, out_channels: 64, kernel: 5, padding: 2}
+      - {kind: relu}
+      - {kind: maxpool2d, kernel: 3, stride: 2}
+      - {kind: flatten}
+      - {kind: linear, out_features: 10}
+      - {kind: softmax_loss}
+
+Layers of kind `generic` carry their counts explicitly (see workload/kinds.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dnnscale.errors import InputError
+from dnnscale.yamlio import load_yaml_file
+from dnnscale.workload.workload import Workload, build_workload
+
+_TOP_FIELDS = {"name", "input_shape", "samples_per_epoch", "bytes_per_value", "layers",
+               "description"}
+
+
+def workload_from_dict(data: dict[str, Any]) -> Workload:
+    """Build a workload from the YAML mapping described in this module's docstring."""
+    unknown = set(data) - _TOP_FIELDS
+    if unknown:
+        raise InputError(f"workload.{sorted(unknown)[0]}", f"unknown field (known: "
+                         f"{', '.join(sorted(_TOP_FIELDS))})")
+    for required in ("input_shape", "layers", "samples_per_epoch"):
+        if required not in data:
+            raise InputError(f"workload.{required}", "missing")
+    if not isinstance(data["layers"], list):
+        raise InputError("workload.layers", "must be a list of layers")
+    return build_workload(str(data.get("name", "workload")), data["input_shape"], data["layers"],
+                          data["samples_per_epoch"], data.get("bytes_per_value", 4),
+                          str(data.get("description", "")))
+
+
+def load_workload_yaml(path: Path) -> Workload:
+    return workload_from_dict(load_yaml_file(path, "workload"))
+
+
+def workload_to_dict(workload: Workload) -> dict[str, Any]:
+    """The YAML mapping that `workload_from_dict` reads back into an equal workload."""
+    layers = []
+    for layer in workload.layers:
+        entry: dict[str, Any] = {"kind": layer.kind, "name": layer.name}
+        entry.update({k: list(v) if isinstance(v, tuple) else v for k, v in layer.hyper.items()})
+        layers.append(entry)
+    return {"name": workload.name, "input_shape": list(workload.input_shape),
+            "samples_per_epoch": workload.samples_per_epoch,
+            "bytes_per_value": workload.bytes_per_value, "layers": layers}
+
+
+def save_workload_yaml(workload: Workload, path: Path) -> None:
+    path.write_text(yaml.safe_dump(workload_to_dict(workload), sort_keys=False))

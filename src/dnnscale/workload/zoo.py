@@ -1,0 +1,186 @@
+"""Built-in workloads. Each builder's docstring gives its source and what was assumed.
+
+Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, mlp. `mlp` takes widths in
+its name: ``mlp:784-1024-1024-10`` (input width first, classes last).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dnnscale.errors import InputError
+from dnnscale.workload.workload import Workload, build_workload
+
+ZOO: dict[str, Callable[..., Workload]] = {}
+
+
+def register_workload(name: str) -> Callable[[Callable[..., Workload]], Callable[..., Workload]]:
+    def decorate(builder: Callable[..., Workload]) -> Callable[..., Workload]:
+        ZOO[name] = builder
+        return builder
+
+    return decorate
+
+
+def _conv_block(name: str, out_channels: int, kernel: int, stride: int = 1, padding: int = 0,
+                pool: tuple[str, int, int] | None = None) -> list[dict[str, object]]:
+    block: list[dict[str, object]] = [
+        {"kind": "conv2d", "name": name, "out_channels": out_channels, "kernel": kernel,
+         "stride": stride, "padding": padding},
+        {"kind": "relu", "name": f"{name}_relu"},
+    ]
+    if pool is not None:
+        kind, size, pool_stride = pool
+        block.append({"kind": kind, "name": f"{name}_pool", "kernel": size, "stride": pool_stride})
+    return block
+
+
+def _fc_block(name: str, out_features: int, last: bool = False) -> list[dict[str, object]]:
+    if last:
+        return [{"kind": "linear", "name": name, "out_features": out_features},
+                {"kind": "softmax_loss", "name": "loss"}]
+    return [{"kind": "linear", "name": name, "out_features": out_features},
+            {"kind": "relu", "name": f"{name}_relu"}]
+
+
+@register_workload("adam-mnist")
+def adam_mnist() -> Workload:
+    """Project Adam's MNIST benchmark (Chilimbi et al., OSDI 2014), reconstructed.
+
+    The exact network is not published in any source we have. Assumed: a LeNet-style CNN on
+    1x28x28 digits: conv 5x5 1->32 (pad 2) + ReLU + 2x2 max-pool, conv 5x5 32->64 (pad 2) + ReLU +
+    2x2 max-pool, FC 3136->1024 + ReLU, FC 1024->10 + softmax. 60,000 training images.
+    """
+    specs = (_conv_block("conv1", 32, 5, padding=2, pool=("maxpool2d", 2, 2))
+             + _conv_block("conv2", 64, 5, padding=2, pool=("maxpool2d", 2, 2))
+             + [{"kind": "flatten", "name": "flatten"}]
+             + _fc_block("fc1", 1024) + _fc_block("fc2", 10, last=True))
+    return build_workload("adam-mnist", [1, 28, 28], specs, samples_per_epoch=60_000,
+                          description=adam_mnist.__doc__ or "")
+
+
+@register_workload("adam-cifar10")
+def adam_cifar10() -> Workload:
+    """Project Adam's CIFAR-10 benchmark (also used by Yan et al., KDD 2015), reconstructed.
+
+    The exact network is not published in any source we have. Assumed: a cuda-convnet-style CNN
+    on 3x32x32 images: conv 5x5 3->64 (pad 2), conv 5x5 64->64 (pad 2), conv 3x3 64->128 (pad 1),
+    each + ReLU + 3x3/2 max-pool (32->15->7->3), FC 1152->512 + ReLU, FC 512->10 + softmax.
+    About 0.78 M parameters and 32 M forward multiply-adds per image. 50,000 training images.
+    """
+    specs = (_conv_block("conv1", 64, 5, padding=2, pool=("maxpool2d", 3, 2))
+             + _conv_block("conv2", 64, 5, padding=2, pool=("maxpool2d", 3, 2))
+             + _conv_block("conv3", 128, 3, padding=1, pool=("maxpool2d", 3, 2))
+             + [{"kind": "flatten", "name": "flatten"}]
+             + _fc_block("fc1", 512) + _fc_block("fc2", 10, last=True))
+    return build_workload("adam-cifar10", [3, 32, 32], specs, samples_per_epoch=50_000,
+                          description=adam_cifar10.__doc__ or "")
+
+
+@register_workload("adam-imagenet22k")
+def adam_imagenet22k(width: float = 1.0, image_size: int = 224) -> Workload:
+    """Project Adam's ImageNet-22K benchmark (OSDI 2014; Yan et al., KDD 2015), reconstructed.
+
+    Known: 5 convolutional + 3 fully connected layers, a 22,000-way output, about 2 billion
+    connections (forward multiply-adds per image), ~14 M training images (ImageNet-22K holds
+    14,197,122). Assumed: an AlexNet-shaped network on 3x224x224 crops, widened until it reaches
+    2 billion connections: conv 11x11/4 3->128 (pad 2) + 3x3/2 max-pool, conv 5x5 128->336
+    (pad 2) + max-pool, conv 3x3 336->512, 512->512, 512->320 (pad 1) + max-pool, FC
+    11520->4096, 4096->4096, 4096->22000 + softmax; ReLU after every conv and hidden FC.
+    Result: 1.99e9 multiply-adds and 160.6 M parameters per the formulas in workload/kinds.py.
+
+    `width` scales every hidden layer's channels/features (the 22,000 classes stay unless
+    width < 1, when they scale too) and `image_size` the input crop: the validation issue trains
+    a scaled-down copy with the same layer structure.
+    """
+
+    def w(value: int) -> int:
+        return max(1, round(value * width))
+
+    classes = 22_000 if width >= 1 else w(22_000)
+    specs = (_conv_block("conv1", w(128), 11, stride=4, padding=2, pool=("maxpool2d", 3, 2))
+             + _conv_block("conv2", w(336), 5, padding=2, pool=("maxpool2d", 3, 2))
+             + _conv_block("conv3", w(512), 3, padding=1)
+             + _conv_block("conv4", w(512), 3, padding=1)
+             + _conv_block("conv5", w(320), 3, padding=1, pool=("maxpool2d", 3, 2))
+             + [{"kind": "flatten", "name": "flatten"}]
+             + _fc_block("fc1", w(4096)) + _fc_block("fc2", w(4096))
+             + _fc_block("fc3", classes, last=True))
+    name = "adam-imagenet22k" if (width, image_size) == (1.0, 224) else \
+        f"adam-imagenet22k(width={width:g},image={image_size})"
+    return build_workload(name, [3, image_size, image_size], specs,
+                          samples_per_epoch=14_197_122, description=adam_imagenet22k.__doc__ or "")
+
+
+@register_workload("alexnet")
+def alexnet() -> Workload:
+    """AlexNet (Krizhevsky et al., 2012) in torchvision's single-tower form.
+
+    3x224x224 input; conv 11x11/4 3->64 (pad 2), 5x5 64->192 (pad 2), 3x3 192->384, 384->256,
+    256->256 (pad 1), 3x3/2 max-pools after conv1, conv2, conv5; FC 9216->4096->4096->1000.
+    Dropout is omitted (no FLOPs). ImageNet-1k: 1,281,167 training images.
+    """
+    specs = (_conv_block("conv1", 64, 11, stride=4, padding=2, pool=("maxpool2d", 3, 2))
+             + _conv_block("conv2", 192, 5, padding=2, pool=("maxpool2d", 3, 2))
+             + _conv_block("conv3", 384, 3, padding=1)
+             + _conv_block("conv4", 256, 3, padding=1)
+             + _conv_block("conv5", 256, 3, padding=1, pool=("maxpool2d", 3, 2))
+             + [{"kind": "flatten", "name": "flatten"}]
+             + _fc_block("fc1", 4096) + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
+    return build_workload("alexnet", [3, 224, 224], specs, samples_per_epoch=1_281_167,
+                          description=alexnet.__doc__ or "")
+
+
+@register_workload("vgg16")
+def vgg16() -> Workload:
+    """VGG-16, configuration D (Simonyan & Zisserman, 2015), as in torchvision without dropout.
+
+    Thirteen 3x3 convolutions (pad 1) in five blocks of 64, 128, 256, 512, 512 channels, each
+    block closed by a 2x2 max-pool; FC 25088->4096->4096->1000. ImageNet-1k: 1,281,167 images.
+    """
+    specs: list[dict[str, object]] = []
+    blocks = [(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)]
+    for block_index, (channels, repeats) in enumerate(blocks, start=1):
+        for conv_index in range(1, repeats + 1):
+            pool = ("maxpool2d", 2, 2) if conv_index == repeats else None
+            specs += _conv_block(f"conv{block_index}_{conv_index}", channels, 3, padding=1,
+                                 pool=pool)
+    specs += ([{"kind": "flatten", "name": "flatten"}] + _fc_block("fc1", 4096)
+              + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
+    return build_workload("vgg16", [3, 224, 224], specs, samples_per_epoch=1_281_167,
+                          description=vgg16.__doc__ or "")
+
+
+@register_workload("mlp")
+def mlp(widths: tuple[int, ...] = (784, 1024, 1024, 10), samples_per_epoch: int = 60_000) -> Workload:
+    """A multi-layer perceptron: widths[0] inputs, ReLU hidden layers, widths[-1]-way softmax.
+
+    Default 784-1024-1024-10 (MNIST-sized). Choose widths with the name ``mlp:784-512-10``.
+    """
+    if len(widths) < 2:
+        raise InputError("workload", "an mlp needs at least an input and an output width")
+    specs: list[dict[str, object]] = []
+    for index, width in enumerate(widths[1:], start=1):
+        specs += _fc_block(f"fc{index}", width, last=index == len(widths) - 1)
+    name = "mlp" if tuple(widths) == (784, 1024, 1024, 10) else "mlp:" + "-".join(map(str, widths))
+    return build_workload(name, [widths[0]], specs, samples_per_epoch=samples_per_epoch,
+                          description=mlp.__doc__ or "")
+
+
+def zoo_workload(name: str) -> Workload:
+    """Build a zoo workload by name (``mlp:784-512-10`` passes widths)."""
+    base, _, argument = name.partition(":")
+    if base not in ZOO:
+        raise InputError("workload", f"unknown workload {name!r}: not a zoo name "
+                         f"({', '.join(sorted(ZOO))}) nor an existing YAML file")
+    if not argument:
+        return ZOO[base]()
+    if base != "mlp":
+        raise InputError("workload", f"{base} takes no arguments, got {name!r}")
+    try:
+        widths = tuple(int(part) for part in argument.split("-"))
+    except ValueError:
+        raise InputError("workload", f"mlp widths must be integers joined by '-', got {argument!r}") from None
+    if any(width < 1 for width in widths):
+        raise InputError("workload", f"mlp widths must be >= 1, got {argument!r}")
+    return mlp(widths)
