@@ -135,6 +135,25 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name
         console.print(f"[yellow]note:[/yellow] cluster {c.name!r} uses uncalibrated compute rates")
 
 
+# Each stage that has commands of its own keeps them in `<stage>/commands.py`, which defines
+# `register(app)`; importing it must stay cheap (no torch at import time).
+_COMMAND_MODULES = ("dnnscale.optimize.commands", "dnnscale.runtime.commands",
+                    "dnnscale.testbed.commands", "dnnscale.calibrate.commands",
+                    "dnnscale.validate.commands")
+
+
+def _register_stage_commands() -> None:
+    from importlib import import_module
+    from importlib.util import find_spec
+
+    for name in _COMMAND_MODULES:
+        if find_spec(name) is not None:
+            import_module(name).register(app)
+
+
+_register_stage_commands()
+
+
 def main() -> None:
     app()
 
