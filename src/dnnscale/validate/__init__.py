@@ -1,0 +1,1 @@
+"""validate stage: predicted vs measured on the testbed."""
