@@ -116,7 +116,7 @@ def _parameter_server(workload: Workload, cluster: Cluster, config: Config,
         else:
             bottleneck = "ps network" if throughput == x_net else "ps cpu"
         breakdown.update({"ps_push": push_w_s, "ps_pull": pull_w_s,
-                          "ps_wait": step_s - worker_step_s, "step": step_s})
+                          "ps_wait": max(0.0, step_s - worker_step_s), "step": step_s})
         utilization = {"worker_compute": replica.compute_s / step_s,
                        "partition_network": replica.partition_s / step_s,
                        "worker_ps_network": (push_w_s + pull_w_s) / step_s,

@@ -1,0 +1,198 @@
+"""Every term of the performance model for the tiny workload (tests/tiny.py), by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dnnscale.config import Config
+from dnnscale.model import predict_config, replica_costs
+from dnnscale.model.partition import (conv_channel_bytes, conv_stripe_bytes, conv_stripe_messages,
+                                      fc_partition_bytes)
+from dnnscale.workload import build_workload
+from tests.tiny import tiny_cluster, tiny_machine, tiny_workload
+
+N = 10  # minibatch
+REL = 1e-12
+
+
+def costs(partitions: int, fc_protocol: str = "weights"):
+    cluster = tiny_cluster()
+    return replica_costs(tiny_workload(), cluster.machine, cluster.network, partitions, N,
+                         fc_protocol)
+
+
+def test_workload_counts() -> None:
+    w = tiny_workload()
+    conv, flatten, fc = w.layers
+    assert (conv.params, fc.params, w.params) == (20, 99, 119)
+    assert (conv.fwd_flops, conv.input_grad_flops, conv.weight_grad_flops) == (576, 0, 576)
+    assert (fc.fwd_flops, fc.input_grad_flops, fc.weight_grad_flops) == (192, 192, 192)
+    assert flatten.output_shape == (32,) and flatten.fwd_bytes == 0
+
+
+def test_compute_p1() -> None:
+    c = costs(1)
+    # n · (576 + 0 + 576 + 192 + 192 + 192) / 1e9
+    assert c.compute_s == pytest.approx(10 * 1728 / 1e9, rel=REL)
+    assert c.forward_s == pytest.approx(10 * (576 + 192) / 1e9, rel=REL)
+    assert c.partition_s == 0.0 and c.partition_bytes == 0.0
+
+
+def test_compute_and_traffic_p2() -> None:
+    c = costs(2)
+    conv, _, fc = c.layers
+    assert conv.work_fraction == 0.5                  # 2 channels (or 4 rows) over 2 workers
+    assert fc.work_fraction == pytest.approx(2 / 3)   # ceil(3/2)/3
+    # conv (first layer: its input is the replicated sample) moves nothing
+    assert conv.comm_bytes == 0.0
+    # FC: 2 · (P-1)/P · n_in · b · n = 2 · 1/2 · 32 · 4 · 10 = 1280 bytes in 2 messages
+    assert fc.comm_bytes == pytest.approx(1280)
+    assert fc.comm_messages == 2
+    assert c.partition_s == pytest.approx(1280 / 1e6 + 2 * 1e-4, rel=REL)
+    # 10 · ((576 + 576)/2 + 3·192·2/3) / 1e9
+    assert c.compute_s == pytest.approx(10 * (576 + 384) / 1e9, rel=REL)
+
+
+def test_compute_and_traffic_p3() -> None:
+    c = costs(3)
+    conv, _, fc = c.layers
+    # 2 channels cannot be split 3 ways: stripes, 4 rows -> ceil(4/3)/4 = 1/2
+    assert conv.scheme == "rows" and conv.work_fraction == 0.5
+    assert fc.work_fraction == pytest.approx(1 / 3)
+    assert fc.comm_bytes == pytest.approx(2 * 2 / 3 * 32 * 4 * 10)   # 1706.67
+    assert fc.comm_messages == 4
+    assert c.partition_s == pytest.approx(2 * 2 / 3 * 1280 / 1e6 + 4e-4, rel=REL)
+    assert c.compute_s == pytest.approx(10 * (1152 / 2 + 576 / 3) / 1e9, rel=REL)
+
+
+def test_conv_partition_formulas() -> None:
+    # stripes, 3x3 kernel: halo 1 row of W_in · C_in values per neighbour, forward and backward
+    assert conv_stripe_bytes(3, 4, 1, 2, 4, 10) == 2 * 1 * 1 * 4 * 1 * 4 * 10   # one neighbour
+    assert conv_stripe_bytes(3, 4, 1, 3, 4, 10) == 2 * 2 * 1 * 4 * 1 * 4 * 10   # two neighbours
+    assert conv_stripe_bytes(1, 4, 1, 3, 4, 10) == 0 and conv_stripe_messages(1, 3) == 0
+    assert conv_stripe_messages(3, 2) == 2 and conv_stripe_messages(3, 5) == 4
+    # channels: 2 · (P-1)/P · C_in·H_in·W_in · b · n
+    assert conv_channel_bytes(1, 4, 4, 2, 4, 10) == pytest.approx(640)
+    assert conv_channel_bytes(1, 4, 4, 3, 4, 10) == pytest.approx(2 * 2 / 3 * 16 * 40)
+    assert fc_partition_bytes(32, 1, 4, 10) == 0
+
+
+def test_second_conv_picks_cheaper_split() -> None:
+    # conv 1->8 on 1x16x16, then conv 8->8 3x3: channels moves 2·1/2·8·16·16·4·n bytes,
+    # stripes 2·1·1·16·8·4·n (one halo row): stripes are 16x cheaper.
+    w = build_workload("two-conv", [1, 16, 16], [
+        {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
+        {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
+    ], samples_per_epoch=10)
+    cluster = tiny_cluster()
+    c = replica_costs(w, cluster.machine, cluster.network, 2, N)
+    second = c.layers[1]
+    assert second.scheme == "rows"
+    assert second.comm_bytes == pytest.approx(2 * 1 * 1 * 16 * 8 * 4 * N)
+
+
+def test_ps_async_worker_bound() -> None:
+    cfg = Config(partitions=1, replicas=2, ps_shards=2, sync="ps-async", minibatch=N)
+    p = predict_config(tiny_workload(), tiny_cluster(), cfg)
+    push_s = 476 / 1e6 + 2 * 1e-4        # W·b = 119·4 bytes, one message per shard
+    worker_step_s = 1.728e-5 + 2 * push_s
+    assert p.breakdown_s["ps_push"] == pytest.approx(push_s, rel=REL)
+    assert p.throughput_samples_per_s == pytest.approx(2 * N / worker_step_s, rel=REL)
+    # PS capacities: busiest shard holds ceil(119/2) = 60 of 119 parameters
+    #   network: 1e6 / (60/119 · 476/10) = 1e6 / 24; cpu: 1 / (60/119 · 119·1e-6/10) = 1/6e-6
+    assert p.capacities_samples_per_s["ps_network"] == pytest.approx(1e6 / 24, rel=REL)
+    assert p.capacities_samples_per_s["ps_cpu"] == pytest.approx(1 / 6e-6, rel=REL)
+    assert p.bottleneck == "worker ps transfer"
+    assert p.epoch_time_s == pytest.approx(1000 / p.throughput_samples_per_s, rel=REL)
+
+
+def test_ps_async_network_bound() -> None:
+    cfg = Config(partitions=1, replicas=10, ps_shards=2, sync="ps-async", minibatch=N)
+    p = predict_config(tiny_workload(), tiny_cluster(), cfg)
+    assert p.throughput_samples_per_s == pytest.approx(1e6 / 24, rel=REL)
+    assert p.bottleneck == "ps network"
+    assert p.utilization["ps_network"] == pytest.approx(1.0)
+    assert p.step_time_s == pytest.approx(10 * N / (1e6 / 24), rel=REL)
+
+
+def test_ps_async_cpu_bound() -> None:
+    slow_ps = tiny_machine(update_s_per_param=1e-4)
+    cfg = Config(partitions=1, replicas=2, ps_shards=2, sync="ps-async", minibatch=N)
+    p = predict_config(tiny_workload(), tiny_cluster(ps_machine=slow_ps), cfg)
+    # 1 / (60/119 · 119·1e-4/10) = 1 / 6e-4
+    assert p.throughput_samples_per_s == pytest.approx(1 / 6e-4, rel=REL)
+    assert p.bottleneck == "ps cpu"
+
+
+def test_ps_async_overlap() -> None:
+    cfg = Config(partitions=1, replicas=1, ps_shards=2, minibatch=N, overlap=True)
+    push_s = 476 / 1e6 + 2e-4
+    full = predict_config(tiny_workload(), tiny_cluster(), cfg)   # γ = ∞: max(busy, ps)
+    assert full.throughput_samples_per_s == pytest.approx(N / (2 * push_s), rel=REL)
+    half = predict_config(tiny_workload(), tiny_cluster(gamma=2.0), cfg)
+    assert half.throughput_samples_per_s == pytest.approx(
+        N / math.hypot(1.728e-5, 2 * push_s), rel=1e-9)
+
+
+def test_ps_sync() -> None:
+    cfg = Config(partitions=1, replicas=2, ps_shards=2, sync="ps-sync", minibatch=N)
+    p = predict_config(tiny_workload(), tiny_cluster(), cfg)
+    # push: max(worker NIC 476/1e6, busiest PS NIC 2 · 60/119 · 476 / 1e6) + 2 messages · 1e-4
+    push_s = max(476 / 1e6, 2 * 60 / 119 * 476 / 1e6) + 2e-4
+    apply_s = 2 * 60 / 119 * 119 * 1e-6
+    step_s = 1.728e-5 + push_s + apply_s + push_s
+    assert p.breakdown_s["ps_push"] == pytest.approx(push_s, rel=REL)
+    assert p.breakdown_s["ps_apply"] == pytest.approx(apply_s, rel=REL)
+    assert p.step_time_s == pytest.approx(step_s, rel=REL)
+    assert p.throughput_samples_per_s == pytest.approx(2 * N / step_s, rel=REL)
+    assert p.bottleneck == "ps network"
+
+
+def test_allreduce() -> None:
+    cfg = Config(partitions=1, replicas=2, ps_shards=0, sync="allreduce", minibatch=N)
+    p = predict_config(tiny_workload(), tiny_cluster(), cfg)
+    ring_s = 2 * (1 / 2) * 476 / 1e6 + 2 * 1 * 1e-4
+    update_s = 119 * 1e-6
+    step_s = 1.728e-5 + ring_s + update_s
+    assert p.breakdown_s["allreduce"] == pytest.approx(ring_s, rel=REL)
+    assert p.step_time_s == pytest.approx(step_s, rel=REL)
+    assert p.throughput_samples_per_s == pytest.approx(2 * N / step_s, rel=REL)
+    assert p.bottleneck == "allreduce network"
+    assert p.memory_bytes["ps"] == 0
+
+
+def test_fc_vector_protocol() -> None:
+    cfg = Config(partitions=1, replicas=1, ps_shards=1, minibatch=N, fc_protocol="vectors")
+    p = predict_config(tiny_workload(), tiny_cluster(), cfg)
+    # push: conv's 20 params as weights + n·(32 + 3) FC values, 4 bytes each
+    push_bytes = 20 * 4 + 10 * 35 * 4
+    assert p.breakdown_s["ps_push"] == pytest.approx(push_bytes / 1e6 + 1e-4, rel=REL)
+    # the FC weight gradient (10 · 192 FLOP) moved from the worker to the PS
+    assert p.breakdown_s["compute"] == pytest.approx(10 * (1728 - 192) / 1e9, rel=REL)
+    ps_cpu_s_per_sample = 119 * 1e-6 / 10 + 192 / 1e9
+    assert p.capacities_samples_per_s["ps_cpu"] == pytest.approx(1 / ps_cpu_s_per_sample, rel=REL)
+
+
+def test_memory() -> None:
+    cfg = Config(partitions=1, replicas=1, ps_shards=2, minibatch=N)
+    p = predict_config(tiny_workload(), tiny_cluster(), cfg)
+    # worker: W·b·(weights + gradients) + (16 input + 32 conv + 32 flatten + 3 fc) · n · b
+    assert p.memory_bytes["worker"] == 119 * 4 * 2 + 83 * 10 * 4
+    assert p.memory_bytes["ps"] == 60 * 4            # ceil(119/2) parameters
+    assert p.fits
+    p2 = predict_config(tiny_workload(), tiny_cluster(), Config(partitions=2, ps_shards=1, minibatch=N))
+    # W/P params; activations 16 + 32/2 + 32/2 + 3·2/3
+    assert p2.memory_bytes["worker"] == pytest.approx(59.5 * 4 * 2 + 50 * 40)
+    momentum = predict_config(tiny_workload(), tiny_cluster(),
+                              Config(ps_shards=2, minibatch=N, optimizer="momentum"))
+    assert momentum.memory_bytes["ps"] == 60 * 4 * 2
+
+
+def test_does_not_fit() -> None:
+    cluster = tiny_cluster()
+    small = type(cluster.machine)(**{**cluster.machine.__dict__, "memory_bytes": 1000.0})
+    p = predict_config(tiny_workload(), type(cluster)(**{**cluster.__dict__, "machine": small}),
+                       Config(ps_shards=1, minibatch=N))
+    assert not p.fits
