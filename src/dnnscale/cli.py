@@ -51,14 +51,41 @@ def _console() -> Any:
 
 @app.command()
 @user_errors
-def describe(workload: str = typer.Argument(..., help="zoo name or workload YAML"),
+def describe(workload: Optional[str] = typer.Argument(
+                 None, help="zoo name or workload YAML (omit with --torch)"),
              as_json: bool = typer.Option(False, "--json", help="print JSON"),
              output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                                   help="also write the workload as YAML")) -> None:
+                                                   help="also write the workload as YAML"),
+             torch_factory: Optional[str] = typer.Option(
+                 None, "--torch", help="import a PyTorch model: package.module:factory "
+                 "(a zero-argument callable returning an nn.Module; built on the meta device)"),
+             input_shape: Optional[str] = typer.Option(
+                 None, "--input-shape", help="with --torch: one sample's input shape without "
+                 "the batch, e.g. 3,224,224; 128:int64 for token ids; ';' between inputs"),
+             loss: Optional[str] = typer.Option(
+                 None, "--loss", help="with --torch: add a loss layer (cross_entropy)"),
+             samples_per_epoch: int = typer.Option(
+                 1_000_000, "--samples-per-epoch", help="with --torch: samples per epoch")) -> None:
     """Per-layer shapes, parameters, FLOPs per phase and activations of a workload."""
-    from dnnscale.workload import load_workload
+    if torch_factory is not None:
+        if workload is not None:
+            raise InputError("workload", "give a workload or --torch, not both")
+        if input_shape is None:
+            raise InputError("--input-shape", "required with --torch")
+        from dnnscale.workload.torch_import import from_torch, load_factory, parse_input_shapes
 
-    w = load_workload(workload)
+        shapes, dtypes = parse_input_shapes(input_shape)
+        w = from_torch(load_factory(torch_factory), shapes, name=torch_factory.partition(":")[2],
+                       samples_per_epoch=samples_per_epoch, input_dtypes=dtypes, loss=loss)
+    else:
+        if workload is None:
+            raise InputError("workload", "give a zoo name or workload YAML, or --torch")
+        if input_shape is not None or loss is not None:
+            raise InputError("--input-shape" if input_shape is not None else "--loss",
+                             "only applies with --torch")
+        from dnnscale.workload import load_workload
+
+        w = load_workload(workload)
     if output is not None:
         from dnnscale.workload.spec import save_workload_yaml
 

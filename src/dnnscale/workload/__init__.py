@@ -8,7 +8,17 @@ from dnnscale.workload.layer import Layer
 from dnnscale.workload.workload import Workload, build_workload
 from dnnscale.workload.zoo import ZOO, zoo_workload
 
-__all__ = ["Layer", "Workload", "ZOO", "build_workload", "load_workload", "zoo_workload"]
+__all__ = ["Layer", "Workload", "ZOO", "build_workload", "from_torch", "load_workload",
+           "zoo_workload"]
+
+
+def __getattr__(name: str) -> object:
+    # from_torch needs torch, which predict must never import: load it only when asked for.
+    if name == "from_torch":
+        from dnnscale.workload.torch_import import from_torch
+
+        return from_torch
+    raise AttributeError(f"module 'dnnscale.workload' has no attribute {name!r}")
 
 
 def load_workload(source: "str | Path | Workload") -> Workload:

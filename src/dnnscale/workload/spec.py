@@ -61,7 +61,8 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         layers.append(entry)
     return {"name": workload.name, "input_shape": list(workload.input_shape),
             "samples_per_epoch": workload.samples_per_epoch,
-            "bytes_per_value": workload.bytes_per_value, "layers": layers}
+            "bytes_per_value": workload.bytes_per_value, "description": workload.description,
+            "layers": layers}
 
 
 def save_workload_yaml(workload: Workload, path: Path) -> None:
