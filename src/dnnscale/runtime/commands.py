@@ -1,0 +1,186 @@
+"""`dnnscale run`: real distributed training of a workload under a configuration.
+
+Cheap to import (no torch): the command imports the runtime when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, Optional, TypeVar
+
+import typer
+
+from dnnscale.errors import InputError, require_int, require_positive
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _user_errors(func: F) -> F:
+    """InputError -> one line on stderr, exit 2; a failed run -> its message, exit 1."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from dnnscale.runtime.launch import RunFailed
+
+        try:
+            return func(*args, **kwargs)
+        except InputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        except RunFailed as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(_user_errors(run))
+
+
+def run(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or YAML"),
+        config: Optional[Path] = typer.Option(None, "--config", help="config YAML"),
+        partitions: Optional[int] = typer.Option(None, "--partitions", "-P"),
+        replicas: Optional[int] = typer.Option(None, "--replicas", "-R"),
+        ps_shards: Optional[int] = typer.Option(None, "--ps-shards", "-S"),
+        sync: Optional[str] = typer.Option(None, "--sync", help="ps-async | ps-sync | allreduce"),
+        minibatch: Optional[int] = typer.Option(None, "--minibatch", "-n"),
+        push_every: Optional[int] = typer.Option(None, "--push-every"),
+        pull_every: Optional[int] = typer.Option(None, "--pull-every"),
+        local: bool = typer.Option(False, "--local", help="all ranks on this machine (loopback)"),
+        testbed: Optional[Path] = typer.Option(None, "--testbed",
+                                               help="testbed description file: ranks on its hosts"),
+        rank_from_env: bool = typer.Option(False, "--rank-from-env",
+                                           help="this process is one rank (RANK, WORLD_SIZE, "
+                                                "MASTER_ADDR, MASTER_PORT), e.g. under torchrun"),
+        steps: int = typer.Option(20, "--steps", help="training steps per worker"),
+        warmup: int = typer.Option(2, "--warmup", help="steps left out of the throughput"),
+        timeout: float = typer.Option(60.0, "--timeout",
+                                      help="seconds a rank may wait on a peer or stay silent"),
+        conv_split: str = typer.Option("channels", "--conv-split",
+                                       help="how P workers split conv layers: channels | rows "
+                                            "(horizontal stripes with halo exchange) | model "
+                                            "(each layer as the model picks for --cluster)"),
+        cluster: Optional[str] = typer.Option(None, "--cluster", "-c",
+                                              help="preset or YAML, for --conv-split model"),
+        lr: float = typer.Option(0.1, "--lr", help="SGD learning rate"),
+        seed: int = typer.Option(0, "--seed", help="seed of weights and data"),
+        output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                              help="JSONL file: one record per step and rank"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
+    """Train WORKLOAD for real on torch.distributed and measure throughput and phase times."""
+    from dnnscale.cli import config_from_options
+    from dnnscale.workload import load_workload
+
+    modes = [name for name, on in (("--local", local), ("--testbed", testbed is not None),
+                                   ("--rank-from-env", rank_from_env)) if on]
+    if len(modes) != 1:
+        raise InputError("run", "choose exactly one of --local, --testbed FILE, --rank-from-env")
+    require_int("run.steps", steps)
+    require_int("run.warmup", warmup, minimum=0)
+    if warmup >= steps:
+        raise InputError("run.warmup", f"must be less than --steps ({steps}), got {warmup}")
+    require_positive("run.timeout", timeout)
+    require_positive("run.lr", lr)
+    if output is not None and not output.parent.is_dir():
+        raise InputError("run.output", f"folder {str(output.parent)!r} does not exist")
+    cfg = config_from_options(config, partitions=partitions, replicas=replicas,
+                              ps_shards=ps_shards, sync=sync, minibatch=minibatch,
+                              push_every=push_every, pull_every=pull_every)
+    w = load_workload(workload)
+    from dnnscale.runtime.netplan import check_runnable, weighted_schemes
+
+    split = _conv_split(conv_split, cluster, w, cfg)
+    check_runnable(w, cfg, weighted_schemes(w, split))
+    with tempfile.TemporaryDirectory(prefix="dnnscale-out-") as tmp:
+        out = str(output) if output is not None else os.path.join(tmp, "run.jsonl")
+        from dnnscale.runtime.job import RunSpec
+
+        spec = RunSpec(workload=workload, config=cfg.to_dict(), steps=steps, warmup=warmup,
+                       timeout_s=float(timeout), output=out, lr=lr, seed=seed,
+                       conv_split=split)
+        if rank_from_env:
+            summary = _run_from_env(spec)
+            if summary is None:
+                return
+        else:
+            from dnnscale.runtime.launch import launch
+            from dnnscale.runtime.layout import rank_roles
+
+            placements = _placements(testbed, [role.kind for role in rank_roles(cfg)])
+            summary = launch(spec, placements)
+    _print_summary(summary, as_json)
+
+
+def _conv_split(conv_split: str, cluster: Optional[str], workload: Any,
+                config: Any) -> "str | dict[str, str]":
+    """'channels' / 'rows' as given, or with 'model' the split the predictor picks per layer."""
+    if conv_split != "model":
+        if cluster is not None:
+            raise InputError("run.cluster", "only used with --conv-split model")
+        return conv_split
+    if cluster is None:
+        raise InputError("run.cluster", "--conv-split model needs --cluster")
+    from dnnscale.cluster import load_cluster
+    from dnnscale.model.replica import replica_costs
+
+    c = load_cluster(cluster)
+    costs = replica_costs(workload, c.machine, c.network, config.partitions, config.minibatch,
+                          config.fc_protocol)
+    return {layer.name: layer.scheme for layer in costs.layers if layer.kind == "conv2d"}
+
+
+def _placements(testbed: Optional[Path], roles: list[str]) -> list[Any]:
+    """Where each rank runs: loopback, or the testbed host for its role ('worker' | 'ps')."""
+    if testbed is None:
+        from dnnscale.runtime.placement import local_placements
+
+        return local_placements(len(roles))
+    try:
+        from dnnscale.testbed.describe import rank_placements  # type: ignore[import-not-found]
+    except ImportError:
+        raise InputError("run.testbed", "testbed placement is not available in this build "
+                         "(dnnscale.testbed.describe.rank_placements is missing)") from None
+    return list(rank_placements(testbed, len(roles), roles=roles))
+
+
+def _run_from_env(spec: Any) -> dict[str, Any] | None:
+    """One rank under an external launcher; rank 0 returns the summary."""
+    from dnnscale.runtime.launch import RunFailed
+    from dnnscale.runtime.rank import run_rank
+
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    except (KeyError, ValueError) as exc:
+        raise InputError("run.rank-from-env", f"needs RANK, WORLD_SIZE, MASTER_ADDR and "
+                         f"MASTER_PORT in the environment ({exc} missing or bad)") from None
+    from dnnscale.runtime.layout import world_size
+
+    needed = world_size(spec.config_obj())
+    if world != needed:
+        raise InputError("run.rank-from-env", f"WORLD_SIZE is {world} but the config needs "
+                         f"{needed} ranks (P·R + S)")
+    try:
+        return run_rank(spec, rank, world, "env://",
+                        truncate_output=os.environ.get("LOCAL_RANK", "0") == "0")
+    except Exception as exc:  # noqa: BLE001 - becomes a one-line error and exit 1
+        raise RunFailed(f"rank {rank} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    phases = ", ".join(f"{name} {seconds * 1e3:.2f} ms"
+                       for name, seconds in summary["per_phase_s"].items() if seconds)
+    print(f"{summary['workload']}: {summary['steps']} steps, "
+          f"{summary['measured_throughput_samples_per_s']:.1f} samples/s after warm-up, "
+          f"loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f}")
+    print(f"per step: {phases}")

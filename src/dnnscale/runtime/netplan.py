@@ -1,0 +1,146 @@
+"""How a Workload becomes a vertically partitioned network, decided without torch.
+
+Vertical split (Project Adam): every weighted layer's neurons are divided among the P workers of
+a replica — linear by output features, conv2d by output channels or by output rows (horizontal
+stripes, each worker holding the whole kernel), as `layout.split_sizes` divides them.
+Element-wise layers act on each worker's part; pooling on its channels, or on its stripe after a
+halo exchange. A layer that needs its whole input gets the split activation gathered first
+(forward) and the input gradient reduce-scattered back (backward); the first weighted layer reads
+the replicated sample. The torch side is in network.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dnnscale.config import Config
+from dnnscale.errors import InputError
+from dnnscale.runtime.layout import split_sizes
+from dnnscale.workload import Workload
+from dnnscale.workload.layer import Layer
+
+RUNNABLE_KINDS = ("conv2d", "linear", "maxpool2d", "avgpool2d", "relu", "flatten", "softmax_loss")
+
+
+def layer_split_extent(layer: Layer) -> int:
+    """Units a weighted layer is split into: output channels (conv2d) or features (linear)."""
+    return int(layer.output_shape[0])
+
+
+def layer_has_bias(layer: Layer) -> bool:
+    return bool(layer.hyper.get("bias", True))
+
+
+def partition_layer_params(layer: Layer, out_units: int) -> int:
+    """Parameters of `layer` that a worker owning `out_units` outputs holds.
+
+    conv2d: out·C_in/groups·K_h·K_w (+ out bias); linear: out·n_in (+ out bias).
+    """
+    bias = out_units if layer_has_bias(layer) else 0
+    if layer.kind == "conv2d":
+        kh, kw = layer.kernel or (1, 1)
+        return out_units * (layer.input_shape[0] // layer.groups) * kh * kw + bias
+    if layer.kind == "linear":
+        return out_units * layer.input_shape[0] + bias
+    return 0
+
+
+CONV_SPLITS = ("channels", "rows")
+
+
+def weighted_schemes(workload: Workload, conv_split: str | dict[str, str]) -> dict[str, str]:
+    """Each weighted layer's split: 'features' for linear; for conv2d `conv_split` ('channels'
+    or 'rows', horizontal stripes), or a mapping from conv layer name to one of those."""
+    schemes = {}
+    for layer in workload.layers:
+        if layer.kind == "linear":
+            schemes[layer.name] = "features"
+        elif layer.kind == "conv2d":
+            chosen = conv_split.get(layer.name, "channels") if isinstance(conv_split, dict) \
+                else conv_split
+            if chosen not in CONV_SPLITS:
+                raise InputError("run.conv_split", f"must be one of {', '.join(CONV_SPLITS)}, "
+                                 f"got {chosen!r}")
+            schemes[layer.name] = chosen
+    return schemes
+
+
+def partition_param_counts(workload: Workload, partitions: int,
+                           schemes: dict[str, str] | None = None) -> list[int]:
+    """Flat parameter count of each of the P partitions, in the network's parameter order.
+
+    Channel/feature splits divide a layer's parameters; a stripe-split ('rows') conv layer's
+    whole kernel is held, and counted, by every partition.
+    """
+    schemes = schemes or weighted_schemes(workload, "channels")
+    counts = [0] * partitions
+    for layer in workload.layers:
+        if not layer.has_weights:
+            continue
+        if schemes.get(layer.name) == "rows" and partitions > 1:
+            for p in range(partitions):
+                counts[p] += layer.params
+            continue
+        for p, units in enumerate(split_sizes(layer_split_extent(layer), partitions)):
+            counts[p] += partition_layer_params(layer, units)
+    return counts
+
+
+def classes(workload: Workload) -> int:
+    """Width of the logits the loss reads: the input of a final softmax_loss, else the output."""
+    last = workload.layers[-1]
+    shape = last.input_shape if last.kind == "softmax_loss" else last.output_shape
+    return int(math.prod(shape))
+
+
+def check_runnable(workload: Workload, config: Config,
+                   schemes: dict[str, str] | None = None) -> None:
+    """Raise InputError naming the field if the runtime cannot train `workload` under `config`
+    with the weighted layers split as `schemes` says (default: conv layers by channels)."""
+    schemes = schemes or weighted_schemes(workload, "channels")
+    if config.fc_protocol != "weights":
+        raise InputError("config.fc_protocol", f"the runtime pushes weight gradients only "
+                         f"('weights'), got {config.fc_protocol!r}")
+    if config.overlap:
+        raise InputError("config.overlap", "the runtime does not overlap communication with "
+                         "computation; use overlap: false")
+    if config.optimizer != "sgd":
+        raise InputError("config.optimizer", f"the runtime trains with plain SGD only, got "
+                         f"{config.optimizer!r}")
+    weighted = False
+    striped = False  # the activation is split into row stripes
+    for index, layer in enumerate(workload.layers):
+        field = f"workload.layers[{index}]"
+        if layer.kind not in RUNNABLE_KINDS:
+            raise InputError(f"{field}.kind", f"the runtime cannot build {layer.kind!r} layers "
+                             f"(it builds {', '.join(RUNNABLE_KINDS)})")
+        if layer.kind == "softmax_loss" and index != len(workload.layers) - 1:
+            raise InputError(f"{field}.kind", "softmax_loss must be the last layer")
+        if layer.has_weights:
+            weighted = True
+            if layer.kind == "conv2d" and layer.groups != 1 and config.partitions > 1 \
+                    and schemes.get(layer.name) != "rows":
+                raise InputError(f"{field}.groups", f"grouped convolutions cannot be split over "
+                                 f"{config.partitions} partitions")
+            striped = schemes.get(layer.name) == "rows"
+            extent = layer.output_shape[1] if striped else layer_split_extent(layer)
+            if extent < config.partitions:
+                unit = "rows" if striped else "units"
+                raise InputError("config.partitions", f"{config.partitions} is more than layer "
+                                 f"{layer.name!r} can be split into (at most {extent} {unit})")
+        elif layer.kind in ("maxpool2d", "avgpool2d") and striped \
+                and layer.output_shape[1] < config.partitions:
+            raise InputError("config.partitions", f"{config.partitions} stripes do not fit the "
+                             f"{layer.output_shape[1]} output rows of layer {layer.name!r}")
+        elif layer.kind == "flatten":
+            striped = False
+    if not weighted:
+        raise InputError("workload.layers", "the runtime needs at least one conv2d or linear layer")
+    last = workload.layers[-1]
+    logits_shape = last.input_shape if last.kind == "softmax_loss" else last.output_shape
+    if len(logits_shape) != 1 or logits_shape[0] < 2:
+        raise InputError("workload.layers", f"the network must end in a flat output of at least "
+                         f"2 classes (got shape {list(logits_shape)}); add flatten and linear")
+    if config.uses_ps and config.ps_shards > workload.params:
+        raise InputError("config.ps_shards", f"{config.ps_shards} shards for only "
+                         f"{workload.params} parameters")
