@@ -1,0 +1,135 @@
+"""What a testbed is asked to be: its hosts, each with a link rate, added latency and CPU share.
+
+Built from the `up` flags (human units) into SI values; validation errors name the flag.
+Addresses come from a /24 inside the benchmarking block 198.18.0.0/15 (RFC 2544), one /24 per
+testbed, hosts numbered .1, .2, … workers first, then PS hosts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+from dataclasses import dataclass
+
+from dnnscale.errors import InputError, require_int
+from dnnscale.testbed.names import MAX_HOSTS_PER_ROLE, TestbedNames, check_name
+from dnnscale.units import parse_quantity
+
+TESTBED_BLOCK = ipaddress.ip_network("198.18.0.0/15")
+SUBNETS = tuple(TESTBED_BLOCK.subnets(new_prefix=24))
+ROLES = ("worker", "ps")
+# Keep the hosts' quotas below this share of the machine's cores (shared/design/testbed.md):
+# above it, hosts steal CPU from each other and from the kernel's network processing.
+CPU_BUDGET_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One emulated machine as asked."""
+
+    name: str
+    role: str
+    rate_bytes_per_s: float
+    latency_s: float
+    cpu_cores: float
+
+
+@dataclass(frozen=True)
+class TestbedSpec:
+    """A whole testbed as asked."""
+
+    __test__ = False
+
+    name: str
+    hosts: tuple[HostSpec, ...]
+
+    @property
+    def names(self) -> TestbedNames:
+        return TestbedNames(self.name)
+
+    @property
+    def cpu_cores_total(self) -> float:
+        return sum(host.cpu_cores for host in self.hosts)
+
+
+def parse_rate(value: str, field: str) -> float:
+    """'200mbit' -> 25e6 bytes/s (tc's spelling and dnnscale's units both work)."""
+    rate = parse_quantity(value, "bandwidth", field)
+    if not (rate > 0 and math.isfinite(rate)):
+        raise InputError(field, f"must be > 0, got {value!r}")
+    if rate < 1e3:
+        raise InputError(field, f"{value!r} is below 8 kbit/s; write a unit, e.g. 200mbit")
+    return rate
+
+
+def parse_latency(value: str, field: str) -> float:
+    """'100us' -> 1e-4 s; must be >= 0 and below one second."""
+    latency = parse_quantity(value, "time", field)
+    if not (0 <= latency < 1):
+        raise InputError(field, f"must be >= 0 and < 1s, got {value!r}")
+    return latency
+
+
+def parse_cpu(value: float, field: str) -> float:
+    """A CPU share in cores (0.3 = 30 % of one core); at most the machine's cores."""
+    cores = os.cpu_count() or 1
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value <= cores):
+        raise InputError(field, f"must be a number of cores in (0, {cores}], got {value!r}")
+    if value < 0.01:
+        raise InputError(field, f"must be at least 0.01 core, got {value!r}")
+    return float(value)
+
+
+def default_cpu_share(total_hosts: int) -> float:
+    """Default per-host CPU share: the budget split evenly, at most one core, two decimals."""
+    budget = CPU_BUDGET_SHARE * (os.cpu_count() or 1)
+    return max(0.01, min(1.0, math.floor(100 * budget / total_hosts) / 100))
+
+
+def make_spec(name: str, hosts: int, rate: str, latency: str = "0", cpu: float | None = None,
+              ps_hosts: int = 0, ps_rate: str | None = None, ps_latency: str | None = None,
+              ps_cpu: float | None = None) -> TestbedSpec:
+    """Validate the `up` flags and build the asked testbed."""
+    check_name(name, "--name")
+    require_int("--hosts", hosts, minimum=1)
+    require_int("--ps-hosts", ps_hosts, minimum=0)
+    for flag, count in (("--hosts", hosts), ("--ps-hosts", ps_hosts)):
+        if count > MAX_HOSTS_PER_ROLE:
+            raise InputError(flag, f"at most {MAX_HOSTS_PER_ROLE}, got {count}")
+    total = hosts + ps_hosts
+    if total > 250:
+        raise InputError("--hosts", f"at most 250 hosts in all (one /24), got {total}")
+    worker_rate = parse_rate(rate, "--rate")
+    worker_latency = parse_latency(latency, "--latency")
+    worker_cpu = parse_cpu(cpu, "--cpu") if cpu is not None else default_cpu_share(total)
+    if ps_hosts == 0:
+        for flag, value in (("--ps-rate", ps_rate), ("--ps-latency", ps_latency),
+                            ("--ps-cpu", ps_cpu)):
+            if value is not None:
+                raise InputError(flag, "given without --ps-hosts")
+    ps_rate_s = parse_rate(ps_rate, "--ps-rate") if ps_rate is not None else worker_rate
+    ps_latency_s = (parse_latency(ps_latency, "--ps-latency") if ps_latency is not None
+                    else worker_latency)
+    ps_cpu_cores = parse_cpu(ps_cpu, "--ps-cpu") if ps_cpu is not None else worker_cpu
+    names = TestbedNames(name)
+    specs = [HostSpec(names.host("worker", i), "worker", worker_rate, worker_latency, worker_cpu)
+             for i in range(1, hosts + 1)]
+    specs += [HostSpec(names.host("ps", i), "ps", ps_rate_s, ps_latency_s, ps_cpu_cores)
+              for i in range(1, ps_hosts + 1)]
+    return TestbedSpec(name, tuple(specs))
+
+
+def cpu_budget_warning(spec: TestbedSpec) -> str | None:
+    """A warning when the hosts' quotas add up to more than the machine should give them."""
+    cores = os.cpu_count() or 1
+    budget = CPU_BUDGET_SHARE * cores
+    if spec.cpu_cores_total > budget + 1e-9:
+        return (f"the hosts' CPU quotas add up to {spec.cpu_cores_total:g} cores, more than "
+                f"{budget:g} of this machine's {cores}: hosts will steal from each other")
+    return None
+
+
+def host_address(subnet: ipaddress.IPv4Network, index: int) -> str:
+    """Address of the `index`-th host (0-based) in `subnet`: .1, .2, …"""
+    return str(subnet.network_address + index + 1)
