@@ -18,8 +18,8 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/dnnscale predict --workload adam-imagenet22k --cluster adam-2014 \
-		--partitions 4 --replicas 8 --ps-shards 4 --sync ps-async --minibatch 32
+	$(BIN)/dnnscale optimize --workload adam-imagenet22k --cluster adam-2014 \
+		--plot results/adam-imagenet22k-curve.png
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -6,6 +6,8 @@ Python API::
     p = dnnscale.predict("adam-imagenet22k", "adam-2014",
                          dnnscale.Config(partitions=4, replicas=8, ps_shards=4, minibatch=32))
     p.epoch_time_s, p.bottleneck
+    plan = dnnscale.optimize("adam-imagenet22k", "adam-2014", machines=120)
+    plan.best.config, plan.curve
 
 Inputs may be built-in names, YAML paths or objects. Nothing here imports torch.
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dnnscale.config import Config
+from dnnscale.optimize import optimize  # the function; shadows the subpackage name on purpose
 
 if TYPE_CHECKING:
     from dnnscale.cluster import Cluster
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
     from dnnscale.workload import Workload
 
 __version__ = "0.1.0"
-__all__ = ["Config", "predict", "__version__"]
+__all__ = ["Config", "optimize", "predict", "__version__"]
 
 
 def predict(workload: "str | Path | Workload", cluster: "str | Path | Cluster",

@@ -58,8 +58,8 @@ class Config:
         return asdict(self)
 
     def label(self) -> str:
-        ps = f"S={self.ps_shards}" if self.uses_ps else "allreduce"
-        return f"P={self.partitions} R={self.replicas} {ps} {self.sync} n={self.minibatch}"
+        ps = f"S={self.ps_shards} " if self.uses_ps else ""
+        return f"P={self.partitions} R={self.replicas} {ps}{self.sync} n={self.minibatch}"
 
 
 def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:

@@ -65,7 +65,7 @@ def _largest(named_seconds: dict[str, float]) -> str:
     return max(named_seconds.items(), key=lambda item: item[1])[0]
 
 
-def _ps_terms(workload: Workload, cluster: Cluster, config: Config) -> dict[str, float]:
+def ps_terms(workload: Workload, cluster: Cluster, config: Config) -> dict[str, float]:
     """Per-step PS quantities of one replica: bytes pushed/pulled, PS CPU seconds (all shards)."""
     b, n = workload.bytes_per_value, config.minibatch
     fc_layers = [layer for layer in workload.layers if layer.kind == "linear"]
@@ -91,7 +91,7 @@ def _parameter_server(workload: Workload, cluster: Cluster, config: Config,
                       replica: ReplicaCosts) -> _Timing:
     n, P, R, S = config.minibatch, config.partitions, config.replicas, config.ps_shards
     net, ps_net = cluster.network, cluster.ps_net
-    terms = _ps_terms(workload, cluster, config)
+    terms = ps_terms(workload, cluster, config)
     share = terms["share"]
     busy_s = replica.compute_s + replica.partition_s
     breakdown = _compute_breakdown(replica)

@@ -1,0 +1,94 @@
+"""`dnnscale optimize`: the fastest configuration within a machine budget, and the curve.
+
+Imported by the CLI at startup, so only typer is imported here; the rest inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `optimize` command to `app`."""
+    from dnnscale.cli import user_errors
+
+    @app.command()
+    @user_errors
+    def optimize(
+            workload: str = typer.Option(..., "--workload", "-w", help="zoo name or YAML"),
+            cluster: str = typer.Option(..., "--cluster", "-c", help="preset name or YAML"),
+            machines: Optional[int] = typer.Option(
+                None, "--machines", "-M", help="machine budget (default: the cluster's machines)"),
+            modes: Optional[str] = typer.Option(
+                None, "--modes", help="comma-separated: ps-async,ps-sync,allreduce (default: all)"),
+            top: int = typer.Option(5, "--top", "-k", help="how many groups to rank"),
+            minibatch: Optional[str] = typer.Option(
+                None, "--minibatch", "-n", help="minibatch, or choices: 16,32,64 (default 32)"),
+            push_every: Optional[str] = typer.Option(
+                None, "--push-every", help="steps between pushes, or choices: 1,2,4 (default 1)"),
+            pull_every: Optional[str] = typer.Option(
+                None, "--pull-every", help="steps between pulls, or choices (default 1)"),
+            fc_protocol: Optional[str] = typer.Option(None, "--fc-protocol",
+                                                      help="weights | vectors"),
+            overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap"),
+            optimizer: Optional[str] = typer.Option(None, "--optimizer",
+                                                    help="sgd | momentum | adam"),
+            epoch_fraction: Optional[float] = typer.Option(None, "--epoch-fraction"),
+            exhaustive: bool = typer.Option(
+                False, "--exhaustive", help="enumerate every configuration (the slow reference)"),
+            plot: Optional[Path] = typer.Option(None, "--plot",
+                                                help="write the scalability curve as a PNG"),
+            full_curve: bool = typer.Option(False, "--full-curve",
+                                            help="print every budget of the curve"),
+            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+        """Find the configuration with the least predicted epoch time, rank the runners-up, and
+        print the scalability curve (best epoch time and speedup per machine budget)."""
+        from dnnscale.config import config_from_dict
+        from dnnscale.optimize.api import optimize as run_optimize
+        from dnnscale.optimize.space import parse_int_list
+
+        base = config_from_dict({"fc_protocol": fc_protocol, "overlap": overlap,
+                                 "optimizer": optimizer, "epoch_fraction": epoch_fraction},
+                                where="optimize")
+        result = run_optimize(workload, cluster, machines=machines, modes=modes, top=top,
+                              minibatch=parse_int_list(minibatch, "minibatch"),
+                              push_every=parse_int_list(push_every, "push_every"),
+                              pull_every=parse_int_list(pull_every, "pull_every"), base=base,
+                              method="exhaustive" if exhaustive else "fast")
+        if plot is not None:
+            from dnnscale.report.curve_plot import plot_curve
+
+            plot_curve([p.machines for p in result.curve], [p.epoch_time_s for p in result.curve],
+                       [p.speedup for p in result.curve], plot,
+                       title=f"{result.workload} on {result.cluster}: best predicted "
+                       f"configuration per budget")
+        if as_json:
+            from dnnscale.cli import _print_json
+
+            _print_json(result.to_dict())
+            return
+        _print_report(result, full_curve, plot)
+
+
+def _print_report(result: Any, full_curve: bool, plot: Optional[Path]) -> None:
+    from rich.console import Console
+
+    from dnnscale.optimize.tables import curve_table, plan_table, top_table
+
+    console = Console()
+    console.print(plan_table(result))
+    console.print("[bold]Why it wins[/bold]")
+    for line in result.explanation:
+        console.print(f"  - {line}")
+    console.print(top_table(result))
+    console.print(curve_table(result, full_curve))
+    for item in result.infeasible:
+        console.print(f"[yellow]infeasible:[/yellow] {item.what}: {item.reason}")
+    console.print(f"{result.method} search: {result.evaluated:,} configurations evaluated"
+                  + (f", {result.bounds_evaluated:,} interval bounds" if result.bounds_evaluated
+                     else "") + f" in {result.search_time_s * 1000:.0f} ms")
+    if plot is not None:
+        console.print(f"curve plot written to {plot}")

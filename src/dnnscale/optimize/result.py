@@ -1,0 +1,119 @@
+"""What `optimize` returns: the plan, the ranking, the scalability curve, and why the plan wins."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dnnscale.config.config import Config
+from dnnscale.model.prediction import Prediction
+from dnnscale.optimize.feasibility import Infeasible
+from dnnscale.units import format_seconds
+
+SATURATED = 0.99
+"""A resource busy at least this fraction of the time counts as saturated."""
+IDLE = 0.5
+"""A resource busy at most this fraction of the time counts as mostly idle."""
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """The best configuration under a budget of `machines`; speedup over the curve's first point."""
+
+    machines: int
+    epoch_time_s: float
+    speedup: float
+    prediction: Prediction
+
+    def to_dict(self) -> dict[str, Any]:
+        cfg = self.prediction.config
+        return {"machines": self.machines, "epoch_time_s": self.epoch_time_s,
+                "speedup": self.speedup, "machines_used": cfg.machines, "config": cfg.to_dict()}
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """The optimizer's answer for `workload` on `cluster` with a budget of `machines`.
+
+    top: the best configuration of each of the K best groups (sync mode, P, n, k_push, k_pull),
+    best first; best == top[0]. curve: one point per budget from the smallest feasible one up to
+    `machines`. evaluated: configurations whose throughput was computed (bounds_evaluated: interval
+    bounds, fast search only). search_time_s: wall time of the whole search, curve included.
+    """
+
+    workload: str
+    cluster: str
+    machines: int
+    method: str
+    best: Prediction
+    top: list[Prediction]
+    curve: list[CurvePoint]
+    best_per_mode: dict[str, Prediction]
+    infeasible: list[Infeasible]
+    evaluated: int
+    bounds_evaluated: int
+    search_time_s: float
+    explanation: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        def entry(p: Prediction) -> dict[str, Any]:
+            return {"config": p.config.to_dict(), "prediction": p.to_dict()}
+
+        return {"workload": self.workload, "cluster": self.cluster, "machines": self.machines,
+                "method": self.method, "best": entry(self.best),
+                "explanation": list(self.explanation),
+                "top": [entry(p) for p in self.top],
+                "best_per_mode": {mode: entry(p) for mode, p in self.best_per_mode.items()},
+                "curve": [point.to_dict() for point in self.curve],
+                "infeasible": [item.to_dict() for item in self.infeasible],
+                "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
+                "search_time_s": self.search_time_s}
+
+
+def describe_config(config: Config) -> str:
+    """'ps-async P=2 R=8 S=4 n=32' (intervals only when not 1)."""
+    parts = [config.sync, f"P={config.partitions}", f"R={config.replicas}"]
+    if config.uses_ps:
+        parts.append(f"S={config.ps_shards}")
+    parts.append(f"n={config.minibatch}")
+    if config.uses_ps and (config.push_every, config.pull_every) != (1, 1):
+        parts.append(f"k_push={config.push_every} k_pull={config.pull_every}")
+    return " ".join(parts)
+
+
+def _named(utilization: dict[str, float], keep: Any) -> str:
+    items = [(name, value) for name, value in utilization.items() if keep(value)]
+    items.sort(key=lambda item: -item[1])
+    return ", ".join(f"{name.replace('_', ' ')} {100 * value:.0f} %" for name, value in items)
+
+
+def explain(best: Prediction, top: list[Prediction], best_per_mode: dict[str, Prediction],
+            machines: int) -> list[str]:
+    """Why the best configuration wins: what saturates, what idles, what it beats."""
+    cfg = best.config
+    lines = [f"bottleneck: {best.bottleneck}"]
+    saturated = _named(best.utilization, lambda v: v >= SATURATED)
+    if saturated:
+        lines.append(f"saturated: {saturated}")
+    busy = _named(best.utilization, lambda v: IDLE < v < SATURATED)
+    if busy:
+        lines.append(f"partly busy: {busy}")
+    idle = _named(best.utilization, lambda v: v <= IDLE)
+    if idle:
+        lines.append(f"mostly idle: {idle}")
+    unused = machines - cfg.machines
+    if unused > 0:
+        lines.append(f"uses {cfg.machines} of {machines} machines: the other {unused} would not "
+                     f"make it faster (the fewest replicas that reach this time are chosen)")
+    if len(top) > 1:
+        runner = top[1]
+        lines.append(f"next best: {describe_config(runner.config)} at "
+                     f"{format_seconds(runner.epoch_time_s)} per epoch "
+                     f"({runner.epoch_time_s / best.epoch_time_s:.3g}x slower)")
+    for mode, prediction in best_per_mode.items():
+        if mode != cfg.sync:
+            lines.append(f"best {mode}: {describe_config(prediction.config)} at "
+                         f"{format_seconds(prediction.epoch_time_s)} per epoch "
+                         f"({prediction.epoch_time_s / best.epoch_time_s:.3g}x slower; "
+                         f"bottleneck {prediction.bottleneck})")
+    return lines

@@ -1,0 +1,104 @@
+"""The fast search is exact: over random workloads, clusters, spaces and budgets M ≤ 64 it finds
+what enumerating every configuration through predict_config finds (to 1e-9 relative)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dnnscale.cluster import NetworkSpec
+from dnnscale.config import Config
+from dnnscale.errors import InputError
+from dnnscale.model import predict_config
+from dnnscale.optimize import optimize, prepare
+from dnnscale.optimize.evaluator import GroupEvaluator
+from dnnscale.optimize.exhaustive import enumerate_all
+from dnnscale.optimize.space import Group
+from tests.strategies import clusters, workloads
+
+TOLERANCE = 1e-9
+MODES = ("ps-async", "ps-sync", "allreduce")
+
+
+@st.composite
+def problems(draw: st.DrawFn):
+    """A workload, a cluster whose memory may not fit it (worker and PS memory drawn relative to
+    what P=1 / S=1 needs), a budget M ≤ 64 and a search space."""
+    workload = draw(workloads())
+    cluster = draw(clusters())
+    chosen = draw(st.sets(st.sampled_from(MODES), min_size=1))
+    modes = tuple(m for m in MODES if m in chosen)
+    base = Config(fc_protocol="weights" if "allreduce" in modes else draw(
+                      st.sampled_from(["weights", "vectors"])),
+                  overlap=draw(st.booleans()),
+                  optimizer=draw(st.sampled_from(["sgd", "momentum", "adam"])),
+                  epoch_fraction=draw(st.sampled_from([1.0, 0.9])))
+    minibatch = draw(st.lists(st.integers(1, 128), min_size=1, max_size=2, unique=True))
+    push = draw(st.lists(st.integers(1, 4), min_size=1, max_size=2, unique=True))
+    pull = draw(st.lists(st.integers(1, 4), min_size=1, max_size=2, unique=True))
+    probe = predict_config(workload, cluster, dataclasses.replace(base, minibatch=minibatch[0],
+                                                                  sync="ps-async"))
+    worker = dataclasses.replace(cluster.machine, memory_bytes=probe.memory_bytes["worker"]
+                                 * draw(st.sampled_from([0.1, 0.3, 0.6, 1.0, 5.0])))
+    ps = dataclasses.replace(cluster.ps, memory_bytes=probe.memory_bytes["ps"]
+                             * draw(st.sampled_from([0.2, 0.45, 1.0, 5.0])))
+    ps_network = draw(st.one_of(st.none(), st.builds(NetworkSpec, st.floats(1e6, 1e10),
+                                                      st.floats(0, 1e-3))))
+    cluster = dataclasses.replace(cluster, machine=worker, ps_machine=ps, ps_network=ps_network)
+    machines = draw(st.integers(1, 64))
+    return dict(workload=workload, cluster=cluster, machines=machines, modes=modes,
+                minibatch=minibatch, push_every=push, pull_every=pull, base=base)
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= TOLERANCE * max(abs(a), abs(b))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.integers(1, 4))
+def test_fast_search_equals_exhaustive_enumeration(case, top) -> None:
+    reference = enumerate_all(prepare(**case, check_budget=False))
+    if not reference.best_per_group:
+        with pytest.raises(InputError):
+            optimize(**case, top=top)
+        return
+    fast = optimize(**case, top=top)
+    best = reference.best
+    assert _close(fast.best.epoch_time_s, best.epoch_time_s)
+    assert fast.best.fits and fast.best.config.machines <= case["machines"]
+    assert any(config == fast.best.config for _, config in reference.optima)
+    # The top K groups: the same epoch times, rank by rank.
+    expected = sorted(p.epoch_time_s for p in reference.best_per_group.values())[:top]
+    assert len(fast.top) == len(expected)
+    for got, want in zip(fast.top, expected):
+        assert _close(got.epoch_time_s, want)
+    # The curve: every budget from the smallest feasible one, each the exhaustive best within it.
+    assert fast.curve[0].machines == min(reference.best_by_machines)
+    assert fast.curve[-1].machines == case["machines"]
+    for point in fast.curve:
+        within = reference.best_within(point.machines)
+        assert within is not None and _close(point.epoch_time_s, within.epoch_time_s)
+        assert point.prediction.config.machines <= point.machines and point.prediction.fits
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems(), st.integers(1, 64), st.integers(1, 64), st.sampled_from(MODES))
+def test_evaluator_throughput_is_predict_configs(case, replicas, shards, mode) -> None:
+    """The search's cheap throughput is predict_config's, bit for bit, on random configurations."""
+    workload, cluster, base = case["workload"], case["cluster"], case["base"]
+    if mode == "allreduce" and base.fc_protocol == "vectors":
+        mode = "ps-sync"
+    group = Group(mode, 1 + replicas % 3, case["minibatch"][0], case["push_every"][0],
+                  case["pull_every"][0])
+    config = group.config(base, replicas, shards)
+    expected = predict_config(workload, cluster, config)
+    from dnnscale.model import replica_costs
+
+    replica = replica_costs(workload, cluster.machine, cluster.network, group.partitions,
+                            group.minibatch, base.fc_protocol)
+    evaluator = GroupEvaluator(group, config, workload, cluster, replica, 1)
+    assert evaluator.throughput(config.replicas, config.ps_shards) == \
+        expected.throughput_samples_per_s
