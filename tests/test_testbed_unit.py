@@ -205,9 +205,10 @@ def test_bad_placement_requests(count: int, roles: list[str] | None, match: str)
         rank_placements(_desc(TWO_WORKERS_ONE_PS), count, roles=roles)
 
 
-def test_ps_rank_without_ps_hosts_is_refused() -> None:
-    with pytest.raises(InputError, match="needs a ps host.*--ps-hosts"):
-        rank_placements(_desc(TWO_WORKERS_ONE_PS[:2]), 1, roles=["ps"])
+def test_ps_ranks_without_ps_hosts_follow_the_workers() -> None:
+    # two worker hosts, no PS host: worker rank 0 on h1, the PS rank on the next host, h2
+    placed = rank_placements(_desc(TWO_WORKERS_ONE_PS[:2]), 2, roles=["worker", "ps"])
+    assert [p.host for p in placed] == ["h1", "h2"]
 
 
 def test_prefix_joins_the_cgroup_and_keeps_the_pid(tmp_path: Path,

@@ -331,7 +331,9 @@ def rank_placements(ref: "str | Path | TestbedDescription", count: int,
 
     `roles[i]` is 'worker' or 'ps' (default: all workers). The k-th rank of a role goes to the
     (k mod H)-th host of that role, H the number of such hosts, so ranks spread over hosts before
-    any host gets a second one (hosts then share their CPU quota and link).
+    any host gets a second one (hosts then share their CPU quota and link). A testbed without PS
+    hosts places parameter servers on the worker hosts that follow the workers' (rank W + k on
+    host (W + k) mod H for W worker ranks).
     """
     desc = ref if isinstance(ref, TestbedDescription) else load_description(ref)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -339,15 +341,20 @@ def rank_placements(ref: "str | Path | TestbedDescription", count: int,
     wanted = list(roles) if roles is not None else ["worker"] * count
     if len(wanted) != count:
         raise InputError("roles", f"needs one role per rank ({count}), got {len(wanted)}")
-    seen = {role: 0 for role in ROLES}
-    placements = []
     for rank, role in enumerate(wanted):
         if role not in ROLES:
             raise InputError(f"roles[{rank}]", f"must be one of {', '.join(ROLES)}, got {role!r}")
-        hosts = desc.hosts_with_role(role)
+    workers = desc.hosts_with_role("worker")
+    # Without dedicated PS hosts, parameter servers take the worker hosts after the workers'
+    # (every host is a machine of the cluster; R·P + S <= hosts puts each rank on its own).
+    pools = {"worker": workers, "ps": desc.hosts_with_role("ps") or workers}
+    seen = {"worker": 0, "ps": 0 if desc.hosts_with_role("ps") else wanted.count("worker")}
+    placements = []
+    for rank, role in enumerate(wanted):
+        hosts = pools[role]
         if not hosts:
             raise InputError("testbed", f"rank {rank} needs a {role} host but testbed "
-                             f"{desc.name!r} has none (up --ps-hosts S adds PS hosts)")
+                             f"{desc.name!r} has none")
         placements.append(placement_for(hosts[seen[role] % len(hosts)]))
         seen[role] += 1
     return placements
