@@ -100,9 +100,10 @@ def test_ps_async_worker_bound() -> None:
     worker_step_s = 1.728e-5 + 2 * push_s
     assert p.breakdown_s["ps_push"] == pytest.approx(push_s, rel=REL)
     assert p.throughput_samples_per_s == pytest.approx(2 * N / worker_step_s, rel=REL)
-    # PS capacities: busiest shard holds ceil(119/2) = 60 of 119 parameters
-    #   network: 1e6 / (60/119 · 476/10) = 1e6 / 24; cpu: 1 / (60/119 · 119·1e-6/10) = 1/6e-6
-    assert p.capacities_samples_per_s["ps_network"] == pytest.approx(1e6 / 24, rel=REL)
+    # PS capacities: busiest shard holds ceil(119/2) = 60 of 119 parameters; it serves pushes
+    # and pulls one at a time: network 1e6 / (60/119 · (476 + 476)/10) = 1e6 / 48;
+    # cpu 1 / (60/119 · 119·1e-6/10) = 1/6e-6
+    assert p.capacities_samples_per_s["ps_network"] == pytest.approx(1e6 / 48, rel=REL)
     assert p.capacities_samples_per_s["ps_cpu"] == pytest.approx(1 / 6e-6, rel=REL)
     assert p.bottleneck == "worker ps transfer"
     assert p.epoch_time_s == pytest.approx(1000 / p.throughput_samples_per_s, rel=REL)
@@ -111,10 +112,10 @@ def test_ps_async_worker_bound() -> None:
 def test_ps_async_network_bound() -> None:
     cfg = Config(partitions=1, replicas=10, ps_shards=2, sync="ps-async", minibatch=N)
     p = predict_config(tiny_workload(), tiny_cluster(), cfg)
-    assert p.throughput_samples_per_s == pytest.approx(1e6 / 24, rel=REL)
+    assert p.throughput_samples_per_s == pytest.approx(1e6 / 48, rel=REL)
     assert p.bottleneck == "ps network"
     assert p.utilization["ps_network"] == pytest.approx(1.0)
-    assert p.step_time_s == pytest.approx(10 * N / (1e6 / 24), rel=REL)
+    assert p.step_time_s == pytest.approx(10 * N / (1e6 / 48), rel=REL)
 
 
 def test_ps_async_cpu_bound() -> None:

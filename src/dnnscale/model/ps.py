@@ -51,13 +51,17 @@ def ps_network_capacity_samples_per_s(ps_bandwidth_bytes_per_s: float, shard_sha
                                       pull_bytes_per_sample: float) -> float:
     """Samples per second the parameter servers' NICs can sustain, all replicas together.
 
-    Formula: X_ps,net = B_ps / (s · max(push bytes per sample, pull bytes per sample)), s the
-    busiest shard's share (= S·B / bytes per sample for an even split); push is the PS's ingress,
-    pull its egress, each direction carrying B.
+    Formula: X_ps,net = B_ps / (s · (push bytes per sample + pull bytes per sample)), s the
+    busiest shard's share (= S·B / bytes per sample for an even split). A shard serves one
+    request at a time (it receives a push, or sends a pull's reply), so the two directions of its
+    NIC take turns rather than overlap: measured on the testbed, an asynchronous PS with 4
+    workers ran at 0.5x the full-duplex capacity B / (s · max(push, pull)) that
+    performance-model.md §3 first assumed.
     Units: bytes/s, bytes per sample -> samples/s.
-    Source: performance-model.md §3; Yan et al. KDD 2015 (PS communication bottleneck).
+    Source: performance-model.md §3; Yan et al. KDD 2015 (PS communication bottleneck);
+    dnnscale's runtime/ps.py (sequential shard loop).
     """
-    busiest = shard_share * max(push_bytes_per_sample, pull_bytes_per_sample)
+    busiest = shard_share * (push_bytes_per_sample + pull_bytes_per_sample)
     return math.inf if busiest <= 0 else ps_bandwidth_bytes_per_s / busiest
 
 
