@@ -15,6 +15,11 @@ Format (see docs/formats.md)::
     network: {bandwidth: 10Gbit/s, latency: 50us}
     ps_network: {...}                 # optional
     overlap_gamma: inf                # optional
+    profile: my-machine.yaml          # optional: a `dnnscale calibrate` hardware profile
+
+A `profile` (a path, relative to the cluster file) replaces the machines' compute rates, memory
+bandwidth and update cost, and the network's bandwidth and latency when it measured one, by the
+calibrated values; those fields may then be left out. The cluster is marked calibrated.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dnnscale.units import parse_quantity
 _MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
 _NETWORK_FIELDS = {"bandwidth", "latency"}
 _TOP_FIELDS = {"name", "machines", "calibrated", "machine", "ps_machine", "network", "ps_network",
-               "overlap_gamma", "description"}
+               "overlap_gamma", "description", "profile"}
 _RATE_KINDS = {"default", "conv2d", "linear", "generic"}
 
 
@@ -130,15 +135,49 @@ def network_from_dict(data: Any, where: str, base: dict[str, Any] | None = None)
                        latency_s=latency)
 
 
+def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Any]:
+    """`data` with the referenced profile's measurements merged in (profile wins), and the
+    profile (None without a `profile` field)."""
+    if not data.get("profile"):
+        return data, None
+    from dnnscale.calibrate.profile import load_profile, machine_overrides, network_overrides
+
+    path = Path(str(data["profile"])).expanduser()
+    if not path.is_absolute() and source and Path(source).is_file():
+        path = Path(source).parent / path
+    if not path.is_file():
+        raise InputError("cluster.profile", f"no profile file {str(path)!r} (make one with "
+                         f"`dnnscale calibrate --local -o {path.name}`)")
+    profile = load_profile(path)
+    merged = dict(data)
+    for key in ("machine", "ps_machine"):
+        part = data.get(key)
+        if isinstance(part, dict):
+            cores = part.get("cores", data["machine"].get("cores") if isinstance(
+                data.get("machine"), dict) else None)
+            if isinstance(cores, (int, float)) and not isinstance(cores, bool) and cores > 0:
+                merged[key] = {**part, **machine_overrides(profile, float(cores))}
+    if isinstance(data.get("network"), dict):
+        merged["network"] = {**data["network"], **network_overrides(profile)}
+    merged["calibrated"] = True
+    return merged, profile
+
+
 def cluster_from_dict(data: dict[str, Any], source: str = "") -> Cluster:
     _check_fields(data, _TOP_FIELDS, "cluster")
     for key in ("machines", "machine", "network"):
         if key not in data:
             raise InputError(f"cluster.{key}", "missing")
+    data, profile = _profiled(data, source)
     machine_data = data["machine"]
     machine = machine_from_dict(machine_data, "cluster.machine")
     ps_machine = (machine_from_dict(data["ps_machine"], "cluster.ps_machine", machine_data)
                   if data.get("ps_machine") else None)
+    if profile is not None:
+        from dnnscale.calibrate.profile import with_profile_curves
+
+        machine = with_profile_curves(machine, profile)
+        ps_machine = with_profile_curves(ps_machine, profile) if ps_machine else None
     network = network_from_dict(data["network"], "cluster.network")
     ps_network = (network_from_dict(data["ps_network"], "cluster.ps_network", data["network"])
                   if data.get("ps_network") else None)
@@ -155,6 +194,12 @@ def cluster_from_dict(data: dict[str, Any], source: str = "") -> Cluster:
                       ps_network=ps_network, overlap_gamma=gamma,
                       calibrated=bool(data.get("calibrated", False)),
                       description=str(data.get("description", "")), profile_source=source)
+    if profile is not None:
+        cluster.extra["profile"] = {"path": str(data["profile"]), "date": profile.date,
+                                    "machine": profile.machine}
+        # Measured all-reduce per group size, as the ring model's (bandwidth B, latency α).
+        cluster.extra["allreduce_fits"] = {link.peers: (link.bandwidth_bytes_per_s, link.latency_s)
+                                           for link in profile.allreduce}
     return cluster
 
 

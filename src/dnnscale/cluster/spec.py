@@ -3,7 +3,10 @@
 Compute rates are per core and per (layer kind, phase), each a `RateCurve` over the FLOPs of one
 call; lookup goes from the most specific key to the least: ``linear.weight_grad``, ``linear``,
 ``default``. Memory-bound layers (pooling, activations, loss) are costed by bytes over the
-machine's memory bandwidth.
+machine's memory bandwidth, or over a calibrated per-kind bytes/s curve (``relu.forward``,
+``maxpool2d``, ...) over the bytes of one call where a hardware profile gives one. A calibrated
+profile may also give, per compute kind and phase, an intensity factor η(I): a RateCurve over
+FLOP per byte moved by the call that multiplies the FLOP/s curve (see calibrate/fit.py).
 """
 
 from __future__ import annotations
@@ -26,12 +29,55 @@ class MachineSpec:
     flops_per_s_per_core: dict[str, RateCurve]
     update_s_per_param: float
     """Seconds for this machine to apply one parameter's update (w -= lr·g), all cores."""
+    bytes_per_s_per_core: dict[str, RateCurve] = field(default_factory=dict)
+    """Calibrated bytes/s of memory-bound kinds per core, over the bytes of one call."""
+    intensity_factors: dict[str, RateCurve] = field(default_factory=dict)
+    """Calibrated η(I) per compute kind(.phase): FLOP/s multiplier over FLOP per byte."""
+    allocation_bytes_per_s_per_core: RateCurve | None = None
+    """Calibrated cost of a fresh output tensor (page faults), bytes/s over its size."""
 
-    def flops_per_s(self, kind: str, phase: str, size_flop: float) -> float:
-        """Achieved FLOP/s of the whole machine for a call of `size_flop` FLOPs."""
+    def allocation_s(self, size_bytes: float) -> float:
+        """Seconds to allocate a fresh tensor of `size_bytes` beyond writing it (0 unless
+        calibrated): size / (rate(size) · cores)."""
+        if self.allocation_bytes_per_s_per_core is None or size_bytes <= 0:
+            return 0.0
+        return size_bytes / (self.allocation_bytes_per_s_per_core.at(size_bytes) * self.cores)
+
+    def flops_per_s(self, kind: str, phase: str, size_flop: float,
+                    intensity_flop_per_byte: float | None = None) -> float:
+        """Achieved FLOP/s of the whole machine for a call of `size_flop` FLOPs.
+
+        Formula: φ_kind.phase(F) · η_kind.phase(I) · cores, η = 1 where no factor is known or no
+        intensity I (FLOP per byte the call moves) is given.
+        """
         curves = self.flops_per_s_per_core
         curve = curves.get(f"{kind}.{phase}") or curves.get(kind) or curves["default"]
-        return curve.at(size_flop) * self.cores
+        rate = curve.at(size_flop) * self.cores
+        factors = self.intensity_factors
+        factor = factors.get(f"{kind}.{phase}") or factors.get(kind)
+        if factor is not None and intensity_flop_per_byte is not None:
+            rate *= factor.at(intensity_flop_per_byte)
+        return rate
+
+    def has_bytes_curve(self, kind: str, phase: str) -> bool:
+        """Whether a calibrated bytes/s curve exists for `kind`.`phase` (or `kind`)."""
+        curves = self.bytes_per_s_per_core
+        return f"{kind}.{phase}" in curves or kind in curves
+
+    def memory_bytes_per_s(self, kind: str, phase: str, size_bytes: float,
+                           window_ratio: float | None = None) -> float:
+        """Achieved bytes/s of a memory-bound call of `size_bytes` bytes: the kind's calibrated
+        curve times cores (times its factor η at `window_ratio`, stride area over kernel area, for
+        pooling), else the machine's memory bandwidth."""
+        curves = self.bytes_per_s_per_core
+        curve = curves.get(f"{kind}.{phase}") or curves.get(kind)
+        if curve is None:
+            return self.memory_bandwidth_bytes_per_s
+        rate = curve.at(size_bytes) * self.cores
+        factor = self.intensity_factors.get(f"{kind}.{phase}") or self.intensity_factors.get(kind)
+        if factor is not None and window_ratio is not None:
+            rate *= factor.at(window_ratio)
+        return rate
 
 
 @dataclass(frozen=True)

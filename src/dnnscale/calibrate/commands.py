@@ -1,0 +1,110 @@
+"""`dnnscale calibrate`: measure this machine (or the testbed) and write a hardware profile.
+
+Cheap to import: torch and the benchmarks load inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `calibrate` command to the CLI."""
+    from dnnscale.cli import user_errors
+
+    @app.command()
+    @user_errors
+    def calibrate(local: bool = typer.Option(False, "--local", help="measure this machine "
+                                             "(network: two processes over loopback)"),
+                  testbed: Optional[Path] = typer.Option(None, "--testbed", help="testbed "
+                                                         "description file: network between "
+                                                         "its hosts"),
+                  output: Path = typer.Option(..., "-o", "--output", help="profile YAML to write"),
+                  quick: bool = typer.Option(False, "--quick", help="under a minute, coarser"),
+                  no_network: bool = typer.Option(False, "--no-network",
+                                                  help="skip the network measurements"),
+                  kinds: Optional[str] = typer.Option(None, "--kinds", help="comma-separated "
+                                                      "grid groups (conv2d, linear, pooling, "
+                                                      "elementwise); default all"),
+                  allreduce_peers: str = typer.Option("2,4", "--allreduce-peers",
+                                                      help="all-reduce group sizes")) -> None:
+        """Measure compute, memory and network rates and write a hardware profile (YAML)."""
+        from dnnscale.errors import InputError
+
+        if local == (testbed is not None):
+            raise InputError("calibrate", "give exactly one of --local or --testbed FILE")
+        grid_kinds = _kinds(kinds)
+        peers = _peers(allreduce_peers)
+        run_calibration(output, quick, not no_network, grid_kinds, peers,
+                        str(testbed) if testbed is not None else None)
+
+
+def _kinds(text: Optional[str]) -> Optional[tuple[str, ...]]:
+    from dnnscale.calibrate.compute import GRID
+    from dnnscale.errors import InputError
+
+    if text is None:
+        return None
+    kinds = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [kind for kind in kinds if kind not in GRID]
+    if unknown or not kinds:
+        raise InputError("--kinds", f"unknown group {unknown[0] if unknown else text!r} "
+                         f"(known: {', '.join(GRID)})")
+    if not {"conv2d", "linear"} <= set(kinds):
+        raise InputError("--kinds", "must include conv2d and linear (a profile needs both)")
+    return kinds
+
+
+def _peers(text: str) -> tuple[int, ...]:
+    from dnnscale.errors import InputError
+
+    try:
+        peers = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InputError("--allreduce-peers", f"must be integers like 2,4, got {text!r}") from None
+    if any(p < 2 for p in peers):
+        raise InputError("--allreduce-peers", f"group sizes must be >= 2, got {text!r}")
+    return peers
+
+
+def run_calibration(output: Path, quick: bool, network: bool,
+                    grid_kinds: Optional[tuple[str, ...]], peers: tuple[int, ...],
+                    testbed: Optional[str]) -> Any:
+    """Calibrate with a rich progress bar, write the profile atomically, print a summary."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from dnnscale.calibrate.profile import save_profile
+    from dnnscale.calibrate.run import Plan, calibrate, testbed_network
+
+    runner = testbed_network(testbed) if testbed is not None else None
+    plan = Plan.make(quick, network=network, grid_kinds=grid_kinds, allreduce_peers=peers)
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]calibrate[/bold] {task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task("starting", total=plan.steps())
+
+        def advance(label: str) -> None:
+            progress.update(task, advance=1, description=label)
+
+        profile = calibrate(plan, advance, runner)
+    save_profile(profile, output)
+    _summary(console, profile, output)
+    return profile
+
+
+def _summary(console: Any, profile: Any, output: Path) -> None:
+    from dnnscale.units import format_seconds, format_si
+
+    peak = max(curve.peak for curve in profile.flops_per_s_per_core.values())
+    line = (f"wrote {output}: peak {format_si(peak, 'FLOP/s')} per core, memory "
+            f"{format_si(profile.memory_bandwidth_bytes_per_s, 'B/s')}, update "
+            f"{format_seconds(profile.update_s_per_param)}/param")
+    if profile.network is not None:
+        line += (f", network {format_si(profile.network.bandwidth_bytes_per_s, 'B/s')} + "
+                 f"{format_seconds(profile.network.latency_s)}")
+    console.print(line)

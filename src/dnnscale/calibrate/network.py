@@ -1,0 +1,114 @@
+"""Network calibration: point-to-point and all-reduce between rank processes, fitted α-β.
+
+Ranks are started as ``placement.prefix + [python, -m, dnnscale.calibrate.netbench, ...]`` (the
+runtime's RankPlacement contract: empty prefix and loopback locally, the testbed's namespace and
+cgroup otherwise) and talk over torch.distributed gloo. Every child is waited for with a hard
+timeout and killed (by its own pid) on any failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from dnnscale.calibrate.profile import LinkFit
+from dnnscale.runtime.placement import RankPlacement
+
+
+def free_port(address: str = "127.0.0.1") -> int:
+    """A port that was free on `address` a moment ago (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address if address != "localhost" else "127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def run_ranks(placements: Sequence[RankPlacement], mode: str, sizes: Sequence[int],
+              repeats: int, timeout_s: float = 120.0) -> list[list[float]]:
+    """Run the netbench on one process per placement; rank 0's [[bytes, seconds], ...]."""
+    master = placements[0].address
+    if placements[0].prefix:  # a testbed host: find the port inside its namespace
+        from dnnscale.testbed.describe import free_port as free_port_on  # type: ignore
+
+        port = free_port_on(placements[0])
+    else:
+        port = free_port(master)
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        for rank, placement in enumerate(placements):
+            env = {**os.environ, **placement.env, "MASTER_ADDR": master,
+                   "MASTER_PORT": str(port), "RANK": str(rank),
+                   "WORLD_SIZE": str(len(placements)), "GLOO_SOCKET_IFNAME": placement.ifname,
+                   "OMP_NUM_THREADS": "1"}
+            command = [*placement.prefix, sys.executable, "-m", "dnnscale.calibrate.netbench",
+                       mode, ",".join(str(s) for s in sizes), str(repeats)]
+            processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+        outputs = [process.communicate(timeout=timeout_s) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+    failed = [(rank, p.returncode, out[1]) for rank, (p, out) in
+              enumerate(zip(processes, outputs)) if p.returncode != 0]
+    if failed:
+        rank, code, stderr = failed[0]
+        tail = stderr.strip().splitlines()[-1:] or [""]
+        raise RuntimeError(f"network benchmark rank {rank} failed (exit {code}): {tail[0]}")
+    line = outputs[0][0].strip().splitlines()[-1]
+    return [[float(b), float(t)] for b, t in json.loads(line)["points"]]
+
+
+def fit_alpha_beta(points: Sequence[Sequence[float]],
+                   large_bytes: float = 256 * 1024) -> tuple[float, float]:
+    """Fit t = a + bytes · b to measured (bytes, seconds); returns (a ≥ 0, b > 0).
+
+    The two regimes are fitted where each dominates: a is the median time of the small
+    messages (≤ 1 KiB), b the least-squares slope of t − a over the large ones (≥ `large_bytes`),
+    in absolute seconds so that the biggest transfers, which show the sustained bandwidth, weigh
+    most. Small messages ride in socket buffers and say little about bandwidth, large ones
+    nothing about latency. Without both kinds of sizes: least squares on relative error.
+    """
+    sizes = np.asarray([p[0] for p in points], dtype=float)
+    times = np.asarray([p[1] for p in points], dtype=float)
+    small, large = sizes <= 1024, sizes >= large_bytes
+    if small.any() and large.any():
+        a = float(np.median(times[small]))
+        b = float(np.sum(sizes[large] * (times[large] - a)) / np.sum(sizes[large] ** 2))
+        if b > 0:
+            return a, b
+    design = np.stack([np.ones_like(times), sizes], axis=1) / times[:, None]
+    (a, b), *_ = np.linalg.lstsq(design, np.ones_like(times), rcond=None)
+    if a < 0:  # latency below resolution: fit the slope alone
+        a, b = 0.0, float(np.sum(sizes / times) / np.sum((sizes / times) ** 2))
+    return float(a), max(float(b), 1e-15)
+
+
+def measure_p2p(placements: Sequence[RankPlacement], sizes: Sequence[int],
+                quick: bool = False) -> LinkFit:
+    """One-way transfer time between two ranks at each size, fitted to latency + bytes / B."""
+    points = run_ranks(placements[:2], "p2p", sizes, 3 if quick else 5)
+    latency_s, s_per_byte = fit_alpha_beta(points)
+    return LinkFit(bandwidth_bytes_per_s=1.0 / s_per_byte, latency_s=latency_s,
+                   points=tuple((p[0], p[1]) for p in points), peers=2)
+
+
+def measure_allreduce(placements: Sequence[RankPlacement], sizes: Sequence[int],
+                      quick: bool = False) -> LinkFit:
+    """All-reduce time among N ranks at each size, as the ring model's B and α.
+
+    Formula: with t = a + bytes · b fitted, the ring model T = 2(N−1)/N · bytes / B + 2(N−1)·α
+    gives B = 2(N−1)/N / b and α = a / (2(N−1)) (model/network.py ring_allreduce_time_s).
+    """
+    peers = len(placements)
+    points = run_ranks(placements, "allreduce", sizes, 3 if quick else 5)
+    a, b = fit_alpha_beta(points)
+    return LinkFit(bandwidth_bytes_per_s=2 * (peers - 1) / peers / b,
+                   latency_s=a / (2 * (peers - 1)),
+                   points=tuple((p[0], p[1]) for p in points), peers=peers)

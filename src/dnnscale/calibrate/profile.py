@@ -1,0 +1,270 @@
+"""The hardware profile: what `dnnscale calibrate` measured, as a YAML file a cluster refers to.
+
+Written by machines, so plain SI numbers (FLOP, FLOP/s, bytes, bytes/s, seconds)::
+
+    format: dnnscale-profile/1
+    machine: {hostname: ..., cpu_model: ..., cores: 2}
+    date: 2026-11-30T05:00:00+00:00
+    torch_version: 2.13.0
+    threads: 1                        # every rate is per core: one compute thread
+    compute:
+      flops_per_s_per_core: {conv2d.forward: [[flop, flop/s], ...], linear.weight_grad: ...}
+      intensity_factors: {conv2d.forward: [[flop/byte, factor], ...], ...}
+      bytes_per_s_per_core: {relu.forward: [[bytes, bytes/s], ...], maxpool2d.input_grad: ...}
+      allocation_bytes_per_s_per_core: [[bytes, bytes/s], ...]
+    memory: {bandwidth_bytes_per_s: ..., update_s_per_param: ..., update_s_per_message: ...}
+    network: {bandwidth_bytes_per_s: ..., latency_s: ..., points: [[bytes, s], ...]}   # optional
+    allreduce: [{peers: 2, bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}]  # optional
+    calibration: {...}                # how it was measured (grid, timings); informative
+
+No torch here: the predictor loads profiles. `load_profile` raises InputError naming the first
+missing or malformed field (``profile.compute.flops_per_s_per_core.linear.forward: missing``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dnnscale.cluster.curve import RateCurve
+from dnnscale.errors import InputError
+
+FORMAT = "dnnscale-profile/1"
+REQUIRED_FLOP_CURVES = ("conv2d.forward", "conv2d.input_grad", "conv2d.weight_grad",
+                        "linear.forward", "linear.input_grad", "linear.weight_grad")
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """An α-β fit of measured transfers: t(bytes) = latency_s + bytes / bandwidth_bytes_per_s."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    points: tuple[tuple[float, float], ...] = ()
+    peers: int = 2
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """Everything calibration measured on one machine (rates per core, one thread)."""
+
+    machine: dict[str, Any]
+    date: str
+    torch_version: str
+    flops_per_s_per_core: dict[str, RateCurve]
+    intensity_factors: dict[str, RateCurve]
+    bytes_per_s_per_core: dict[str, RateCurve]
+    allocation_bytes_per_s_per_core: RateCurve | None
+    memory_bandwidth_bytes_per_s: float
+    update_s_per_param: float
+    update_s_per_message: float
+    network: LinkFit | None = None
+    allreduce: tuple[LinkFit, ...] = ()
+    threads: int = 1
+    calibration: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- to and from plain data
+
+def _curve_data(curve: RateCurve) -> list[list[float]]:
+    return [[float(s), float(r)] for s, r in zip(curve.sizes, curve.rates)]
+
+
+def _link_data(link: LinkFit) -> dict[str, Any]:
+    return {"peers": link.peers, "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
+            "latency_s": link.latency_s, "points": [list(p) for p in link.points]}
+
+
+def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
+    """Plain data (SI numbers) in the documented layout."""
+    data: dict[str, Any] = {
+        "format": FORMAT, "machine": dict(profile.machine), "date": profile.date,
+        "torch_version": profile.torch_version, "threads": profile.threads,
+        "compute": {
+            "flops_per_s_per_core": {k: _curve_data(v) for k, v in
+                                     sorted(profile.flops_per_s_per_core.items())},
+            "intensity_factors": {k: _curve_data(v) for k, v in
+                                  sorted(profile.intensity_factors.items())},
+            "bytes_per_s_per_core": {k: _curve_data(v) for k, v in
+                                     sorted(profile.bytes_per_s_per_core.items())},
+        },
+        "memory": {"bandwidth_bytes_per_s": profile.memory_bandwidth_bytes_per_s,
+                   "update_s_per_param": profile.update_s_per_param,
+                   "update_s_per_message": profile.update_s_per_message},
+    }
+    if profile.allocation_bytes_per_s_per_core is not None:
+        data["compute"]["allocation_bytes_per_s_per_core"] = _curve_data(
+            profile.allocation_bytes_per_s_per_core)
+    if profile.network is not None:
+        data["network"] = {k: v for k, v in _link_data(profile.network).items() if k != "peers"}
+    if profile.allreduce:
+        data["allreduce"] = [_link_data(link) for link in profile.allreduce]
+    if profile.calibration:
+        data["calibration"] = profile.calibration
+    return data
+
+
+def _get(data: Any, key: str, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise InputError(where, f"must be a mapping, got {type(data).__name__}")
+    if key not in data or data[key] is None:
+        raise InputError(f"{where}.{key}", "missing")
+    return data[key]
+
+
+def _number(value: Any, where: str, minimum_exclusive: float | None = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(where, f"must be a finite number, got {value!r}")
+    if minimum_exclusive is not None and not value > minimum_exclusive:
+        raise InputError(where, f"must be > {minimum_exclusive:g}, got {value!r}")
+    return float(value)
+
+
+def _curve(value: Any, where: str) -> RateCurve:
+    if not isinstance(value, list) or not value:
+        raise InputError(where, "must be a non-empty list of [size, rate] points")
+    points = []
+    for i, point in enumerate(value):
+        if not isinstance(point, list) or len(point) != 2:
+            raise InputError(f"{where}[{i}]", f"must be a [size, rate] pair, got {point!r}")
+        points.append((_number(point[0], f"{where}[{i}]"), _number(point[1], f"{where}[{i}]")))
+    if any(b[0] <= a[0] for a, b in zip(points, points[1:])):
+        raise InputError(where, "sizes must be strictly increasing")
+    return RateCurve(tuple(p[0] for p in points), tuple(p[1] for p in points))
+
+
+def _curves(value: Any, where: str) -> dict[str, RateCurve]:
+    if not isinstance(value, dict):
+        raise InputError(where, f"must be a mapping of kind.phase to curves, got {value!r}")
+    return {str(k): _curve(v, f"{where}.{k}") for k, v in value.items()}
+
+
+def _link(value: Any, where: str) -> LinkFit:
+    points = value.get("points", []) if isinstance(value, dict) else []
+    if not isinstance(points, list):
+        raise InputError(f"{where}.points", "must be a list of [bytes, seconds]")
+    return LinkFit(bandwidth_bytes_per_s=_number(_get(value, "bandwidth_bytes_per_s", where),
+                                                 f"{where}.bandwidth_bytes_per_s"),
+                   latency_s=_number(_get(value, "latency_s", where), f"{where}.latency_s", None),
+                   points=tuple((float(p[0]), float(p[1])) for p in points),
+                   peers=int(value.get("peers", 2)))
+
+
+def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
+    """Validate plain data into a HardwareProfile; errors name the missing or bad field."""
+    if not isinstance(data, dict):
+        raise InputError(where, f"must be a YAML mapping, got {type(data).__name__}")
+    fmt = _get(data, "format", where)
+    if fmt != FORMAT:
+        raise InputError(f"{where}.format", f"unsupported profile format {fmt!r} (expected "
+                         f"{FORMAT!r})")
+    compute = _get(data, "compute", where)
+    flops = _curves(_get(compute, "flops_per_s_per_core", f"{where}.compute"),
+                    f"{where}.compute.flops_per_s_per_core")
+    for key in REQUIRED_FLOP_CURVES:
+        if key not in flops:
+            raise InputError(f"{where}.compute.flops_per_s_per_core.{key}", "missing")
+    memory = _get(data, "memory", where)
+    allocation = compute.get("allocation_bytes_per_s_per_core")
+    machine = _get(data, "machine", where)
+    if not isinstance(machine, dict):
+        raise InputError(f"{where}.machine", "must be a mapping (hostname, cpu_model, cores)")
+    allreduce = data.get("allreduce") or []
+    if not isinstance(allreduce, list):
+        raise InputError(f"{where}.allreduce", "must be a list of all-reduce fits")
+    return HardwareProfile(
+        machine=machine, date=str(_get(data, "date", where)),
+        torch_version=str(_get(data, "torch_version", where)),
+        flops_per_s_per_core=flops,
+        intensity_factors=_curves(compute.get("intensity_factors") or {},
+                                  f"{where}.compute.intensity_factors"),
+        bytes_per_s_per_core=_curves(compute.get("bytes_per_s_per_core") or {},
+                                     f"{where}.compute.bytes_per_s_per_core"),
+        allocation_bytes_per_s_per_core=(
+            None if allocation is None
+            else _curve(allocation, f"{where}.compute.allocation_bytes_per_s_per_core")),
+        memory_bandwidth_bytes_per_s=_number(_get(memory, "bandwidth_bytes_per_s",
+                                                  f"{where}.memory"),
+                                             f"{where}.memory.bandwidth_bytes_per_s"),
+        update_s_per_param=_number(_get(memory, "update_s_per_param", f"{where}.memory"),
+                                   f"{where}.memory.update_s_per_param"),
+        update_s_per_message=_number(memory.get("update_s_per_message", 0.0),
+                                     f"{where}.memory.update_s_per_message", None),
+        network=_link(data["network"], f"{where}.network") if data.get("network") else None,
+        allreduce=tuple(_link(item, f"{where}.allreduce[{i}]") for i, item in enumerate(allreduce)),
+        threads=int(data.get("threads", 1)),
+        calibration=dict(data.get("calibration") or {}))
+
+
+# ---------------------------------------------------------------- files
+
+def save_profile(profile: HardwareProfile, path: Path) -> None:
+    """Write the profile as YAML atomically (a temporary file in the same folder, then
+    os.replace), so a reader never sees half a profile."""
+    path = Path(path)
+    text = yaml.safe_dump(profile_to_dict(profile), sort_keys=False)
+    folder = path.parent if str(path.parent) else Path(".")
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load_profile(path: "str | Path") -> HardwareProfile:
+    """Read and validate a profile YAML; InputError names what is wrong."""
+    from dnnscale.yamlio import load_yaml_file
+
+    return profile_from_dict(load_yaml_file(Path(path), "profile"))
+
+
+# ---------------------------------------------------------------- use by a cluster
+
+def machine_overrides(profile: HardwareProfile, cores: float) -> dict[str, Any]:
+    """Machine YAML fields (SI numbers) that the profile replaces, for a machine of `cores`.
+
+    The PS update cost in the profile is one thread's; the machine's is that over its cores.
+    Kinds without a curve of their own (generic) use the linear forward curve ('default').
+    """
+    rates: dict[str, Any] = {"default": _curve_data(profile.flops_per_s_per_core["linear.forward"])}
+    rates.update({key: _curve_data(curve) for key, curve in profile.flops_per_s_per_core.items()})
+    return {"memory_bandwidth": profile.memory_bandwidth_bytes_per_s, "flops_per_core": rates,
+            "update_time_per_param": profile.update_s_per_param / cores}
+
+
+def network_overrides(profile: HardwareProfile) -> dict[str, Any]:
+    """Network YAML fields the profile replaces (none when it measured no network)."""
+    if profile.network is None:
+        return {}
+    return {"bandwidth": profile.network.bandwidth_bytes_per_s,
+            "latency": profile.network.latency_s}
+
+
+def with_profile_curves(machine: Any, profile: HardwareProfile) -> Any:
+    """A MachineSpec with the profile's memory-bound, intensity and allocation curves added."""
+    from dataclasses import replace
+
+    return replace(machine, bytes_per_s_per_core=dict(profile.bytes_per_s_per_core),
+                   intensity_factors=dict(profile.intensity_factors),
+                   allocation_bytes_per_s_per_core=profile.allocation_bytes_per_s_per_core)
+
+
+def profile_machine(profile: HardwareProfile, cores: float = 1.0,
+                    memory_bytes: float = 2**34) -> Any:
+    """A MachineSpec of `cores` cores whose rates are all the profile's."""
+    from dnnscale.cluster.load import machine_from_dict
+
+    data = {"cores": cores, "memory": memory_bytes, **machine_overrides(profile, cores)}
+    return with_profile_curves(machine_from_dict(data, "profile"), profile)

@@ -1,0 +1,157 @@
+"""Calibration end to end: measure compute, memory and network, fit, return a HardwareProfile.
+
+`calibrate(...)` is what `dnnscale calibrate` calls; `steps` are reported to a callback so the
+CLI can drive a progress bar. Everything compute-side runs on one thread
+(torch.set_num_threads(1)), like one rank of the runtime.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from dnnscale.calibrate.profile import HardwareProfile, LinkFit
+
+Advance = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure: timing samples, the grid, message sizes, group sizes."""
+
+    quick: bool
+    samples: int
+    sample_s: float
+    grid_kinds: tuple[str, ...] | None
+    message_sizes: tuple[int, ...]
+    allreduce_peers: tuple[int, ...]
+    allreduce_sizes: tuple[int, ...]
+    network: bool
+
+    @classmethod
+    def make(cls, quick: bool, network: bool = True, grid_kinds: tuple[str, ...] | None = None,
+             allreduce_peers: tuple[int, ...] = (2, 4)) -> "Plan":
+        if quick:
+            return cls(True, 3, 0.005, grid_kinds, (8, 4096, 262_144, 4 * 2**20), (2,),
+                       (4096, 2**20), network)
+        return cls(False, 7, 0.03, grid_kinds,
+                   (1, 64, 1024, 16_384, 131_072, 2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20),
+                   allreduce_peers, (1024, 65_536, 2**20, 8 * 2**20, 32 * 2**20), network)
+
+    def steps(self) -> int:
+        from dnnscale.calibrate.compute import calibration_grid
+
+        network_steps = (1 + len(self.allreduce_peers)) if self.network else 0
+        return len(calibration_grid(self.quick, self.grid_kinds)) + 3 + network_steps
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (platform's processor string elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as stream:
+            for line in stream:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_facts() -> dict[str, Any]:
+    return {"hostname": platform.node(), "cpu_model": cpu_model(), "cores": os.cpu_count() or 1}
+
+
+def calibrate(plan: Plan, advance: Advance = lambda _: None,
+              network_runner: Callable[..., tuple[LinkFit | None, tuple[LinkFit, ...]]] | None = None
+              ) -> HardwareProfile:
+    """Measure and fit everything in `plan`; `network_runner(plan, advance)` measures the
+    network (default: two local processes over loopback)."""
+    import torch
+
+    from dnnscale.calibrate.compute import calibration_grid, fit_compute, measure_grid
+    from dnnscale.calibrate.memory import (allocation_curve, memory_bandwidth_bytes_per_s,
+                                           update_cost)
+
+    started = time.perf_counter()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    bandwidth = memory_bandwidth_bytes_per_s(samples=plan.samples)
+    advance("memory bandwidth")
+    sizes = ([2**18, 2**22, 24 * 2**20, 48 * 2**20, 128 * 2**20] if plan.quick else
+             [2**k for k in range(16, 28)] + [24 * 2**20, 40 * 2**20, 160 * 2**20])
+    allocation = allocation_curve(sizes, samples=plan.samples)
+    advance("fresh-tensor cost")
+    update = update_cost([1_000, 30_000, 1_000_000, 4_000_000], samples=plan.samples)
+    advance("parameter update")
+    shapes = calibration_grid(plan.quick, plan.grid_kinds)
+    samples = list(measure_grid(shapes, plan.samples, plan.sample_s, advance))
+    fit = fit_compute(samples, allocation)
+    network, allreduce = None, ()
+    if plan.network:
+        runner = network_runner or local_network
+        network, allreduce = runner(plan, advance)
+    return HardwareProfile(
+        machine=machine_facts(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        torch_version=str(torch.__version__), flops_per_s_per_core=fit.flops_per_s,
+        intensity_factors=fit.intensity_factors, bytes_per_s_per_core=fit.bytes_per_s,
+        allocation_bytes_per_s_per_core=allocation, memory_bandwidth_bytes_per_s=bandwidth,
+        update_s_per_param=update.s_per_param, update_s_per_message=update.s_per_message,
+        network=network, allreduce=allreduce, threads=1,
+        calibration={"quick": plan.quick, "seconds": round(time.perf_counter() - started, 1),
+                     "compute_shapes": len(shapes), "compute_samples": len(samples),
+                     "timing": {"samples": plan.samples, "sample_s": plan.sample_s},
+                     "grid": "dnnscale.calibrate.compute.GRID (synthetic shapes, not zoo layers)"})
+
+
+def local_network(plan: Plan, advance: Advance) -> tuple[LinkFit | None, tuple[LinkFit, ...]]:
+    """Point-to-point and all-reduce over loopback between local gloo processes."""
+    from dnnscale.calibrate.network import measure_allreduce, measure_p2p
+    from dnnscale.runtime.placement import local_placements
+
+    p2p = measure_p2p(local_placements(2), plan.message_sizes, quick=plan.quick)
+    advance("point-to-point")
+    fits = []
+    for peers in plan.allreduce_peers:
+        fits.append(measure_allreduce(local_placements(peers), plan.allreduce_sizes,
+                                      quick=plan.quick))
+        advance(f"all-reduce x{peers}")
+    return p2p, tuple(fits)
+
+
+def testbed_network(testbed_file: str) -> Callable[[Plan, Advance],
+                                                   tuple[LinkFit | None, tuple[LinkFit, ...]]]:
+    """A network runner that measures between the testbed's hosts (needs the testbed stage)."""
+    from dnnscale.errors import InputError
+
+    try:
+        from dnnscale.testbed.describe import rank_placements  # type: ignore[import-not-found]
+    except ImportError:
+        raise InputError("--testbed", "the testbed stage (dnnscale.testbed.describe."
+                         "rank_placements) is not available in this installation yet") from None
+    rank_placements(testbed_file, 2)  # a missing or broken description fails before measuring
+
+    def run(plan: Plan, advance: Advance) -> tuple[LinkFit | None, tuple[LinkFit, ...]]:
+        from dnnscale.calibrate.network import measure_allreduce, measure_p2p
+
+        # Testbed links are rate-limited (Mbit/s): messages up to 4 MiB keep this to seconds.
+        sizes = [size for size in plan.message_sizes if size <= 4 * 2**20]
+        p2p = measure_p2p(rank_placements(testbed_file, 2), sizes, quick=plan.quick)
+        advance("point-to-point")
+        fits = []
+        for peers in plan.allreduce_peers:
+            fits.append(measure_allreduce(rank_placements(testbed_file, peers),
+                                          [s for s in plan.allreduce_sizes if s <= 4 * 2**20],
+                                          quick=plan.quick))
+            advance(f"all-reduce x{peers}")
+        return p2p, tuple(fits)
+
+    return run
+
+
+def without_network(profile: HardwareProfile) -> HardwareProfile:
+    return replace(profile, network=None, allreduce=())
