@@ -63,8 +63,24 @@ def test_compute_and_traffic_p3() -> None:
     assert fc.work_fraction == pytest.approx(1 / 3)
     assert fc.comm_bytes == pytest.approx(2 * 2 / 3 * 32 * 4 * 10)   # 1706.67
     assert fc.comm_messages == 4
-    assert c.partition_s == pytest.approx(2 * 2 / 3 * 1280 / 1e6 + 4e-4, rel=REL)
+    # every stripe holds the conv's whole kernel (20 params, 80 bytes): its gradients are
+    # ring-all-reduced over the 3 workers: 2·(2/3)·80 bytes in 2·2 messages
+    assert conv.replicated_params == 20 and c.replicated_params == 20
+    assert conv.comm_bytes == pytest.approx(2 * 2 / 3 * 80)
+    assert conv.comm_s == pytest.approx(2 * 2 / 3 * 80 / 1e6 + 4 * 1e-4, rel=REL)
+    assert c.partition_s == pytest.approx(2 * 2 / 3 * 1280 / 1e6 + 4e-4
+                                          + 2 * 2 / 3 * 80 / 1e6 + 4e-4, rel=REL)
     assert c.compute_s == pytest.approx(10 * (1152 / 2 + 576 / 3) / 1e9, rel=REL)
+    # the replica's workers hold 119 + 2·20 = 159 parameters together
+    assert c.stored_params(119) == 159
+
+
+def test_stripe_kernels_are_pushed_by_every_worker() -> None:
+    cfg = Config(partitions=3, replicas=1, ps_shards=1, sync="ps-async", minibatch=N)
+    p = predict_config(tiny_workload(), tiny_cluster(), cfg)
+    # each worker pushes 159/3 = 53 parameters (4 bytes each) to the one shard
+    assert p.breakdown_s["ps_push"] == pytest.approx(53 * 4 / 1e6 + 1e-4, rel=REL)
+    assert p.memory_bytes["ps"] == 159 * 4
 
 
 def test_conv_partition_formulas() -> None:
@@ -90,7 +106,9 @@ def test_second_conv_picks_cheaper_split() -> None:
     c = replica_costs(w, cluster.machine, cluster.network, 2, N)
     second = c.layers[1]
     assert second.scheme == "rows"
-    assert second.comm_bytes == pytest.approx(2 * 1 * 1 * 16 * 8 * 4 * N)
+    # halo rows plus the all-reduce of the kernel every stripe holds (8·8·3·3 + 8 = 584 params)
+    assert second.comm_bytes == pytest.approx(2 * 1 * 1 * 16 * 8 * 4 * N + 2 * (1 / 2) * 584 * 4)
+    assert c.layers[0].scheme == "channels"   # the first conv moves nothing split by channels
 
 
 def test_ps_async_worker_bound() -> None:

@@ -65,12 +65,14 @@ def _largest(named_seconds: dict[str, float]) -> str:
     return max(named_seconds.items(), key=lambda item: item[1])[0]
 
 
-def ps_terms(workload: Workload, cluster: Cluster, config: Config) -> dict[str, float]:
+def ps_terms(workload: Workload, cluster: Cluster, config: Config,
+             params: int | None = None) -> dict[str, float]:
     """Per-step PS quantities of one replica: bytes pushed/pulled, PS CPU seconds (all shards)."""
     b, n = workload.bytes_per_value, config.minibatch
     fc_layers = [layer for layer in workload.layers if layer.kind == "linear"]
     vectors = config.fc_protocol == "vectors"
-    pushed_params = workload.params - (sum(layer.params for layer in fc_layers) if vectors else 0)
+    params = workload.params if params is None else params  # W + (P−1)·W_rep, see replica.py
+    pushed_params = params - (sum(layer.params for layer in fc_layers) if vectors else 0)
     vector_values = n * sum(layer.input_values + layer.activation_values for layer in fc_layers) \
         if vectors else 0.0
     fc_ps_s = 0.0
@@ -80,10 +82,10 @@ def ps_terms(workload: Workload, cluster: Cluster, config: Config) -> dict[str, 
             fc_ps_s += work / cluster.ps.flops_per_s("linear", "weight_grad", work)
     return {
         "push_bytes": ps_push_bytes_per_step(pushed_params, vector_values, b, config.push_every),
-        "pull_bytes": ps_pull_bytes_per_step(workload.params, b, config.pull_every),
-        "update_s": workload.params * cluster.ps.update_s_per_param / config.push_every,
+        "pull_bytes": ps_pull_bytes_per_step(params, b, config.pull_every),
+        "update_s": params * cluster.ps.update_s_per_param / config.push_every,
         "fc_ps_s": fc_ps_s,
-        "share": busiest_shard_share(workload.params, config.ps_shards),
+        "share": busiest_shard_share(params, config.ps_shards),
     }
 
 
@@ -91,7 +93,7 @@ def _parameter_server(workload: Workload, cluster: Cluster, config: Config,
                       replica: ReplicaCosts) -> _Timing:
     n, P, R, S = config.minibatch, config.partitions, config.replicas, config.ps_shards
     net, ps_net = cluster.network, cluster.ps_net
-    terms = ps_terms(workload, cluster, config)
+    terms = ps_terms(workload, cluster, config, replica.stored_params(workload.params))
     share = terms["share"]
     busy_s = replica.compute_s + replica.partition_s
     breakdown = _compute_breakdown(replica)
@@ -147,7 +149,7 @@ def _allreduce(workload: Workload, cluster: Cluster, config: Config,
                replica: ReplicaCosts) -> _Timing:
     n, P, R = config.minibatch, config.partitions, config.replicas
     net = cluster.network
-    params_on_worker = workload.params / P
+    params_on_worker = replica.stored_params(workload.params) / P
     allreduce_s = ring_allreduce_time_s(R, params_on_worker * workload.bytes_per_value,
                                         net.bandwidth_bytes_per_s, net.latency_s)
     update_s = params_on_worker * cluster.machine.update_s_per_param
@@ -170,8 +172,9 @@ def _memory(workload: Workload, config: Config, replica: ReplicaCosts) -> dict[s
     activations = math.prod(workload.input_shape) + sum(
         cost.work_fraction * layer.activation_values
         for cost, layer in zip(replica.layers, workload.layers))
-    worker = worker_memory_bytes(workload.params / config.partitions, workload.bytes_per_value,
+    stored = replica.stored_params(workload.params)
+    worker = worker_memory_bytes(stored / config.partitions, workload.bytes_per_value,
                                  state, activations, config.minibatch)
-    ps = (ps_memory_bytes(math.ceil(workload.params / config.ps_shards), workload.bytes_per_value,
+    ps = (ps_memory_bytes(math.ceil(stored / config.ps_shards), workload.bytes_per_value,
                           state) if config.uses_ps else 0.0)
     return {"worker": worker, "ps": ps}

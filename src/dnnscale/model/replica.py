@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from dnnscale.cluster.spec import MachineSpec, NetworkSpec
 from dnnscale.model.compute import imbalance_fraction, phase_time_s
-from dnnscale.model.network import transfer_time_s
+from dnnscale.model.network import ring_allreduce_time_s, transfer_time_s
 from dnnscale.model.partition import layer_partition_traffic, split_schemes
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.workload import Workload
@@ -32,6 +32,8 @@ class LayerCost:
     comm_bytes: float
     comm_messages: float
     comm_s: float
+    replicated_params: int = 0
+    """Parameters every worker holds whole (a stripe-split conv's kernel), else 0."""
 
     @property
     def compute_s(self) -> float:
@@ -71,6 +73,16 @@ class ReplicaCosts:
     def partition_s(self) -> float:
         """T_mp: time in partition communication per step."""
         return sum(layer.comm_s for layer in self.layers)
+
+    @property
+    def replicated_params(self) -> int:
+        """W_rep: parameters that every worker of the replica holds whole (stripe-split convs)."""
+        return sum(layer.replicated_params for layer in self.layers)
+
+    def stored_params(self, params: int) -> int:
+        """Parameters the replica's P workers hold together, W + (P−1)·W_rep: what they push,
+        pull, all-reduce and the shards store (every stripe worker keeps the whole kernel)."""
+        return params + (self.partitions - 1) * self.replicated_params
 
 
 def _layer_compute(layer: Layer, fraction: float, minibatch: int, machine: MachineSpec,
@@ -130,7 +142,10 @@ def replica_costs(workload: Workload, machine: MachineSpec, network: NetworkSpec
     A weighted layer's scheme is the valid one (at least one unit per worker) with the least
     compute + communication time; layers without weights follow the last weighted layer's split.
     Only a weighted layer whose input is distributed (anything after the first weighted layer)
-    exchanges data. With fc_protocol 'vectors' the FC weight gradients move to the PS.
+    exchanges activations. A stripe-split conv keeps its whole kernel on every worker, so its
+    weight gradients are all-reduced inside the replica (and its parameters are pushed, pulled
+    and stored P times: see ReplicaCosts.stored_params). With fc_protocol 'vectors' the FC weight
+    gradients move to the PS.
     """
     b = workload.bytes_per_value
     costs: list[LayerCost] = []
@@ -151,8 +166,18 @@ def replica_costs(workload: Workload, machine: MachineSpec, network: NetworkSpec
                                     if input_distributed else (0.0, 0.0))
             comm_s = transfer_time_s(comm_bytes, messages, network.bandwidth_bytes_per_s,
                                      network.latency_s)
+            replicated = layer.params if (scheme == "rows" and layer.has_weights
+                                          and partitions > 1) else 0
+            if replicated:
+                # Every stripe holds the whole kernel: its weight gradients are summed over the
+                # replica's P workers each step (a ring all-reduce inside the replica).
+                kernel_bytes = replicated * b
+                comm_bytes += 2 * (partitions - 1) / partitions * kernel_bytes
+                messages += 2 * (partitions - 1)
+                comm_s += ring_allreduce_time_s(partitions, kernel_bytes,
+                                                network.bandwidth_bytes_per_s, network.latency_s)
             cost = LayerCost(layer.name, layer.kind, scheme, fraction, fwd, ing, wg, comm_bytes,
-                             messages, comm_s)
+                             messages, comm_s, replicated)
             if best is None or cost.compute_s + cost.comm_s < best.compute_s + best.comm_s:
                 best = cost
         if best is None:

@@ -44,18 +44,23 @@ class Problem:
     replicas: dict[tuple[int, int], ReplicaCosts]
     """Replica costs per (P, n), computed once."""
     fitting: dict[tuple[int, int], bool]
-    min_shards: int | None
+    shards_needed: dict[tuple[int, int], int | None]
+    """Fewest PS shards that fit in memory per (P, n) (the shards store W + (P−1)·W_rep)."""
     infeasible: list[Infeasible]
     max_partitions: int
 
     def groups(self) -> list[Group]:
         return [g for g in self.space.groups(self.max_partitions)
                 if self.fitting[(g.partitions, g.minibatch)]
-                and (not g.uses_ps or self.min_shards is not None)]
+                and (not g.uses_ps or self.min_shards(g) is not None)]
+
+    def min_shards(self, group: Group) -> int | None:
+        return self.shards_needed.get((group.partitions, group.minibatch))
 
     def min_machines(self) -> int | None:
         """The smallest budget with a feasible configuration (None: none at any budget)."""
-        needs = [g.partitions + ((self.min_shards or 0) if g.uses_ps else 0) for g in self.groups()]
+        needs = [g.partitions + ((self.min_shards(g) or 0) if g.uses_ps else 0)
+                 for g in self.groups()]
         return min(needs) if needs else None
 
     def predict(self, config: Config) -> Prediction:
@@ -103,16 +108,22 @@ def prepare(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
                 f"a worker needs up to {format_si(max(needs), 'B')} > "
                 f"{format_si(c.machine.memory_bytes, 'B')} of memory"))
     min_shards = None
+    shards_needed: dict[tuple[int, int], int | None] = {}
     if any(mode != "allreduce" for mode in space.modes):
-        probe = replicas[(1, space.minibatches[0])]
-        min_shards = min_ps_shards(w, c, space.base, probe, max(1, w.params))
+        by_stored: dict[int, int | None] = {}  # PS memory depends on the stored parameters only
+        for key, replica in replicas.items():
+            stored = replica.stored_params(w.params)
+            if stored not in by_stored:
+                by_stored[stored] = min_ps_shards(w, c, space.base, replica, max(1, stored))
+            shards_needed[key] = by_stored[stored]
+        min_shards = shards_needed[(1, space.minibatches[0])]
         if min_shards is None:
             infeasible.append(Infeasible("parameter server", "the weights do not fit in PS memory "
                                          "at any number of shards"))
         elif min_shards > 1:
             infeasible.append(Infeasible(f"S<{min_shards}", "the parameter-server shards do not "
                                          "fit in PS memory"))
-    problem = Problem(w, c, budget, space, replicas, fitting, min_shards, infeasible, p_max)
+    problem = Problem(w, c, budget, space, replicas, fitting, shards_needed, infeasible, p_max)
     needed = problem.min_machines()
     if check_budget and (needed is None or needed > budget):
         fitting_p = [p for (p, _), fits in fitting.items() if fits]
@@ -128,15 +139,17 @@ def prepare(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
                 if fits:
                     fitting_p = [partitions]
                     break
+        if fitting_p and (min(fitting_p), n_min) in shards_needed:
+            min_shards = shards_needed[(min(fitting_p), n_min)]
         raise too_small_error(budget, min(fitting_p) if fitting_p else None, min_shards,
                               space.modes, w, c, widest)
     return problem
 
 
 def _evaluators(problem: Problem, groups: list[Group]) -> list[GroupEvaluator]:
-    return [GroupEvaluator(g, g.config(problem.space.base, 1, problem.min_shards or 1),
+    return [GroupEvaluator(g, g.config(problem.space.base, 1, problem.min_shards(g) or 1),
                            problem.workload, problem.cluster,
-                           problem.replicas[(g.partitions, g.minibatch)], problem.min_shards or 1)
+                           problem.replicas[(g.partitions, g.minibatch)], problem.min_shards(g) or 1)
             for g in groups]
 
 

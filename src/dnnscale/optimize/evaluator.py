@@ -55,13 +55,13 @@ class GroupEvaluator:
     def __post_init__(self) -> None:
         cfg, net = self.config, self.cluster.network
         self.n, self.P = cfg.minibatch, cfg.partitions
-        self.params = self.workload.params  # W, a sum over layers: read once
+        self.params = self.replica.stored_params(self.workload.params)  # W + (P−1)·W_rep
         self.busy_s = self.replica.compute_s + self.replica.partition_s
         self.overlap, self.gamma = cfg.overlap, self.cluster.overlap_gamma
         self.bandwidth, self.latency = net.bandwidth_bytes_per_s, net.latency_s
         self.ps_bandwidth = self.cluster.ps_net.bandwidth_bytes_per_s
         if self.group.uses_ps:
-            terms = ps_terms(self.workload, self.cluster, cfg)
+            terms = ps_terms(self.workload, self.cluster, cfg, self.params)
             self.push_bytes, self.pull_bytes = terms["push_bytes"], terms["pull_bytes"]
             self.update_s, self.fc_ps_s = terms["update_s"], terms["fc_ps_s"]
         else:
