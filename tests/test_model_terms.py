@@ -47,10 +47,11 @@ def test_compute_and_traffic_p2() -> None:
     assert fc.work_fraction == pytest.approx(2 / 3)   # ceil(3/2)/3
     # conv (first layer: its input is the replicated sample) moves nothing
     assert conv.comm_bytes == 0.0
-    # FC: 2 · (P-1)/P · n_in · b · n = 2 · 1/2 · 32 · 4 · 10 = 1280 bytes in 2 messages
-    assert fc.comm_bytes == pytest.approx(1280)
-    assert fc.comm_messages == 2
-    assert c.partition_s == pytest.approx(1280 / 1e6 + 2 * 1e-4, rel=REL)
+    # FC: 3 · (P-1)/P · n_in · b · n = 3 · 1/2 · 32 · 4 · 10 = 1920 bytes (all-gather forward,
+    # gloo's all-reduce for the reduce-scatter backward) in 3 messages
+    assert fc.comm_bytes == pytest.approx(1920)
+    assert fc.comm_messages == 3
+    assert c.partition_s == pytest.approx(1920 / 1e6 + 3 * 1e-4, rel=REL)
     # 10 · ((576 + 576)/2 + 3·192·2/3) / 1e9
     assert c.compute_s == pytest.approx(10 * (576 + 384) / 1e9, rel=REL)
 
@@ -61,14 +62,14 @@ def test_compute_and_traffic_p3() -> None:
     # 2 channels cannot be split 3 ways: stripes, 4 rows -> ceil(4/3)/4 = 1/2
     assert conv.scheme == "rows" and conv.work_fraction == 0.5
     assert fc.work_fraction == pytest.approx(1 / 3)
-    assert fc.comm_bytes == pytest.approx(2 * 2 / 3 * 32 * 4 * 10)   # 1706.67
-    assert fc.comm_messages == 4
+    assert fc.comm_bytes == pytest.approx(3 * 2 / 3 * 32 * 4 * 10)   # 2560
+    assert fc.comm_messages == 6
     # every stripe holds the conv's whole kernel (20 params, 80 bytes): its gradients are
     # ring-all-reduced over the 3 workers: 2·(2/3)·80 bytes in 2·2 messages
     assert conv.replicated_params == 20 and c.replicated_params == 20
     assert conv.comm_bytes == pytest.approx(2 * 2 / 3 * 80)
     assert conv.comm_s == pytest.approx(2 * 2 / 3 * 80 / 1e6 + 4 * 1e-4, rel=REL)
-    assert c.partition_s == pytest.approx(2 * 2 / 3 * 1280 / 1e6 + 4e-4
+    assert c.partition_s == pytest.approx(2560 / 1e6 + 6e-4
                                           + 2 * 2 / 3 * 80 / 1e6 + 4e-4, rel=REL)
     assert c.compute_s == pytest.approx(10 * (1152 / 2 + 576 / 3) / 1e9, rel=REL)
     # the replica's workers hold 119 + 2·20 = 159 parameters together
@@ -89,15 +90,15 @@ def test_conv_partition_formulas() -> None:
     assert conv_stripe_bytes(3, 4, 1, 3, 4, 10) == 2 * 2 * 1 * 4 * 1 * 4 * 10   # two neighbours
     assert conv_stripe_bytes(1, 4, 1, 3, 4, 10) == 0 and conv_stripe_messages(1, 3) == 0
     assert conv_stripe_messages(3, 2) == 2 and conv_stripe_messages(3, 5) == 4
-    # channels: 2 · (P-1)/P · C_in·H_in·W_in · b · n
-    assert conv_channel_bytes(1, 4, 4, 2, 4, 10) == pytest.approx(640)
-    assert conv_channel_bytes(1, 4, 4, 3, 4, 10) == pytest.approx(2 * 2 / 3 * 16 * 40)
+    # channels: 3 · (P-1)/P · C_in·H_in·W_in · b · n
+    assert conv_channel_bytes(1, 4, 4, 2, 4, 10) == pytest.approx(960)
+    assert conv_channel_bytes(1, 4, 4, 3, 4, 10) == pytest.approx(3 * 2 / 3 * 16 * 40)
     assert fc_partition_bytes(32, 1, 4, 10) == 0
 
 
 def test_second_conv_picks_cheaper_split() -> None:
-    # conv 1->8 on 1x16x16, then conv 8->8 3x3: channels moves 2·1/2·8·16·16·4·n bytes,
-    # stripes 2·1·1·16·8·4·n (one halo row): stripes are 16x cheaper.
+    # conv 1->8 on 1x16x16, then conv 8->8 3x3: channels moves 3·1/2·8·16·16·4·n bytes,
+    # stripes 2·1·1·16·8·4·n (one halo row) plus the kernel's all-reduce: stripes are cheaper.
     w = build_workload("two-conv", [1, 16, 16], [
         {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
         {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},

@@ -24,25 +24,29 @@ def fc_partition_bytes(in_features: int, partitions: int, bytes_per_value: int,
                        minibatch: int) -> float:
     """Bytes a worker exchanges for a fully connected layer whose outputs are split over P.
 
-    Formula: 2 · (P−1)/P · n_in · b · n   (forward: the inputs it does not own; backward: its
-    partial input-gradients for them), in 2·(P−1) messages (see fc_partition_messages).
+    Formula: 3 · (P−1)/P · n_in · b · n: forward, an all-gather of the inputs it does not own,
+    (P−1)/P · n_in·b·n; backward, a reduce-scatter of the partial input-gradients, which gloo
+    (torch 2.13) runs as an all-reduce of the whole tensor, 2 · (P−1)/P · n_in·b·n. In
+    3·(P−1) messages (see fc_partition_messages).
     Units: values, bytes per value, samples -> bytes.
-    Source: performance-model.md §2; Yan et al. KDD 2015 (model-parallel FC traffic).
+    Source: performance-model.md §2; Yan et al. KDD 2015 (model-parallel FC traffic); gloo's
+    reduce_scatter measured on the testbed: 1 MB among 2 hosts took as long as a 2 MB all-reduce.
     """
     if partitions <= 1:
         return 0.0
-    return 2 * (partitions - 1) / partitions * in_features * bytes_per_value * minibatch
+    return 3 * (partitions - 1) / partitions * in_features * bytes_per_value * minibatch
 
 
 @cost_formula
 def fc_partition_messages(partitions: int) -> float:
-    """Messages a worker sends per step for a split FC layer.
+    """Messages a worker sends per step for a split FC layer (or a channel-split conv).
 
-    Formula: 2 · (P−1)   (one to every other worker, forward and backward).
+    Formula: 3 · (P−1)   (a ring all-gather forward, P−1 steps; a ring all-reduce backward,
+    2·(P−1) steps).
     Units: count.
     Source: performance-model.md §2.
     """
-    return 2.0 * (partitions - 1) if partitions > 1 else 0.0
+    return 3.0 * (partitions - 1) if partitions > 1 else 0.0
 
 
 @cost_formula
@@ -79,14 +83,16 @@ def conv_channel_bytes(in_channels: int, in_height: int, in_width: int, partitio
                        bytes_per_value: int, minibatch: int) -> float:
     """Bytes a worker exchanges for a conv layer split by output channels.
 
-    Formula: 2 · (P−1)/P · C_in · H_in · W_in · b · n   (forward: all input maps it does not
-    hold; backward: its partial input-gradients for them), in 2·(P−1) messages.
+    Formula: 3 · (P−1)/P · C_in · H_in · W_in · b · n   (forward: an all-gather of the input maps
+    it does not hold; backward: the reduce-scatter of its partial input-gradients, an all-reduce
+    in gloo, as for FC layers), in 3·(P−1) messages.
     Units: values, bytes per value, samples -> bytes.
-    Source: performance-model.md §2 (channel split; the backward term mirrors the FC case).
+    Source: performance-model.md §2 (channel split); gloo's reduce_scatter as in
+    fc_partition_bytes.
     """
     if partitions <= 1:
         return 0.0
-    return (2 * (partitions - 1) / partitions * in_channels * in_height * in_width
+    return (3 * (partitions - 1) / partitions * in_channels * in_height * in_width
             * bytes_per_value * minibatch)
 
 

@@ -1,0 +1,75 @@
+"""`dnnscale validate`: predicted vs measured on the testbed (imports stay light here)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="validate")(validate_command)
+
+
+def validate_command(
+        workload: Optional[str] = typer.Option(None, "--workload", "-w",
+                                               help="zoo name or YAML (default: the grid's)"),
+        testbed: str = typer.Option(..., "--testbed", help="testbed name or description file"),
+        configs: Path = typer.Option(..., "--configs", help="grid YAML (see docs/accuracy.md)"),
+        profile: Optional[Path] = typer.Option(None, "--profile",
+                                               help="calibrated hardware profile YAML"),
+        output: Path = typer.Option(..., "-o", "--output", help="output folder"),
+        repeats: Optional[int] = typer.Option(None, "--repeats", help="override the grid's"),
+        steps: Optional[int] = typer.Option(None, "--steps", help="override the grid's"),
+        no_optimizer: bool = typer.Option(False, "--no-optimizer", help="skip the regret check"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
+    """Predict and run every configuration of a grid on the testbed; errors, baselines, regret."""
+    from dnnscale.cli import user_errors
+
+    user_errors(_validate)(workload, testbed, configs, profile, output, repeats, steps,
+                           no_optimizer, as_json)
+
+
+def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Optional[Path],
+              output: Path, repeats: Optional[int], steps: Optional[int], no_optimizer: bool,
+              as_json: bool) -> None:
+    import dataclasses
+    import json
+
+    from rich.console import Console
+
+    from dnnscale.errors import InputError
+    from dnnscale.testbed.describe import cluster_from_description, load_description
+    from dnnscale.validate.grid import load_grid
+    from dnnscale.validate.pipeline import validate
+    from dnnscale.validate.profile import apply_profile
+    from dnnscale.validate.report import markdown, write_outputs
+
+    grid = load_grid(configs)
+    overrides = {k: v for k, v in (("repeats", repeats), ("steps", steps)) if v is not None}
+    grid = dataclasses.replace(grid, **overrides)
+    workload_ref = workload or grid.workload
+    if not workload_ref:
+        raise InputError("--workload", "missing (and the grid names none)")
+    if Path(workload_ref).is_file():  # the ranks may start in another folder
+        workload_ref = str(Path(workload_ref).resolve())
+    desc = load_description(testbed)
+    cluster = cluster_from_description(desc)
+    if profile is not None:
+        cluster = apply_profile(cluster, profile)
+    console = Console(stderr=True)
+    rate = sorted({h.rate_bytes_per_s * 8 / 1e6 for h in desc.hosts})
+    label = "/".join(f"{r:g} Mbit/s" for r in rate)
+    result = validate(workload_ref, cluster, desc, grid, output / "runs",
+                      progress=lambda text: console.log(text), network_label=label,
+                      optimizer=not no_optimizer)
+    result["testbed"] = desc.name
+    result["note"] = (f"Predictions from cluster {cluster.name!r}"
+                      f"{' with profile ' + str(profile) if profile else ' (uncalibrated)'}.")
+    write_outputs(result, output)
+    if as_json:
+        print(json.dumps(result["summary"], indent=2))
+    else:
+        sys.stdout.write(markdown(result))

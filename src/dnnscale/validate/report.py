@@ -1,0 +1,107 @@
+"""Validation outputs: Markdown table, JSON, predicted-vs-measured scatter, scalability curves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None or value != value else f"{100 * value:.1f} %"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = [f"# Validation: {result['workload']} on testbed {result['testbed']}", "",
+             f"{result['note']}", "",
+             f"Network: {result['network']}. Each configuration ran {result['repeats']} times "
+             f"({result['steps']} timed steps after {result['warmup']} warm-up steps); measured = "
+             "median over repeats, spread = (max − min) / median.", "",
+             "| id | set | configuration | machines | predicted samples/s | measured samples/s | "
+             "spread | error | Paleo error | Optimus error | bottleneck predicted | observed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        m = row["measured"]
+        lines.append(
+            f"| {row['id']} | {row['set']} | {row['label']} | {row['machines']} | "
+            f"{row['predicted_throughput_samples_per_s']:.1f} | {m['throughput_samples_per_s']:.1f} | "
+            f"{_pct(m['spread'])} | {_pct(row.get('relative_error'))} | "
+            f"{_pct(row.get('paleo_relative_error'))} | {_pct(row.get('optimus_relative_error'))} | "
+            f"{row['predicted_bottleneck']} | {m['observed_bottleneck']} |")
+    lines += ["", "| predictor | configs | median error | p90 error | max error | Kendall τ |",
+              "|---|---|---|---|---|---|"]
+    for name, figures in (("dnnscale", s), *((k, v) for k, v in s["baselines"].items())):
+        lines.append(f"| {name} | {s['configs']} | {_pct(figures['median_relative_error'])} | "
+                     f"{_pct(figures['p90_relative_error'])} | {_pct(figures['max_relative_error'])} | "
+                     f"{figures.get('kendall_tau', float('nan')):.2f} |")
+    opt = result.get("optimizer")
+    if opt:
+        lines += ["", f"Optimizer (budget {opt['machines']} machines) chose {opt['label']}: "
+                  f"measured {opt['measured_throughput_samples_per_s']:.1f} samples/s; best measured "
+                  f"{opt['best_label']} at {opt['best_measured_throughput_samples_per_s']:.1f} "
+                  f"samples/s; regret {_pct(s['regret'])}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    """results.json, table.md, scatter.png, curves.png under `out_dir`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "results.json", out_dir / "table.md"]
+    paths[0].write_text(json.dumps(result, indent=2))
+    paths[1].write_text(markdown(result))
+    paths += plot(result, out_dir)
+    return paths
+
+
+def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if r["set"] != "calibration"]
+    scatter = out_dir / "scatter.png"
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    markers = {"ps-async": "o", "ps-sync": "s", "allreduce": "^"}
+    for sync, marker in markers.items():
+        chosen = [r for r in rows if r["config"]["sync"] == sync]
+        if chosen:
+            ax.scatter([r["measured"]["throughput_samples_per_s"] for r in chosen],
+                       [r["predicted_throughput_samples_per_s"] for r in chosen], marker=marker,
+                       label=sync)
+    values = [v for r in rows for v in (r["measured"]["throughput_samples_per_s"],
+                                        r["predicted_throughput_samples_per_s"])]
+    low, high = min(values) * 0.8, max(values) * 1.25
+    ax.plot([low, high], [low, high], "k--", linewidth=0.8, label="exact")
+    ax.fill_between([low, high], [low * 0.9, high * 0.9], [low * 1.1, high * 1.1], alpha=0.1,
+                    color="gray", label="±10 %")
+    ax.set(xscale="log", yscale="log", xlabel="measured samples/s", ylabel="predicted samples/s",
+           title=f"{result['workload']}, {result['network']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(scatter, dpi=110)
+    plt.close(fig)
+
+    curves = out_dir / "curves.png"
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for key, label, style in (("measured", "measured best", "o-"),
+                              ("predicted", "predicted best (same runs)", "s--")):
+        best: dict[int, float] = {}
+        for r in rows:
+            value = (r["measured"]["throughput_samples_per_s"] if key == "measured"
+                     else r["predicted_throughput_samples_per_s"])
+            best[r["machines"]] = max(best.get(r["machines"], 0.0), value)
+        xs = sorted(best)
+        # best over configurations using at most that many machines
+        ys, top = [], 0.0
+        for x in xs:
+            top = max(top, best[x])
+            ys.append(top)
+        ax.plot(xs, ys, style, label=label)
+    ax.set(xlabel="machines used", ylabel="best samples/s", title="scalability: measured vs predicted")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(curves, dpi=110)
+    plt.close(fig)
+    return [scatter, curves]
