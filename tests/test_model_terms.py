@@ -97,19 +97,33 @@ def test_conv_partition_formulas() -> None:
 
 
 def test_second_conv_picks_cheaper_split() -> None:
-    # conv 1->8 on 1x16x16, then conv 8->8 3x3: channels moves 3·1/2·8·16·16·4·n bytes,
-    # stripes 2·1·1·16·8·4·n (one halo row) plus the kernel's all-reduce: stripes are cheaper.
+    # P = 3: the first conv has 2 channels, too few for 3 workers, so it is split in stripes;
+    # the second (2->8, 3x3) then exchanges one halo row per neighbour (2 neighbours) plus the
+    # all-reduce of its kernel (8·2·3·3 + 8 = 152 params): 2·2·1·16·2·4·n + 2·(2/3)·152·4 bytes,
+    # far below a channel split's re-gather, 3·(2/3)·2·16·16·4·n.
+    w = build_workload("two-conv", [1, 16, 16], [
+        {"kind": "conv2d", "out_channels": 2, "kernel": 3, "padding": 1},
+        {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
+    ], samples_per_epoch=10)
+    cluster = tiny_cluster()
+    c = replica_costs(w, cluster.machine, cluster.network, 3, N)
+    first, second = c.layers
+    assert first.scheme == "rows" and second.scheme == "rows"
+    assert second.comm_bytes == pytest.approx(2 * 2 * 1 * 16 * 2 * 4 * N + 2 * (2 / 3) * 152 * 4)
+
+
+def test_stripes_after_channels_pay_the_regather() -> None:
+    # P = 2: the first conv (1->8) splits by channels; stripes for the second would first
+    # re-gather its whole input (the channel split's 3·(1/2)·8·16·16·4·n bytes) and then also
+    # all-reduce the kernel, so the second conv stays split by channels.
     w = build_workload("two-conv", [1, 16, 16], [
         {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
         {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
     ], samples_per_epoch=10)
     cluster = tiny_cluster()
     c = replica_costs(w, cluster.machine, cluster.network, 2, N)
-    second = c.layers[1]
-    assert second.scheme == "rows"
-    # halo rows plus the all-reduce of the kernel every stripe holds (8·8·3·3 + 8 = 584 params)
-    assert second.comm_bytes == pytest.approx(2 * 1 * 1 * 16 * 8 * 4 * N + 2 * (1 / 2) * 584 * 4)
-    assert c.layers[0].scheme == "channels"   # the first conv moves nothing split by channels
+    assert [layer.scheme for layer in c.layers] == ["channels", "channels"]
+    assert c.layers[1].comm_bytes == pytest.approx(3 * (1 / 2) * 8 * 16 * 16 * 4 * N)
 
 
 def test_ps_async_worker_bound() -> None:

@@ -97,15 +97,18 @@ def conv_channel_bytes(in_channels: int, in_height: int, in_width: int, partitio
 
 
 def layer_partition_traffic(layer: Layer, scheme: str, partitions: int, bytes_per_value: int,
-                            minibatch: int) -> tuple[float, float]:
+                            minibatch: int, input_scheme: str = "rows") -> tuple[float, float]:
     """(bytes, messages) one worker exchanges per step for `layer` under `scheme`.
 
     Only weighted layers whose input is itself distributed move data; the caller decides the
-    latter (the first weighted layer reads the replicated input sample).
+    latter (the first weighted layer reads the replicated input sample). `input_scheme` is how
+    that input is distributed (the previous weighted layer's split): stripes only exchange halo
+    rows when the input is already in stripes; otherwise the whole input is first re-gathered
+    (all-gather forward, reduce-scatter backward), which costs what a channel split costs.
     """
     if not layer.has_weights or partitions <= 1:
         return 0.0, 0.0
-    if layer.kind == "conv2d" and scheme == "rows":
+    if layer.kind == "conv2d" and scheme == "rows" and input_scheme == "rows":
         kh = layer.kernel[0] if layer.kernel else 1
         c_in, _, w_in = layer.input_shape
         return (conv_stripe_bytes(kh, w_in, c_in, partitions, bytes_per_value, minibatch),

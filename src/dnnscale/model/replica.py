@@ -162,7 +162,8 @@ def replica_costs(workload: Workload, machine: MachineSpec, network: NetworkSpec
                 continue  # invalid split: some worker would get nothing
             fraction = imbalance_fraction(extent, partitions)
             fwd, ing, wg = _layer_compute(layer, fraction, minibatch, machine, skip_weight_grad)
-            comm_bytes, messages = (layer_partition_traffic(layer, scheme, partitions, b, minibatch)
+            comm_bytes, messages = (layer_partition_traffic(layer, scheme, partitions, b, minibatch,
+                                                            input_scheme=current_scheme)
                                     if input_distributed else (0.0, 0.0))
             comm_s = transfer_time_s(comm_bytes, messages, network.bandwidth_bytes_per_s,
                                      network.latency_s)
