@@ -3,35 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional
 
 import typer
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, user_errors
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Predict DNN training time on a cluster and find the fastest configuration.")
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def user_errors(func: F) -> F:
-    """Turn InputError into one line on stderr and exit code 2."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except InputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
 
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, default=_json_default))

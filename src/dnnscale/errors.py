@@ -7,6 +7,13 @@ code 2, without a traceback.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 class InputError(ValueError):
     """Bad user input. `field` is a dotted path such as ``cluster.network.bandwidth``."""
@@ -15,6 +22,31 @@ class InputError(ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"{field}: {problem}" if field else problem)
+
+
+class CommandFailed(RuntimeError):
+    """A command's work failed (a run, a system step), not the user's input: exit code 1,
+    the message on one line."""
+
+
+def user_errors(func: F) -> F:
+    """For CLI commands: InputError -> one line on stderr and exit 2; CommandFailed -> one line
+    and exit 1; never a traceback for either."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import typer
+
+        try:
+            return func(*args, **kwargs)
+        except InputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        except CommandFailed as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
 
 
 def require_positive(field: str, value: float) -> float:

@@ -13,7 +13,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add the `optimize` command to `app`."""
-    from dnnscale.cli import user_errors
+    from dnnscale.errors import user_errors
 
     @app.command()
     @user_errors

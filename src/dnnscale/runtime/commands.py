@@ -7,41 +7,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional
 
 import typer
 
-from dnnscale.errors import InputError, require_int, require_positive
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _user_errors(func: F) -> F:
-    """InputError -> one line on stderr, exit 2; a failed run -> its message, exit 1."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from dnnscale.runtime.launch import RunFailed
-
-        try:
-            return func(*args, **kwargs)
-        except InputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except RunFailed as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
+from dnnscale.errors import InputError, require_int, require_positive, user_errors
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(_user_errors(run))
+    app.command("run")(user_errors(run))
 
 
 def run(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or YAML"),

@@ -25,6 +25,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from dnnscale.errors import CommandFailed
 from typing import Any
 
 from dnnscale.runtime.job import RunSpec
@@ -37,7 +39,7 @@ POLL_S = 0.05
 SILENT_S = 1.0  # a heartbeat this old, once a peer gave up waiting, marks the frozen rank
 
 
-class RunFailed(RuntimeError):
+class RunFailed(CommandFailed):
     """The run ended early; the message names the rank and its role."""
 
 

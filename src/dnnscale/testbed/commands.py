@@ -7,38 +7,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional
 
 import typer
 
-F = TypeVar("F", bound=Callable[..., Any])
+from dnnscale.errors import user_errors
 
 testbed_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Emulated cluster on this machine: network namespaces as hosts, "
                                "rate-limited links, CPU quotas (needs root).")
-
-
-def cli_errors(func: F) -> F:
-    """One line on stderr: bad input (InputError) exits 2, a failed system step exits 1."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from dnnscale.errors import InputError
-        from dnnscale.testbed.system import TestbedError
-
-        try:
-            return func(*args, **kwargs)
-        except InputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except TestbedError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(1) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _print_json(data: Any) -> None:
@@ -70,7 +48,7 @@ NAME_HELP = "testbed name (1-6 lower-case letters/digits); its objects are named
 
 
 @testbed_app.command()
-@cli_errors
+@user_errors
 def up(hosts: int = typer.Option(..., "--hosts", "-n", help="number of worker hosts"),
        rate: str = typer.Option("1gbit", "--rate", help="link rate of each worker, each "
                                 "direction (e.g. 200mbit, 1gbit, 1.25GB/s)"),
@@ -123,7 +101,7 @@ def _hosts_table(desc: Any) -> Any:
 
 
 @testbed_app.command()
-@cli_errors
+@user_errors
 def down(name: str = typer.Option("tb", "--name", help=NAME_HELP),
          all_testbeds: bool = typer.Option(False, "--all", help="remove every testbed"),
          as_json: bool = typer.Option(False, "--json", help="print what was removed as JSON")) -> None:
@@ -144,7 +122,7 @@ def down(name: str = typer.Option("tb", "--name", help=NAME_HELP),
 
 
 @testbed_app.command()
-@cli_errors
+@user_errors
 def status(name: Optional[str] = typer.Option(None, "--name", help="only this testbed"),
            as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """What testbeds exist: their hosts and every object found on the machine."""
@@ -169,7 +147,7 @@ def status(name: Optional[str] = typer.Option(None, "--name", help="only this te
 
 
 @testbed_app.command()
-@cli_errors
+@user_errors
 def check(name: str = typer.Option("tb", "--name", help=NAME_HELP),
           description: Optional[Path] = typer.Option(None, "--description",
                                                      help="description file (instead of --name)"),

@@ -12,11 +12,11 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from dnnscale.errors import InputError
+from dnnscale.errors import CommandFailed, InputError
 from dnnscale.testbed.names import CGROUP_CPU_ROOT
 
 
-class TestbedError(RuntimeError):
+class TestbedError(CommandFailed):
     """A system step of the testbed failed (not the user's input): exit code 1."""
 
     __test__ = False

@@ -26,7 +26,7 @@ def validate_command(
         no_optimizer: bool = typer.Option(False, "--no-optimizer", help="skip the regret check"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """Predict and run every configuration of a grid on the testbed; errors, baselines, regret."""
-    from dnnscale.cli import user_errors
+    from dnnscale.errors import user_errors
 
     user_errors(_validate)(workload, testbed, configs, profile, output, repeats, steps,
                            no_optimizer, as_json)
