@@ -6,7 +6,8 @@ from rich.table import Table
 
 from dnnscale.model.prediction import Prediction
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, describe_config
-from dnnscale.units import format_seconds, format_si
+from dnnscale.report.tables import add_breakdown_rows
+from dnnscale.units import format_seconds
 
 
 def _config_cell(prediction: Prediction) -> str:
@@ -28,17 +29,7 @@ def plan_table(result: OptimizeResult) -> Table:
     table.add_row("time per epoch", format_seconds(best.epoch_time_s))
     table.add_row("throughput", f"{best.throughput_samples_per_s:,.1f} samples/s")
     table.add_row("bottleneck", best.bottleneck)
-    table.add_section()
-    for name, seconds in best.breakdown_s.items():
-        if name != "step":
-            table.add_row(f"  {name.replace('_', ' ')}", format_seconds(seconds))
-    table.add_section()
-    for name, value in best.utilization.items():
-        table.add_row(f"  utilization {name.replace('_', ' ')}", f"{100 * value:.1f} %")
-    table.add_section()
-    table.add_row("memory per worker", format_si(best.memory_bytes["worker"], "B"))
-    if cfg.uses_ps:
-        table.add_row("memory per PS machine", format_si(best.memory_bytes["ps"], "B"))
+    add_breakdown_rows(table, best)
     return table
 
 

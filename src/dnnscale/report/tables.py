@@ -42,6 +42,13 @@ def prediction_table(prediction: Prediction, workload_name: str, cluster_name: s
     table.add_row("time per step", format_seconds(prediction.step_time_s))
     table.add_row("time per epoch", format_seconds(prediction.epoch_time_s))
     table.add_row("bottleneck", prediction.bottleneck)
+    add_breakdown_rows(table, prediction)
+    table.add_row("fits in memory", "yes" if prediction.fits else "[red]NO[/red]")
+    return table
+
+
+def add_breakdown_rows(table: Table, prediction: Prediction) -> None:
+    """The sections every prediction table shares: seconds per activity, utilisation, memory."""
     table.add_section()
     for name, seconds in prediction.breakdown_s.items():
         if name != "step":
@@ -51,7 +58,5 @@ def prediction_table(prediction: Prediction, workload_name: str, cluster_name: s
         table.add_row(f"  utilization {name.replace('_', ' ')}", f"{100 * value:.1f} %")
     table.add_section()
     table.add_row("memory per worker", format_si(prediction.memory_bytes["worker"], "B"))
-    if cfg.uses_ps:
+    if prediction.config.uses_ps:
         table.add_row("memory per PS machine", format_si(prediction.memory_bytes["ps"], "B"))
-    table.add_row("fits in memory", "yes" if prediction.fits else "[red]NO[/red]")
-    return table
