@@ -142,6 +142,19 @@ def test_ps_async_worker_bound() -> None:
     assert p.epoch_time_s == pytest.approx(1000 / p.throughput_samples_per_s, rel=REL)
 
 
+def test_ps_async_replica_waits_for_its_shard() -> None:
+    # P = 2 workers share one shard, which serves their requests one at a time: the replica
+    # waits share · (push + pull) / B_ps = 1 · (476 + 476) / 1e6 s, longer than each worker's
+    # own 2 · (238 / 1e6 + 1e-4) s.
+    cfg = Config(partitions=2, replicas=1, ps_shards=1, sync="ps-async", minibatch=N)
+    p = predict_config(tiny_workload(), tiny_cluster(), cfg)
+    busy_s = 10 * (576 + 384) / 1e9 + 1920 / 1e6 + 3e-4   # compute + FC partition traffic
+    assert p.breakdown_s["ps_push"] == pytest.approx(238 / 1e6 + 1e-4, rel=REL)
+    assert p.step_time_s == pytest.approx(busy_s + 952 / 1e6, rel=REL)
+    assert p.breakdown_s["ps_serve_wait"] == pytest.approx(952 / 1e6 - 2 * (238 / 1e6 + 1e-4))
+    assert p.bottleneck == "partition communication"   # 2.22 ms of FC traffic > 0.95 ms
+
+
 def test_ps_async_network_bound() -> None:
     cfg = Config(partitions=1, replicas=10, ps_shards=2, sync="ps-async", minibatch=N)
     p = predict_config(tiny_workload(), tiny_cluster(), cfg)

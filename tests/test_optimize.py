@@ -93,17 +93,19 @@ def test_async_plan_is_the_ps_bound_with_the_fewest_machines() -> None:
     slow PS NIC (10 kB/s): every configuration is PS-network bound. The PS NIC capacity is
     B_ps / (share · (push + pull bytes per sample)) = B_ps / (share · 2·W·b/n) with share =
     ceil(119/S)/119, largest (1/119) from S = 119 shards on: 1e4 · 119 / (2 · 476/32) = 40,000
-    samples/s. One replica already outruns it at S = 119 (its step, 55 µs compute +
-    2·(476 B / 1 GB/s + 119 · 1 µs) ≈ 0.29 ms, gives ≈ 109,000 samples/s), so the plan is
-    P=1 R=1 S=119 — 120 of the 200 machines; more shards or replicas cannot help."""
+    samples/s. One replica cannot fill it: besides its 55 µs of compute it waits for its shard
+    to serve its share of the push and pull, (1/119) · 952 B / 1e4 B/s = 0.8 ms (longer than its
+    own 2·(476 B / 1 GB/s + 119 · 1 µs) ≈ 0.24 ms), so it runs at ≈ 37,400 samples/s; two
+    replicas saturate the PS. The plan is P=1 R=2 S=119 — 121 of the 200 machines; more shards
+    or replicas cannot help."""
     cluster = dataclasses.replace(tiny_cluster(), network=NetworkSpec(1e9, 1e-6),
                                   ps_network=NetworkSpec(1e4, 1e-6))
     result = optimize(tiny_workload(), cluster, machines=200, modes="ps-async")
     best = result.best
     assert best.throughput_samples_per_s == pytest.approx(1e4 * 119 / (2 * 476 / 32), rel=1e-12)
-    assert (best.config.partitions, best.config.replicas, best.config.ps_shards) == (1, 1, 119)
+    assert (best.config.partitions, best.config.replicas, best.config.ps_shards) == (1, 2, 119)
     assert best.bottleneck == "ps network" and best.utilization["ps_network"] == pytest.approx(1)
-    assert any("uses 120 of 200 machines" in line for line in result.explanation)
+    assert any("uses 121 of 200 machines" in line for line in result.explanation)
     assert any(line.startswith("saturated: ps network") for line in result.explanation)
 
 

@@ -55,3 +55,21 @@ def test_optimus_recovers_its_own_law() -> None:
     model = OptimusBaseline.fit(runs, [law(r) for r in runs])
     unseen = _run("ps-async", 5, 4, 1e9, 1e6)
     assert model.throughput(unseen) == pytest.approx(law(unseen), rel=1e-6)
+
+
+def test_reuse_reads_only_a_matching_earlier_run(tmp_path) -> None:
+    import json
+
+    from dnnscale.config import Config
+    from dnnscale.validate.measure import _recorded_summary
+
+    config = Config(partitions=2, replicas=1, ps_shards=1, minibatch=8)
+    summary = {"type": "summary", "config": config.to_dict(), "conv_split": {"conv1": "rows"},
+               "measured_throughput_samples_per_s": 12.5}
+    path = tmp_path / "c01-r1.jsonl"
+    path.write_text(json.dumps({"type": "start", "rank": 0}) + "\n" + json.dumps(summary) + "\n")
+    assert _recorded_summary(path, config, {"conv1": "rows"}) == summary
+    assert _recorded_summary(path, config, {"conv1": "channels"}) is None     # other split
+    assert _recorded_summary(path, Config(partitions=1, ps_shards=1, minibatch=8),
+                             {"conv1": "rows"}) is None                      # other config
+    assert _recorded_summary(tmp_path / "missing.jsonl", config, {}) is None

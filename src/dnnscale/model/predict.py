@@ -106,7 +106,10 @@ def _parameter_server(workload: Workload, cluster: Cluster, config: Config,
         x_net = ps_network_capacity_samples_per_s(ps_net.bandwidth_bytes_per_s, share,
                                                   terms["push_bytes"] / n, terms["pull_bytes"] / n)
         x_cpu = ps_cpu_capacity_samples_per_s(share, terms["update_s"] / n, terms["fc_ps_s"] / n)
-        worker_step_s = _combine(busy_s, push_w_s + pull_w_s, config, cluster)
+        # The busiest shard serves this replica's P workers one request at a time, so a replica
+        # also waits for that shard to move its share of the replica's pushes and pulls.
+        serve_s = share * (terms["push_bytes"] + terms["pull_bytes"]) / ps_net.bandwidth_bytes_per_s
+        worker_step_s = _combine(busy_s, max(push_w_s + pull_w_s, serve_s), config, cluster)
         x_replicas = R * n / worker_step_s
         throughput = min(x_replicas, x_net, x_cpu)
         step_s = R * n / throughput
@@ -114,14 +117,15 @@ def _parameter_server(workload: Workload, cluster: Cluster, config: Config,
         if throughput == x_replicas:
             bottleneck = _largest({"worker compute": replica.compute_s,
                                    "partition communication": replica.partition_s,
-                                   "worker ps transfer": push_w_s + pull_w_s})
+                                   "worker ps transfer": max(push_w_s + pull_w_s, serve_s)})
         else:
             bottleneck = "ps network" if throughput == x_net else "ps cpu"
         breakdown.update({"ps_push": push_w_s, "ps_pull": pull_w_s,
+                          "ps_serve_wait": max(0.0, serve_s - push_w_s - pull_w_s),
                           "ps_wait": max(0.0, step_s - worker_step_s), "step": step_s})
         utilization = {"worker_compute": replica.compute_s / step_s,
                        "partition_network": replica.partition_s / step_s,
-                       "worker_ps_network": (push_w_s + pull_w_s) / step_s,
+                       "worker_ps_network": max(push_w_s + pull_w_s, serve_s) / step_s,
                        "ps_network": throughput / x_net, "ps_cpu": throughput / x_cpu}
         return _Timing(throughput, step_s, bottleneck, breakdown, utilization, capacities)
     # Synchronous: every worker pushes, the shards apply all R updates, every worker pulls.

@@ -9,8 +9,11 @@ this on random configurations; the optimizer re-checks every configuration it re
 The structure the exact search relies on, read off those formulas (performance-model.md §4, §6):
 
 - ps-async: X = min(R·n / T_w(S), X_ps(share(S))). T_w, the worker step (compute + partition
-  traffic combined with its own push/pull, S messages each), does not depend on R and grows with
-  S; X_ps = min(X_ps,net, X_ps,cpu) grows as the busiest shard's share ceil(W/S)/W falls.
+  traffic combined with the longer of its own push/pull, S messages each, and the busiest
+  shard's service of the replica, share·(push + pull)/B_ps), does not depend on R; its own part
+  grows with S and the service part falls with the share; X_ps = min(X_ps,net, X_ps,cpu) grows
+  as the busiest shard's share ceil(W/S)/W falls. Over S in [lo, hi], T_w >= its value with the
+  latency of lo shards and the share of hi shards.
 - ps-sync: X = R·n / T(R, share, S) with T = combine(T_comp + T_mp, push + apply + pull), where
   push = max(W_push/P/B, R·share·W_push/B_ps) + S/k_push·α (pull alike) and apply =
   R·share·t_apply. T/R is nonincreasing in R (each term is a constant or proportional to R;
@@ -92,8 +95,7 @@ class GroupEvaluator:
             x_net = ps_network_capacity_samples_per_s(self.ps_bandwidth, share,
                                                       self.push_bytes / n, self.pull_bytes / n)
             x_cpu = ps_cpu_capacity_samples_per_s(share, self.update_s / n, self.fc_ps_s / n)
-            worker_step_s = self._combine(self.busy_s, push_w_s + pull_w_s)
-            cached = (share, worker_step_s, min(x_net, x_cpu))
+            cached = (share, push_w_s + pull_w_s, min(x_net, x_cpu))
         else:
             cached = (share, shards / cfg.push_every * self.latency,
                       shards / cfg.pull_every * self.latency)
@@ -105,8 +107,12 @@ class GroupEvaluator:
         `latency_shards` shards (the same S for a real configuration)."""
         n = self.n
         if self.group.sync == "ps-async":
-            worker_step_s = self._shards(latency_shards)[1]
-            x_ps = self._shards(share_shards)[2]
+            # the worker's own transfers (latency of `latency_shards`) or the busiest shard's
+            # service of the replica (share of `share_shards`), whichever is longer
+            own_s = self._shards(latency_shards)[1]
+            share, _, x_ps = self._shards(share_shards)
+            serve_s = share * (self.push_bytes + self.pull_bytes) / self.ps_bandwidth
+            worker_step_s = self._combine(self.busy_s, max(own_s, serve_s))
             return min(replicas * n / worker_step_s, x_ps)
         share = self._shards(share_shards)[0]
         _, push_latency_s, pull_latency_s = self._shards(latency_shards)

@@ -24,17 +24,20 @@ def validate_command(
         repeats: Optional[int] = typer.Option(None, "--repeats", help="override the grid's"),
         steps: Optional[int] = typer.Option(None, "--steps", help="override the grid's"),
         no_optimizer: bool = typer.Option(False, "--no-optimizer", help="skip the regret check"),
+        reuse_runs: bool = typer.Option(False, "--reuse-runs", help="read runs already in "
+                                        "OUTPUT/runs (same configuration and splits) instead of "
+                                        "running them again; predictions are made anew"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """Predict and run every configuration of a grid on the testbed; errors, baselines, regret."""
     from dnnscale.errors import user_errors
 
     user_errors(_validate)(workload, testbed, configs, profile, output, repeats, steps,
-                           no_optimizer, as_json)
+                           no_optimizer, as_json, reuse_runs)
 
 
 def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Optional[Path],
               output: Path, repeats: Optional[int], steps: Optional[int], no_optimizer: bool,
-              as_json: bool) -> None:
+              as_json: bool, reuse_runs: bool = False) -> None:
     import dataclasses
     import json
 
@@ -64,7 +67,7 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
     label = "/".join(f"{r:g} Mbit/s" for r in rate)
     result = validate(workload_ref, cluster, desc, grid, output / "runs",
                       progress=lambda text: console.log(text), network_label=label,
-                      optimizer=not no_optimizer)
+                      optimizer=not no_optimizer, reuse=reuse_runs)
     result["testbed"] = desc.name
     result["note"] = (f"Predictions from cluster {cluster.name!r}"
                       f"{' with profile ' + str(profile) if profile else ' (uncalibrated)'}.")

@@ -46,23 +46,44 @@ class Measurement:
                 "loss_last": self.loss_last, "observed_bottleneck": self.observed_bottleneck()}
 
 
+def _recorded_summary(path: Path, config: Config, conv_split: dict[str, str]) -> dict | None:
+    """The summary record of an earlier run of the same configuration and splits, if any."""
+    from dnnscale.runtime.records import read_records
+
+    if not path.is_file():
+        return None
+    summaries = [r for r in read_records(str(path)) if r.get("type") == "summary"]
+    if not summaries or summaries[-1].get("config") != config.to_dict():
+        return None
+    split = summaries[-1].get("conv_split")
+    if split not in (None, conv_split) and not (isinstance(split, dict) and split == conv_split):
+        return None
+    return summaries[-1]
+
+
 def measure(workload: str, config: Config, testbed: Any, conv_split: dict[str, str],
             repeats: int, steps: int, warmup: int, timeout_s: float, lr: float,
-            run_dir: Path, label: str) -> Measurement:
+            run_dir: Path, label: str, reuse: bool = False) -> Measurement:
     """Run `config` `repeats` times on `testbed` (a TestbedDescription), JSONL per run in
-    `run_dir`; raises runtime.launch.RunFailed when a run fails."""
+    `run_dir`; raises runtime.launch.RunFailed when a run fails. With `reuse`, a repeat whose
+    JSONL already holds the summary of the same configuration and splits is read, not re-run."""
     from dnnscale.runtime.job import RunSpec
     from dnnscale.runtime.launch import launch
     from dnnscale.runtime.layout import rank_roles
     from dnnscale.testbed.describe import rank_placements
 
     roles = [role.kind for role in rank_roles(config)]
-    placements = list(rank_placements(testbed, len(roles), roles=roles))
-    summaries = []
+    summaries: list[dict] = []
     for repeat in range(repeats):
+        path = run_dir / f"{label}-r{repeat + 1}.jsonl"
+        recorded = _recorded_summary(path, config, conv_split) if reuse else None
+        if recorded is not None:
+            summaries.append(recorded)
+            continue
         spec = RunSpec(workload=workload, config=config.to_dict(), steps=steps, warmup=warmup,
                        timeout_s=timeout_s, output=str(run_dir / f"{label}-r{repeat + 1}.jsonl"),
                        lr=lr, seed=repeat, conv_split=dict(conv_split))
+        placements = list(rank_placements(testbed, len(roles), roles=roles))
         summaries.append(launch(spec, placements))
     phases = {name: statistics.median(s["per_phase_s"].get(name, 0.0) for s in summaries)
               for name in summaries[0]["per_phase_s"]}

@@ -50,7 +50,7 @@ def _label(config: Config) -> str:
 
 def validate(workload_ref: str, cluster: Cluster, testbed: Any, grid: Grid, run_dir: Path,
              progress: Progress = lambda _: None, network_label: str = "",
-             optimizer: bool = True) -> dict[str, Any]:
+             optimizer: bool = True, reuse: bool = False) -> dict[str, Any]:
     """Predict and run every configuration; return the result record (see report.py)."""
     workload = load_workload(workload_ref)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +63,7 @@ def validate(workload_ref: str, cluster: Cluster, testbed: Any, grid: Grid, run_
             measured[config] = measure(workload_ref, config, testbed,
                                        conv_split_for(workload, cluster, config), grid.repeats,
                                        grid.steps, grid.warmup, grid.timeout_s, grid.lr, run_dir,
-                                       label)
+                                       label, reuse=reuse)
         return measured[config]
 
     calibration = [(f"k{i + 1:02d}", c) for i, c in enumerate(grid.calibration)]
