@@ -18,6 +18,18 @@ DNNSCALE = str(Path(sys.executable).parent / "dnnscale")
 TIMEOUT_S = 6.0
 
 
+def _stop(launcher: subprocess.Popen, pids: list[int]) -> None:
+    """Leave nothing running, also when an assertion failed."""
+    if launcher.poll() is None:
+        launcher.kill()
+        launcher.wait()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def _records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -51,14 +63,7 @@ def _run_and_hit_rank1(tmp_path: Path, sig: signal.Signals) -> tuple[int, str, f
         _, stderr = launcher.communicate(timeout=TIMEOUT_S + 10)
         return launcher.returncode, stderr, time.monotonic() - hit, pids
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _stop(launcher, pids)
 
 
 def _check_records_and_processes(path: Path, pids: list[int]) -> None:
@@ -119,14 +124,7 @@ def test_killed_launcher_leaves_no_rank_behind(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert alive == []
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _stop(launcher, pids)
 
 
 def _exists(pid: int) -> bool:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from dnnscale.runtime.launch import free_port
 from dnnscale.runtime.layout import split_offsets, split_sizes
 from dnnscale.workload import build_workload
 
@@ -68,12 +68,6 @@ def _rank(rank: int, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_partitioned_forward_and_backward_equal_the_whole_network(tmp_path: Path) -> None:
@@ -83,7 +77,7 @@ def test_partitioned_forward_and_backward_equal_the_whole_network(tmp_path: Path
     from dnnscale.runtime.network import PartitionComm, PartitionedNet
 
     ctx = multiprocessing.get_context("spawn")
-    port = _free_port()
+    port = free_port("127.0.0.1")
     procs = [ctx.Process(target=_rank, args=(r, port, str(tmp_path))) for r in range(3)]
     try:
         for proc in procs:

@@ -5,29 +5,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from dnnscale.runtime.launch import free_port
 from dnnscale.runtime.records import SUMMARY_KEYS, read_records
 
 BIN = Path(sys.executable).parent
 STEPS = 20
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_two_torchrun_nodes_on_loopback(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port("127.0.0.1")
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     nodes = []
     try:

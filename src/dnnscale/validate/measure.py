@@ -56,9 +56,7 @@ def _recorded_summary(path: Path, config: Config, conv_split: dict[str, str]) ->
     if not summaries or summaries[-1].get("config") != config.to_dict():
         return None
     split = summaries[-1].get("conv_split")
-    if split not in (None, conv_split) and not (isinstance(split, dict) and split == conv_split):
-        return None
-    return summaries[-1]
+    return summaries[-1] if split is None or split == conv_split else None
 
 
 def measure(workload: str, config: Config, testbed: Any, conv_split: dict[str, str],

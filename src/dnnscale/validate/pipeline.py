@@ -3,7 +3,6 @@ fit the baselines on the calibration runs, compare, and check the optimizer's ch
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -150,7 +149,3 @@ def _optimizer_regret(workload: Workload, cluster: Cluster, grid: Grid,
             "measured_throughput_samples_per_s": chosen_m.throughput,
             "best_label": _label(best_config), "best_config": best_config.to_dict(),
             "best_measured_throughput_samples_per_s": best_m.throughput}
-
-
-def with_machines(cluster: Cluster, machines: int) -> Cluster:
-    return dataclasses.replace(cluster, machines=machines)
