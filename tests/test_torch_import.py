@@ -344,12 +344,12 @@ def test_imported_workload_round_trips_through_yaml(factory, shape, dtype) -> No
 
 
 def test_imported_workload_predicts() -> None:
-    from dnnscale.cluster import load_cluster
-    from dnnscale.config import check_config, config_from_dict
+    from dnnscale.system import load_system
+    from dnnscale.plan import check_config, config_from_dict
     from dnnscale.model import predict_config
 
     w = from_torch(tm.small_gpt, (GPT_T,), input_dtypes="int64", samples_per_epoch=10_000)
-    cluster = load_cluster("adam-2014")
+    cluster = load_system("adam-2014")
     config = config_from_dict({"replicas": 2, "minibatch": 8})
     check_config(config, w, cluster)
     prediction = predict_config(w, cluster, config)

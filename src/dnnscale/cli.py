@@ -92,7 +92,7 @@ def workload_json(w: Any) -> dict[str, Any]:
 
 def config_from_options(config_file: Optional[Path], **flags: Any) -> Any:
     """A Config from an optional YAML file, overridden by the flags that were given."""
-    from dnnscale.config import config_from_dict
+    from dnnscale.plan import config_from_dict
     from dnnscale.yamlio import load_yaml_file
 
     data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
@@ -119,8 +119,8 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name
             layers: bool = typer.Option(False, "--layers", help="include per-layer costs"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Predict step time, throughput, epoch time and bottleneck of one configuration."""
-    from dnnscale.cluster import load_cluster
-    from dnnscale.config import check_config
+    from dnnscale.system import load_system
+    from dnnscale.plan import check_config
     from dnnscale.model import predict_config
     from dnnscale.workload import load_workload
 
@@ -128,7 +128,7 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name
                               ps_shards=ps_shards, sync=sync, minibatch=minibatch,
                               push_every=push_every, pull_every=pull_every,
                               fc_protocol=fc_protocol, overlap=overlap)
-    w, c = load_workload(workload), load_cluster(cluster)
+    w, c = load_workload(workload), load_system(cluster)
     check_config(cfg, w, c)
     prediction = predict_config(w, c, cfg)
     if as_json:

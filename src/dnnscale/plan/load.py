@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dnnscale.config.config import Config, config_from_dict
+from dnnscale.plan.config import Config, config_from_dict
+from dnnscale.yamlio import load_yaml_file
 
 
 def load_config(source: "str | Path | Config") -> Config:
     if isinstance(source, Config):
         return source
-    from dnnscale.yamlio import load_yaml_file
-
     return config_from_dict(load_yaml_file(Path(source), "config"))
