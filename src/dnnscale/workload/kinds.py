@@ -50,7 +50,11 @@ def build_layer(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_va
                                   needs_input_grad=needs_input_grad, **hyper)
     except TypeError as exc:  # an unexpected or missing hyper-parameter
         raise InputError(field, f"bad fields for a {kind} layer: {exc}") from None
-    return Layer(**{**layer.__dict__, "hyper": dict(hyper)})
+    # A kind may record its fields resolved (defaults filled in: transformer kinds do); those win.
+    merged = {**hyper, **layer.hyper}
+    if merged == layer.hyper:
+        return layer
+    return Layer(**{**layer.__dict__, "hyper": merged})
 
 
 def _pair(value: object, field: str) -> tuple[int, int]:
