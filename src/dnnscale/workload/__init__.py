@@ -22,9 +22,14 @@ def __getattr__(name: str) -> object:
 
 
 def load_workload(source: "str | Path | Workload") -> Workload:
-    """A zoo name, a YAML file path, or a Workload (returned as is)."""
+    """A zoo name, a YAML file path, ``hf:path/config.json`` (a Hugging Face config, optionally
+    ``hf:path/config.json:seq=4096,flash=true``), or a Workload (returned as is)."""
     if isinstance(source, Workload):
         return source
+    if isinstance(source, str) and source.startswith("hf:"):
+        from dnnscale.workload.hf_config import load_hf_source
+
+        return load_hf_source(source)
     path = Path(source)
     if path.suffix in (".yaml", ".yml") or path.is_file():
         from dnnscale.workload.spec import load_workload_yaml
