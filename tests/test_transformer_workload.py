@@ -48,14 +48,11 @@ def test_tiny_gpt_params_by_hand() -> None:
     """embedding (V + s)·h = (10 + 4)·8 = 112; per block: 2 norms 2·2h = 32, qkv 8·24 + 24 = 216,
     out 8·8 + 8 = 72, up 8·32 + 32 = 288, down 32·8 + 8 = 264 -> 872 (= 12h² + 13h =
     768 + 104); final norm 16; tied logits 0. Total 112 + 2·872 + 16 = 1872."""
+    expected = {"embedding": 112, "block0.attn_norm": 16, "block0.attn_qkv": 216,
+                "block0.attn_out": 72, "block0.mlp_norm": 16, "block0.mlp_up": 288,
+                "block0.mlp_down": 264, "final_norm": 16, "logits": 0}
     w = _by_name(_tiny())
-    assert w["embedding"].params == 112
-    assert w["block0.attn_norm"].params == 16
-    assert w["block0.attn_qkv"].params == 216
-    assert w["block0.attn_out"].params == 72
-    assert w["block0.mlp_up"].params == 288
-    assert w["block0.mlp_down"].params == 264
-    assert w["logits"].params == 0
+    assert {name: w[name].params for name in expected} == expected
     assert _tiny().params == 1872
 
 

@@ -56,12 +56,12 @@ def describe(workload: Optional[str] = typer.Argument(
     """Per-layer shapes, parameters, FLOPs per phase and activations of a workload."""
     if seq is not None and hf_config is None:
         raise InputError("--seq", "only applies with --hf-config")
+    if torch_factory is None and (input_shape is not None or loss is not None):
+        raise InputError("--input-shape" if input_shape is not None else "--loss",
+                         "only applies with --torch")
     if hf_config is not None:
         if workload is not None or torch_factory is not None:
             raise InputError("--hf-config", "give one of a workload, --torch or --hf-config")
-        if input_shape is not None or loss is not None:
-            raise InputError("--input-shape" if input_shape is not None else "--loss",
-                             "only applies with --torch")
         from dnnscale.workload.hf_config import load_hf_config
 
         w = load_hf_config(hf_config, seq=seq, samples_per_epoch=samples_per_epoch)
@@ -79,9 +79,6 @@ def describe(workload: Optional[str] = typer.Argument(
         if workload is None:
             raise InputError("workload", "give a zoo name or workload YAML, or --torch, or "
                              "--hf-config")
-        if input_shape is not None or loss is not None:
-            raise InputError("--input-shape" if input_shape is not None else "--loss",
-                             "only applies with --torch")
         from dnnscale.workload import load_workload
 
         w = load_workload(workload)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from dnnscale.workload.layer import Layer
+from dnnscale.workload.transformer import transformer_workload
+from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload, build_workload
 from dnnscale.workload.zoo import ZOO, zoo_workload
 
-__all__ = ["Layer", "Workload", "ZOO", "build_workload", "from_torch", "load_workload",
-           "zoo_workload"]
+__all__ = ["Layer", "TransformerShape", "Workload", "ZOO", "build_workload", "from_torch",
+           "load_workload", "transformer_workload", "zoo_workload"]
 
 
 def __getattr__(name: str) -> object:

@@ -103,7 +103,7 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
         if config.get(key):
             raise InputError(_field(key), "mixture-of-experts models are not supported")
     family = dict(FAMILIES[model_type])
-    hidden = _integer(config, ("hidden_size", "n_embd", "d_model"))
+    hidden = _integer(config, ("hidden_size", "n_embd"))
     heads = _integer(config, ("num_attention_heads", "n_head"))
     if hidden % heads:
         raise InputError(_field("num_attention_heads"), f"{heads} heads do not divide the "

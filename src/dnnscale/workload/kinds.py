@@ -14,6 +14,9 @@ input/output values per sample:
   weight gradient, conv/linear              (in + out) · b   (read the saved input and grad_out)
 Layers before the first weighted layer, and the first weighted layer's input gradient, are not
 computed in training (nothing upstream needs a gradient), so they count 0 there.
+
+The transformer kinds (embedding, norms, attention parts, MLP parts, logits, loss) live in
+workload/transformer_kinds.py and register themselves here when `dnnscale.workload` is imported.
 """
 
 from __future__ import annotations
