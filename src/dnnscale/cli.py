@@ -45,9 +45,27 @@ def describe(workload: Optional[str] = typer.Argument(
              loss: Optional[str] = typer.Option(
                  None, "--loss", help="with --torch: add a loss layer (cross_entropy)"),
              samples_per_epoch: int = typer.Option(
-                 1_000_000, "--samples-per-epoch", help="with --torch: samples per epoch")) -> None:
+                 1_000_000, "--samples-per-epoch",
+                 help="with --torch or --hf-config: samples per epoch"),
+             hf_config: Optional[Path] = typer.Option(
+                 None, "--hf-config", help="read a local Hugging Face config.json "
+                 "(llama, mistral, gpt2, gpt_neox, bert) as a transformer workload"),
+             seq: Optional[int] = typer.Option(
+                 None, "--seq", help="with --hf-config: sequence length (default: "
+                 "max_position_embeddings)")) -> None:
     """Per-layer shapes, parameters, FLOPs per phase and activations of a workload."""
-    if torch_factory is not None:
+    if seq is not None and hf_config is None:
+        raise InputError("--seq", "only applies with --hf-config")
+    if torch_factory is None and (input_shape is not None or loss is not None):
+        raise InputError("--input-shape" if input_shape is not None else "--loss",
+                         "only applies with --torch")
+    if hf_config is not None:
+        if workload is not None or torch_factory is not None:
+            raise InputError("--hf-config", "give one of a workload, --torch or --hf-config")
+        from dnnscale.workload.hf_config import load_hf_config
+
+        w = load_hf_config(hf_config, seq=seq, samples_per_epoch=samples_per_epoch)
+    elif torch_factory is not None:
         if workload is not None:
             raise InputError("workload", "give a workload or --torch, not both")
         if input_shape is None:
@@ -59,10 +77,8 @@ def describe(workload: Optional[str] = typer.Argument(
                        samples_per_epoch=samples_per_epoch, input_dtypes=dtypes, loss=loss)
     else:
         if workload is None:
-            raise InputError("workload", "give a zoo name or workload YAML, or --torch")
-        if input_shape is not None or loss is not None:
-            raise InputError("--input-shape" if input_shape is not None else "--loss",
-                             "only applies with --torch")
+            raise InputError("workload", "give a zoo name or workload YAML, or --torch, or "
+                             "--hf-config")
         from dnnscale.workload import load_workload
 
         w = load_workload(workload)
