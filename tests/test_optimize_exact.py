@@ -100,6 +100,6 @@ def test_group_search_throughput_is_predict_configs(case, replicas, shards, mode
     expected = predict_config(workload, cluster, config)
     stage = stage_costs(workload, cluster, group.partitions, group.minibatch, base.fc_protocol)
     search = GroupSearch(group, StepContext(workload, cluster, group.config(base, 1, 1).to_plan(),
-                                            stage), 1)
+                                            (stage,)), 1)
     assert search.throughput(config.replicas, config.ps_shards) == \
         expected.throughput_samples_per_s

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from dnnscale.model.network import transfer_time_s
 from dnnscale.model.registry import cost_formula
-from dnnscale.system.topology import LinkTier
+from dnnscale.system.topology import LinkTier, Topology
 
 LIBRARIES = ("gloo", "nccl")
 OPERATIONS = ("allgather", "reduce_scatter", "allreduce", "halo")
@@ -131,3 +131,42 @@ def collective_time_s(operation: str, library: str, payload_bytes: float, member
         if fit is not None:
             bandwidth, latency = fit
     return transfer_time_s(transfer.bytes, transfer.messages, bandwidth, latency)
+
+
+def group_collective_time_s(operation: str, library: str, payload_bytes: float, members: int,
+                            stride: int, topology: Topology, call_s: float = 0.0) -> float:
+    """Seconds one member of a group of `members` devices, `stride` apart, spends in the
+    collective, on the tiers the group spans (system/topology.py), plus a fixed `call_s`.
+
+    Formula: inside one node, or one member per node: the operation on that tier. A group of
+    k members in each of N > 1 nodes runs hierarchically (NCCL's inter-node rings use every
+    GPU's NIC): all-reduce = reduce-scatter inside the node (k) + all-reduce across nodes (N) of
+    x/k + all-gather inside the node (k); all-gather = across nodes (N) of x/k + inside (k);
+    reduce-scatter = inside (k) + across nodes (N) of x/k.
+    Units: bytes, counts, s -> s.
+    Source: Jeaugey, "Massively scale your deep learning training with NCCL 2.4" (NVIDIA, 2019)
+    and Sanders et al. 2009 on two-level collectives; performance-model.md §9 (a hierarchical
+    collective keeps TP=16 on NVLink inside each node; Calculon puts it all on InfiniBand).
+    """
+    if members <= 1 or payload_bytes <= 0:
+        return 0.0
+    per_node = max(1, min(members, topology.devices_per_node // max(1, stride)))
+    nodes = -(-members // per_node)
+    intra = topology.intra_node or topology.inter_node
+    if nodes == 1:
+        return collective_time_s(operation, library, payload_bytes, members, intra) + call_s
+    inter = topology.inter_node
+    if per_node == 1 or operation == "halo":
+        return collective_time_s(operation, library, payload_bytes, members, inter) + call_s
+    shard = payload_bytes / per_node
+    if operation == "allreduce":
+        seconds = (collective_time_s("reduce_scatter", library, payload_bytes, per_node, intra)
+                   + collective_time_s("allreduce", library, shard, nodes, inter)
+                   + collective_time_s("allgather", library, payload_bytes, per_node, intra))
+    elif operation == "allgather":
+        seconds = (collective_time_s("allgather", library, shard, nodes, inter)
+                   + collective_time_s("allgather", library, payload_bytes, per_node, intra))
+    else:
+        seconds = (collective_time_s(operation, library, payload_bytes, per_node, intra)
+                   + collective_time_s(operation, library, shard, nodes, inter))
+    return seconds + call_s

@@ -30,14 +30,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dnnscale.model.collectives import collective_time_s
+from dnnscale.model.collectives import group_collective_time_s
+from dnnscale.model.data_parallel import (buckets_for, exposed_after_backward_s,
+                                          optimizer_step_bytes, zero_traffic)
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
 from dnnscale.model.prediction import StepPart
 from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_s,
                                ps_network_capacity_samples_per_s, ps_pull_bytes_per_step,
                                ps_push_bytes_per_step)
+from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
-from dnnscale.plan.plan import ParallelPlan, ParameterServer
+from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
@@ -46,26 +49,29 @@ MODE_PS_ASYNC, MODE_PS_SYNC, MODE_COLLECTIVE = "ps-async", "ps-sync", "collectiv
 
 @dataclass
 class StepContext:
-    """A plan priced up to its replica and shard counts; memoises what depends on S alone."""
+    """A plan priced up to its replica and shard counts (and, for the search over data
+    parallelism at a fixed global batch, its micro-batch count); memoises what depends on S."""
 
     workload: Workload
     system: System
     plan: ParallelPlan
-    stage: StageCosts
+    stages: tuple[StageCosts, ...]
     mode: str = field(init=False)
     _per_shards: dict[int, tuple[float, float, float, float, float]] = field(
         default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        plan, system, stage = self.plan, self.system, self.stage
+        plan, system = self.plan, self.system
+        self.stage = stage = self.stages[0]
+        self.micro_batches = plan.batch.accumulation
         self.n, self.P = plan.batch.per_replica, plan.tensor.degree
-        self.params = stage.stored_params(self.workload.params)  # W + (P−1)·W_rep
-        self.busy_s = stage.compute_s + stage.partition_s
+        self.params = stage.stored_params(stage.params or self.workload.params)  # W + (P−1)·W_rep
         self.bandwidth = system.network.bandwidth_bytes_per_s
         self.latency = system.network.latency_s
         self.ps_bandwidth = system.ps_net.bandwidth_bytes_per_s
         aggregation = plan.data.aggregation
         if isinstance(aggregation, ParameterServer):
+            self.busy_s = stage.compute_s + stage.partition_s
             self.mode = MODE_PS_ASYNC if aggregation.asynchronous else MODE_PS_SYNC
             self.push_every, self.pull_every = aggregation.push_every, aggregation.pull_every
             terms = ps_terms(self.workload, system, plan, self.params)
@@ -73,10 +79,88 @@ class StepContext:
             self.update_s, self.fc_ps_s = terms["update_s"], terms["fc_ps_s"]
         else:
             self.mode = MODE_COLLECTIVE
-            self.topology = system.topology
-            self.params_on_worker = self.params / self.P
-            self.ring_bytes = self.params_on_worker * self.workload.bytes_per_value
-            self.update_s = self.params_on_worker * system.machine.update_s_per_param
+            self.collective = aggregation
+            self._prepare_collective()
+
+    def _prepare_collective(self) -> None:
+        """Per stage: one micro-batch's time, the data-parallel payloads, the update."""
+        plan, system, workload = self.plan, self.system, self.workload
+        self.topology = system.topology
+        b = workload.bytes_per_value
+        precision = plan.precision
+        self.grad_bytes_per_value = precision.grad_bytes or b
+        self.param_bytes_per_value = precision.param_bytes or b
+        self.state_bytes_per_param = optimizer_state_bytes_per_param(plan, b)
+        self.p2p_s = tuple(self._p2p_s(index) for index in range(len(self.stages)))
+        self.stage_seconds = tuple(
+            stage.compute_s + stage.partition_s + stage.recompute_s(plan.memory.recompute) + p2p
+            for stage, p2p in zip(self.stages, self.p2p_s))
+        self.busy_s = pipeline_time_s(self.stage_seconds, self.micro_batches,
+                                      plan.pipeline.virtual_stages)
+        self.member_params = tuple(s.stored_params(s.params or workload.params) / self.P
+                                   for s in self.stages)
+        self.params_on_worker = self.member_params[0]
+        self.ring_bytes = self.params_on_worker * self.grad_bytes_per_value
+        self.update_s = self.update_time_s(1)
+
+    def _p2p_s(self, index: int) -> float:
+        """One micro-batch's pipeline sends of stage `index`: its activation forward to the next
+        stage and its input gradient backward to the previous, b·s·h values each, over the tier
+        between adjacent stages (v times with v virtual stages)."""
+        stages = len(self.stages)
+        if stages <= 1:
+            return 0.0
+        shape = self.workload.transformer
+        if shape is not None:
+            values = shape.seq * shape.hidden
+        else:
+            last = self.stages[index].layers[-1].name
+            values = next(layer.activation_values for layer in self.workload.layers
+                          if layer.name == last)
+        payload = values * self.plan.batch.micro_batch * (
+            self.plan.precision.activation_bytes or self.workload.bytes_per_value)
+        stride = self.P * self.plan.data.replicas
+        tier = self.topology.tier_for(2, stride)
+        sends = (index < stages - 1) + (index > 0)
+        return sends * self.plan.pipeline.virtual_stages * transfer_time_s(
+            payload, 1, tier.bandwidth_bytes_per_s, tier.latency_s)
+
+    def update_time_s(self, replicas: int) -> float:
+        """The slowest stage's optimizer step: on a CPU t_upd per parameter the worker holds;
+        on an accelerator the memory-bound step over the optimizer's shard (1/d under ZeRO)."""
+        device = self.system.machine
+        shard = replicas if self.collective.zero_stage >= 1 else 1
+        if not device.is_accelerator:
+            return self.params_on_worker * device.update_s_per_param
+        seconds = 0.0
+        for params in self.member_params:
+            moved = optimizer_step_bytes(params / shard, self.grad_bytes_per_value,
+                                         self.param_bytes_per_value, self.state_bytes_per_param)
+            eta = device.memory_efficiency.at(moved) if device.memory_efficiency else 1.0
+            seconds = max(seconds, moved / (device.memory_bandwidth_bytes_per_s * eta)
+                          + device.kernel_overhead_s)
+        return seconds
+
+    def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
+        """The slowest stage's data-parallel communication per step (exposed part), among
+        `replicas` members `t` devices apart (Megatron's order: tensor, then data)."""
+        if replicas <= 1:
+            return 0.0
+        library, call_s = self.system.collective_library, self.system.collective_call_s
+        slowest = 0.0
+        for stage, params in zip(self.stages, self.member_params):
+            seconds = 0.0
+            for operation, payload, count in zero_traffic(
+                    self.collective.zero_stage, params * self.grad_bytes_per_value,
+                    params * self.param_bytes_per_value, micro_batches):
+                seconds += count * group_collective_time_s(operation, library, payload, replicas,
+                                                           self.P, self.topology, call_s)
+            if self.collective.overlap:
+                seconds = exposed_after_backward_s(
+                    seconds, stage.input_grad_s + stage.weight_grad_s,
+                    buckets_for(params * self.grad_bytes_per_value))
+            slowest = max(slowest, seconds)
+        return slowest
 
     @property
     def uses_ps(self) -> bool:
@@ -169,14 +253,18 @@ def _ps_sync(ctx: StepContext, replicas: int, share_shards: int,
     return replicas * ctx.n / step_s, step_s, push_s, apply_s, pull_s
 
 
-def _collective(ctx: StepContext, replicas: int) -> tuple[float, ...]:
-    """(X, step, all-reduce s) of data parallelism by a ring all-reduce among the R replicas'
-    peers of the same partition, then each worker's local update."""
-    tier = ctx.topology.tier_for(replicas, ctx.plan.devices_per_replica)
-    allreduce_s = collective_time_s("allreduce", ctx.system.collective_library, ctx.ring_bytes,
-                                    replicas, tier)
-    step_s = ctx.combine(ctx.busy_s, allreduce_s) + ctx.update_s
-    return replicas * ctx.n / step_s, step_s, allreduce_s
+def _collective(ctx: StepContext, replicas: int,
+                micro_batches: int | None = None) -> tuple[float, ...]:
+    """(X, step, data-parallel s, busy s, update s) of data parallelism by collectives among the
+    R replicas' peers of the same tensor/pipeline rank: the pipeline's m micro-batches, then the
+    exposed data-parallel communication, then the optimizer step."""
+    m = ctx.micro_batches if micro_batches is None else micro_batches
+    busy_s = ctx.busy_s if m == ctx.micro_batches else pipeline_time_s(
+        ctx.stage_seconds, m, ctx.plan.pipeline.virtual_stages)
+    dp_s = ctx.data_parallel_s(replicas, m)
+    update_s = ctx.update_s if ctx.collective.zero_stage == 0 else ctx.update_time_s(replicas)
+    step_s = ctx.combine(busy_s, dp_s) + update_s
+    return replicas * ctx.plan.batch.micro_batch * m / step_s, step_s, dp_s, busy_s, update_s
 
 
 def throughput(ctx: StepContext, replicas: int, shards: int) -> float:
@@ -266,17 +354,65 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                        "partition_network": stage.partition_s / step_s,
                        "ps_network": ps_nic_s / step_s, "ps_cpu": apply_s / step_s}
         return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x})
-    x, step_s, allreduce_s = _collective(ctx, replicas)
-    bottleneck = _largest({"worker compute": stage.compute_s + ctx.update_s,
-                           "partition communication": stage.partition_s,
-                           "allreduce network": allreduce_s})
-    parts += [StepPart("allreduce", allreduce_s, "communication"),
-              StepPart("update", ctx.update_s, "update"),
+    x, step_s, allreduce_s, busy_s, update_s = _collective(ctx, replicas)
+    if not is_modern(ctx):
+        bottleneck = _largest({"worker compute": stage.compute_s + update_s,
+                               "partition communication": stage.partition_s,
+                               "allreduce network": allreduce_s})
+        parts += [StepPart("allreduce", allreduce_s, "communication"),
+                  StepPart("update", update_s, "update"),
+                  StepPart("step", step_s, "total")]
+        utilization = {"worker_compute": (stage.compute_s + update_s) / step_s,
+                       "partition_network": stage.partition_s / step_s,
+                       "allreduce_network": allreduce_s / step_s}
+        return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x})
+    return _modern_composition(ctx, x, step_s, allreduce_s, busy_s, update_s)
+
+
+def is_modern(ctx: StepContext) -> bool:
+    """Plans priced with modern part names: Megatron splits, pipelines, micro-batches, ZeRO or
+    accelerators (Project Adam's CPU plans keep wave 1's names)."""
+    plan = ctx.plan
+    return (plan.tensor.rules != "adam" or plan.pipeline.stages > 1 or ctx.micro_batches > 1
+            or ctx.system.machine.is_accelerator or ctx.collective.zero_stage > 0)
+
+
+def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, busy_s: float,
+                        update_s: float) -> Composition:
+    """Parts of a pipelined step, per device of the slowest stage, over m micro-batches."""
+    m = ctx.micro_batches
+    slowest = max(range(len(ctx.stages)), key=lambda i: ctx.stage_seconds[i])
+    stage = ctx.stages[slowest]
+    recompute_s = m * stage.recompute_s(ctx.plan.memory.recompute)
+    phases = {"forward": m * stage.forward_s, "input_grad": m * stage.input_grad_s,
+              "weight_grad": m * stage.weight_grad_s}
+    compute_s = sum(phases.values())
+    tp_s, pp_s = m * stage.partition_s, m * ctx.p2p_s[slowest]
+    bubble_s = max(0.0, busy_s - m * ctx.stage_seconds[slowest])
+    parts = [StepPart(name, seconds, "compute") for name, seconds in phases.items()]
+    parts += [StepPart("compute", compute_s, "sum", tuple(phases)),
+              StepPart("recompute", recompute_s, "compute"),
+              StepPart("tp_comm", tp_s, "communication"),
+              StepPart("pp_comm", pp_s, "communication"),
+              StepPart("bubble", bubble_s, "wait"),
+              StepPart("dp_comm", dp_s, "communication"),
+              StepPart("optimizer_step", update_s, "update"),
               StepPart("step", step_s, "total")]
-    utilization = {"worker_compute": (stage.compute_s + ctx.update_s) / step_s,
-                   "partition_network": stage.partition_s / step_s,
-                   "allreduce_network": allreduce_s / step_s}
-    return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x})
+    bottleneck = _largest({"compute": compute_s + recompute_s,
+                           "tensor-parallel communication": tp_s,
+                           "pipeline communication": pp_s, "pipeline bubble": bubble_s,
+                           "data-parallel communication": dp_s, "optimizer step": update_s})
+    utilization = {"compute": (compute_s + recompute_s) / step_s, "tp_network": tp_s / step_s,
+                   "pp_network": pp_s / step_s, "dp_network": dp_s / step_s}
+    return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"devices": x})
+
+
+def optimizer_state_bytes_per_param(plan: ParallelPlan, bytes_per_value: float) -> float:
+    """Optimizer-state bytes per parameter: o values (OPTIMIZERS) of the state width, plus the
+    fp32 master copy under mixed precision."""
+    precision = plan.precision
+    state = precision.optimizer_state_bytes or bytes_per_value
+    return OPTIMIZERS[plan.optimizer] * state + (4 if precision.master_weights else 0)
 
 
 def epoch_time_s(workload: Workload, plan: ParallelPlan, throughput_samples_per_s: float) -> float:

@@ -38,3 +38,64 @@ def ps_memory_parts(params_on_shard: float, param_bytes: float,
     """
     return (MemoryPart("ps_weights", params_on_shard * param_bytes, "ps"),
             MemoryPart("ps_optimizer_state", params_on_shard * optimizer_state_bytes_per_param, "ps"))
+
+
+@cost_formula
+def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, heads: int,
+                                       kv_hidden: int, ffn_in: int, ffn_out: int, tensor: int,
+                                       sequence_parallel: bool, recompute: str,
+                                       flash_attention: bool) -> float:
+    """Activation bytes one transformer block keeps for its backward, per micro-batch.
+
+    Formula (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
+    h_kv key/value width, f_in/f_out the MLP activation's input/output width, t tensor degree):
+      kept whole on each member: 10·s·b·h (two norm inputs 4sbh, the attention and MLP inputs
+        4sbh, two dropout masks 2sbh) — divided by t under sequence parallelism;
+      split by t: 4·s·b·h + 4·s·b·h_kv (Q, K, V, the output projection's input) +
+        2·s·b·f_in + 2·s·b·f_out (the MLP activation's input and output);
+      the attention core: 5·a·s²·b (softmax output, its dropout mask and output), split by t;
+        0 with selective recomputation; 4·a·s·b (FlashAttention's fp32 log-sum-exp) with
+        flash attention;
+      full recomputation keeps only the block's input, 2·s·b·h (/t under sequence parallel).
+    For MHA with f = 4h this is Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) without tensor
+    parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with it, and (34 + 5·a·s/h)/t with sequence
+    parallelism.
+    Units: tokens, samples, features, counts -> bytes.
+    Source: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+    Models", MLSys 2023, §4 (eq. 1-2) and §5 (selective recomputation); Dao 2023
+    (FlashAttention-2 keeps the log-sum-exp only).
+    """
+    s, b, h = seq, micro_batch, hidden
+    t = max(1, tensor)
+    if recompute == "full":
+        return 2 * s * b * h / (t if sequence_parallel else 1)
+    whole = 10 * s * b * h / (t if sequence_parallel else 1)
+    split = (4 * s * b * h + 4 * s * b * kv_hidden + 2 * s * b * ffn_in + 2 * s * b * ffn_out) / t
+    if flash_attention:
+        core = 4 * heads * s * b / t
+    elif recompute == "selective":
+        core = 0.0
+    else:
+        core = 5 * heads * s * s * b / t
+    return whole + split + core
+
+
+@cost_formula
+def sharded_state_parts(params: float, param_bytes: float, grad_bytes: float,
+                        state_bytes_per_param: float, zero_stage: int,
+                        replicas: int) -> tuple[MemoryPart, ...]:
+    """Weights, gradients and optimizer state of one device holding `params` parameters of its
+    tensor/pipeline shard, under ZeRO stage 0-3 over `replicas` data-parallel members.
+
+    Formula (Ψ params, d replicas; mixed-precision Adam 2 + 2 + 12 bytes): ZeRO-0 Ψ·(b_p + b_g
+    + s); ZeRO-1 the state /d (4Ψ + 12Ψ/d); ZeRO-2 gradients and state /d (2Ψ + 14Ψ/d);
+    ZeRO-3 everything /d (16Ψ/d).
+    Units: parameters, bytes per value, count -> bytes.
+    Source: Rajbhandari et al., "ZeRO", SC'20 §5.1 (Figure 1).
+    """
+    d = max(1, replicas)
+    weights = params * param_bytes / (d if zero_stage >= 3 else 1)
+    gradients = params * grad_bytes / (d if zero_stage >= 2 else 1)
+    state = params * state_bytes_per_param / (d if zero_stage >= 1 else 1)
+    return (MemoryPart("weights", weights), MemoryPart("gradients", gradients),
+            MemoryPart("optimizer_state", state))

@@ -4,40 +4,62 @@ from __future__ import annotations
 
 import math
 
-from dnnscale.model.compose import StepContext, compose, epoch_time_s
-from dnnscale.model.memory import ps_memory_parts, worker_memory_parts
+from dnnscale.model.compose import StepContext, compose, epoch_time_s, is_modern
+from dnnscale.model.gpu_compute import peak_flops_per_s
+from dnnscale.model.memory import (ps_memory_parts, sharded_state_parts,
+                                   transformer_block_activation_bytes, worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
+from dnnscale.model.schedule import in_flight_micro_batches, stage_layers
 from dnnscale.model.stage import StageCosts, stage_costs
 from dnnscale.plan.config import Config
-from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
+from dnnscale.plan.plan import OPTIMIZERS, Collective, ParallelPlan, ParameterServer
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
 
-def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan) -> StageCosts:
-    """The stage costs of `plan` (its tensor split at its micro-batch)."""
+def plan_stage_costs(workload: Workload, system: System,
+                     plan: ParallelPlan) -> tuple[StageCosts, ...]:
+    """The costs of each pipeline stage of `plan` (its tensor split at its micro-batch)."""
     aggregation = plan.data.aggregation
     fc_protocol = aggregation.fc_protocol if isinstance(aggregation, ParameterServer) else "weights"
-    return stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch, fc_protocol,
-                       plan.tensor.rules)
+    b = workload.bytes_per_value
+    scale = (plan.precision.activation_bytes or b) / b
+    common = {"precision": plan.precision.compute, "bytes_scale": scale,
+              "sequence_parallel": plan.tensor.sequence_parallel}
+    if plan.pipeline.stages == 1:
+        return (stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
+                            fc_protocol, plan.tensor.rules, **common),)
+    return tuple(stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
+                             fc_protocol, plan.tensor.rules, indices, **common)
+                 for indices in stage_layers(workload.layers, plan.pipeline.stages,
+                                             plan.pipeline.virtual_stages))
 
 
 def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
                  stage: StageCosts | None = None, config: Config | None = None) -> Prediction:
-    """Predict one plan; `stage` may be passed in when already computed for its split and batch.
-    `config`: the Adam flags the plan was built from, reported with it."""
-    if stage is None:
-        stage = plan_stage_costs(workload, system, plan)
-    context = StepContext(workload, system, plan, stage)
+    """Predict one plan; `stage` may be passed in when already computed for a one-stage plan's
+    split and batch. `config`: the Adam flags the plan was built from, reported with it."""
+    stages = (stage,) if stage is not None else plan_stage_costs(workload, system, plan)
+    context = StepContext(workload, system, plan, stages)
     step = compose(context, plan.data.replicas, plan.ps_shards)
-    memory, capacity = memory_parts(workload, system, plan, stage)
+    if context.mode == "collective" and is_modern(context):
+        memory, capacity = accelerator_memory_parts(workload, system, plan, context)
+    else:
+        memory, capacity = memory_parts(workload, system, plan, stages[0])
+    tokens = workload.transformer.seq if workload.transformer is not None else None
+    mfu = None
+    if system.machine.is_accelerator:
+        model_flops = workload.fwd_flops + workload.input_grad_flops + workload.weight_grad_flops
+        peak = peak_flops_per_s(system.machine, plan.precision.compute)
+        mfu = step.throughput * model_flops / (plan.workers * peak)
     return Prediction(plan=plan, throughput_samples_per_s=step.throughput,
                       step_time_s=step.step_s,
                       epoch_time_s=epoch_time_s(workload, plan, step.throughput),
                       bottleneck=step.bottleneck, parts=step.parts,
                       utilization=step.utilization, memory=memory,
                       memory_capacity_bytes=capacity, capacities_samples_per_s=step.capacities,
-                      layers=stage.layers, config=config)
+                      layers=tuple(layer for s in stages for layer in s.layers), config=config,
+                      tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu)
 
 
 def predict_config(workload: Workload, system: System, config: Config,
@@ -62,3 +84,41 @@ def memory_parts(workload: Workload, system: System, plan: ParallelPlan,
         parts += ps_memory_parts(math.ceil(stored / plan.ps_shards), b, state_bytes)
         capacity["ps"] = system.ps.memory_bytes
     return parts, capacity
+
+
+def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,
+                             context: StepContext) -> tuple[tuple[MemoryPart, ...], dict[str, float]]:
+    """Memory parts of the device that needs the most (the fullest pipeline stage): its
+    weights, gradients and optimizer state under ZeRO, and the activations it keeps in flight
+    (transformer blocks by Korthikanti et al.'s formula, other layers by their outputs)."""
+    aggregation = plan.data.aggregation
+    zero = aggregation.zero_stage if isinstance(aggregation, Collective) else 0
+    b = workload.bytes_per_value
+    act_bytes = plan.precision.activation_bytes or b
+    shape = workload.transformer
+    recompute = plan.memory.recompute
+    t, p = plan.tensor.degree, plan.pipeline.stages
+    best: tuple[MemoryPart, ...] = ()
+    for index, (stage, params) in enumerate(zip(context.stages, context.member_params)):
+        state = sharded_state_parts(params, context.param_bytes_per_value,
+                                    context.grad_bytes_per_value, context.state_bytes_per_param,
+                                    zero, plan.data.replicas)
+        held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
+                                       plan.pipeline.virtual_stages)
+        blocks = len({layer.block for layer in stage.layers if layer.block is not None})
+        per_micro_batch = 0.0
+        if shape is not None and blocks:
+            ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
+            per_block = transformer_block_activation_bytes(
+                shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
+                ffn_in, shape.ffn, t, plan.tensor.sequence_parallel, recompute,
+                shape.flash_attention)
+            per_micro_batch = per_block * blocks * act_bytes / 2
+        outside = [cost for cost in stage.layers if cost.block is None or shape is None]
+        by_name = {layer.name: layer for layer in workload.layers}
+        per_micro_batch += sum(cost.work_fraction * by_name[cost.name].activation_values
+                               * plan.batch.micro_batch * act_bytes for cost in outside)
+        parts = state + (MemoryPart("activations", per_micro_batch * held),)
+        if sum(part.bytes for part in parts) > sum(part.bytes for part in best):
+            best = parts
+    return best, {"worker": system.machine.memory_bytes}

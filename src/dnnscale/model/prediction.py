@@ -61,6 +61,11 @@ class Prediction:
     capacities_samples_per_s: dict[str, float] = field(default_factory=dict)
     layers: tuple[LayerCost, ...] = ()
     config: Config | None = None
+    tokens_per_s: float | None = None
+    """Transformers: tokens trained per second (samples/s × sequence length)."""
+    mfu: float | None = None
+    """Accelerators: model FLOPs utilisation, the model's training FLOPs (no recomputation)
+    per second over the devices' peak (Chowdhery et al. 2022, PaLM appendix B)."""
 
     @property
     def breakdown_s(self) -> dict[str, float]:
@@ -107,6 +112,10 @@ class Prediction:
                              for p in self.memory],
             "fits": self.fits,
         }
+        if self.tokens_per_s is not None:
+            data["tokens_per_s"] = self.tokens_per_s
+        if self.mfu is not None:
+            data["mfu"] = self.mfu
         if with_layers:
             data["layers"] = [
                 {"name": c.name, "kind": c.kind, "scheme": c.scheme, "work_fraction": c.work_fraction,

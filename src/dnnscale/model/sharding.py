@@ -47,7 +47,8 @@ class SplitContext:
     input_scheme: str
     input_distributed: bool
     minibatch: int
-    bytes_per_value: int
+    bytes_per_value: float
+    sequence_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,16 +77,30 @@ def sharding_rule(rules: str, kind: str, scheme: str) -> Callable[[ShardingRule]
     return decorate
 
 
+TENSOR_EXTENT_KEY = {"attn_qkv": "kv_heads", "attn_scores": "heads", "attn_softmax": "heads",
+                     "attn_context": "heads", "flash_attention": "heads", "attn_out": "heads",
+                     "mlp_up": "ffn", "mlp_act": "ffn", "mlp_down": "ffn"}
+"""Megatron's unit of split per transformer kind (query groups for the QKV projection)."""
+
+
 def split_schemes(layer: Layer, rules: str = "adam") -> tuple[str, ...]:
     """Ways a layer's neurons may be divided: under Adam's rules conv2d (any 3-D output) by
-    output channels or rows; every 1-D layer by features."""
+    output channels or rows, every 1-D layer by features; under Megatron's one 'tensor' split."""
+    if rules == "megatron":
+        return ("tensor",)
     if len(layer.output_shape) == 3:
         return ("channels", "rows")
     return ("features",)
 
 
 def split_extent(layer: Layer, scheme: str) -> int:
-    """How many units `scheme` divides among the members: output features, channels or rows."""
+    """How many units `scheme` divides among the members: output features, channels or rows;
+    for Megatron's 'tensor' split heads, query groups or the MLP width (layers without such a
+    unit — norms, the vocabulary-padded embedding — do not limit the degree)."""
+    if scheme == "tensor":
+        key = TENSOR_EXTENT_KEY.get(layer.kind)
+        value = layer.hyper.get(key) if key else None
+        return int(value) if isinstance(value, int) else 1 << 30
     return layer.split_extent(scheme)
 
 

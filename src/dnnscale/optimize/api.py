@@ -32,7 +32,7 @@ def _searches(problem: Problem, groups: list[Group]) -> list[GroupSearch]:
         min_shards = problem.min_shards(group) or 1
         plan = group.config(problem.space.base, 1, min_shards).to_plan()
         stage = problem.stages[(group.partitions, group.minibatch)]
-        context = StepContext(problem.workload, problem.cluster, plan, stage)
+        context = StepContext(problem.workload, problem.cluster, plan, (stage,))
         searches.append(GroupSearch(group, context, min_shards))
     return searches
 

@@ -65,11 +65,14 @@ class Collective:
     """Gradients aggregated by a collective among the replicas (no parameter server).
 
     algorithm: 'ring', 'tree' or 'hierarchical'. zero_stage: 0 (plain all-reduce), 1, 2 or 3
-    (ZeRO / FSDP: optimizer state, gradients, parameters sharded over the replicas).
+    (ZeRO / FSDP: optimizer state, gradients, parameters sharded over the replicas). overlap:
+    the gradients travel in buckets while the backward pass still computes (PyTorch DDP,
+    Megatron's --overlap-grad-reduce), else after it.
     """
 
     algorithm: str = "ring"
     zero_stage: int = 0
+    overlap: bool = False
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,22 @@ class Device:
     """Calibrated η(I) per compute kind(.phase): FLOP/s multiplier over FLOP per byte."""
     allocation_bytes_per_s_per_core: RateCurve | None = None
     """Calibrated cost of a fresh output tensor (page faults), bytes/s over its size."""
+    kind: str = "cpu"
+    """'cpu' (a machine of `cores` cores, rates per core) or 'gpu' (one accelerator)."""
+    name: str = ""
+    peak_flops_per_s: dict[str, float] = field(default_factory=dict)
+    """Accelerators: dense peak FLOP/s per precision (fp32, tf32, bf16, fp16, fp8), spec sheet."""
+    efficiency: dict[str, RateCurve] = field(default_factory=dict)
+    """Accelerators: achieved fraction of peak per kernel class (gemm, attention, ...), a curve
+    over the FLOPs of one call."""
+    memory_efficiency: RateCurve | None = None
+    """Accelerators: achieved fraction of HBM bandwidth, a curve over the bytes of one call."""
+    kernel_overhead_s: float = 0.0
+    """Accelerators: fixed time per kernel (launch and framework), on top of its work."""
+
+    @property
+    def is_accelerator(self) -> bool:
+        return self.kind == "gpu"
 
     def allocation_s(self, size_bytes: float) -> float:
         """Seconds to allocate a fresh tensor of `size_bytes` beyond writing it (0 unless

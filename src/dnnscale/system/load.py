@@ -36,6 +36,7 @@ import yaml
 from dnnscale.errors import InputError, require_int, require_positive
 from dnnscale.system.curve import RateCurve
 from dnnscale.system.device import PHASES, Device
+from dnnscale.system.gpu import gpu_system, node_preset_names, parse_gpu_cluster
 from dnnscale.system.profile import (HardwareProfile, load_profile, machine_overrides,
                                      network_overrides, with_profile_curves)
 from dnnscale.system.system import ProfileInfo, System
@@ -240,8 +241,12 @@ def load_system(source: "str | Path | System") -> System:
     if path.suffix in (".yaml", ".yml") or path.is_file():
         return system_from_dict(load_yaml_file(path, "cluster"), str(path))
     name = str(source)
+    gpu = parse_gpu_cluster(name)
+    if gpu is not None:
+        return gpu_system(*gpu)
     if name not in preset_names():
         raise InputError("cluster", f"unknown cluster {name!r}: not a preset "
-                         f"({', '.join(preset_names())}) nor an existing YAML file")
+                         f"({', '.join(preset_names())}), a GPU node preset as NAME:NODES "
+                         f"({', '.join(node_preset_names())}) nor an existing YAML file")
     text = _preset_files()[name].read_text()
     return system_from_dict(yaml.safe_load(text), f"preset:{name}")

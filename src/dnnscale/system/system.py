@@ -45,6 +45,9 @@ class System:
     devices_per_node: int = 1
     intra_node: LinkTier | None = None
     collective_library: str = "gloo"
+    collective_call_s: float = 0.0
+    """Fixed cost of one collective call (NCCL's launch and synchronisation), on top of its
+    per-message latency."""
     overlap_gamma: float = math.inf
     """γ of the γ-norm (a^γ + b^γ)^(1/γ) that combines overlapped phases; ∞ = perfect overlap."""
     calibrated: bool = False

@@ -10,8 +10,13 @@ activations, pooling and softmax count 0 FLOP (they are memory bound and costed 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
+
+
+COST_HYPER_KEYS = ("hidden", "seq", "heads", "kv_heads", "ffn", "vocab")
+"""Hyper-parameters (besides shapes and counts) that cost rules read."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,16 @@ class Layer:
     @property
     def has_weights(self) -> bool:
         return self.params > 0
+
+    @functools.cached_property
+    def cost_key(self) -> tuple[object, ...]:
+        """Everything the cost of this layer depends on but its name and place: repeated
+        transformer blocks share it, so a stage costs each distinct layer once."""
+        return (self.kind, self.input_shape, self.output_shape, self.params, self.fwd_flops,
+                self.input_grad_flops, self.weight_grad_flops, self.fwd_bytes,
+                self.input_grad_bytes, self.weight_grad_bytes, self.kernel, self.stride,
+                self.groups, self.in_features, self.out_features,
+                tuple(self.hyper.get(key) for key in COST_HYPER_KEYS))
 
     def split_extent(self, scheme: str) -> int:
         """How many units a vertical split divides among workers under `scheme`.

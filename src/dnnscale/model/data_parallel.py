@@ -1,0 +1,74 @@
+"""Data-parallel aggregation by collectives: the traffic of plain all-reduce and of ZeRO's stages,
+the exposed part when it overlaps the backward pass, and the optimizer step on an accelerator
+(performance-model.md §4, §9)."""
+
+from __future__ import annotations
+
+import math
+
+from dnnscale.model.registry import cost_formula
+
+DEFAULT_BUCKET_BYTES = 25e6
+"""Gradient bucket for overlapped all-reduce: PyTorch DDP's default bucket_cap_mb = 25."""
+
+
+@cost_formula
+def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
+                 micro_batches: int) -> tuple[tuple[str, float, int], ...]:
+    """The collectives one data-parallel member runs per step: (operation, payload bytes, count).
+
+    Formula: ZeRO-0 (plain data parallelism): all-reduce of the gradients once;
+    ZeRO-1: reduce-scatter of the gradients + all-gather of the updated parameters, once (the
+    same volume as an all-reduce); ZeRO-2: the gradients' reduce-scatter after every
+    micro-batch's backward (the partitioned gradients cannot accumulate whole) + one all-gather;
+    ZeRO-3 / FSDP: every micro-batch all-gathers the parameters in forward and again in backward
+    and reduce-scatters the gradients (1.5x the volume of ZeRO-1/2 per micro-batch).
+    Units: bytes, bytes, count -> (name, bytes, count).
+    Source: Rajbhandari et al. SC'20 §5, §7 (ZeRO stages and their communication volume);
+    DeepSpeed's stage-2 engine reduces partitioned gradients during each backward.
+    """
+    if zero_stage == 0:
+        return (("allreduce", grad_bytes, 1),)
+    if zero_stage == 1:
+        return (("reduce_scatter", grad_bytes, 1), ("allgather", param_bytes, 1))
+    if zero_stage == 2:
+        return (("reduce_scatter", grad_bytes, micro_batches), ("allgather", param_bytes, 1))
+    return (("allgather", param_bytes, 2 * micro_batches),
+            ("reduce_scatter", grad_bytes, micro_batches))
+
+
+@cost_formula
+def exposed_after_backward_s(communication_s: float, overlappable_backward_s: float,
+                             buckets: int) -> float:
+    """Data-parallel communication left after it overlaps the last backward pass in buckets.
+
+    Formula: max(T_dp / k, T_dp − T_bwd · (k − 1)/k) for k buckets: every bucket but the last
+    can travel while the backward computes the next; the last always waits.
+    Units: s, s, count -> s.
+    Source: Li et al., "PyTorch Distributed", VLDB 2020 (bucketed all-reduce overlapping
+    backward); performance-model.md §9.
+    """
+    if buckets <= 1:
+        return communication_s
+    return max(communication_s / buckets,
+               communication_s - overlappable_backward_s * (buckets - 1) / buckets)
+
+
+def buckets_for(grad_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -> int:
+    return max(1, math.ceil(grad_bytes / bucket_bytes))
+
+
+@cost_formula
+def optimizer_step_bytes(params: float, grad_bytes: float, param_bytes: float,
+                         state_bytes_per_param: float) -> float:
+    """Bytes an accelerator's optimizer step reads and writes for `params` parameters.
+
+    Formula: Ψ · (3·b_g + 2·s + b_p): the gradients are read for the global norm (clipping),
+    for the overflow check of loss scaling and by the update; the state (fp32 master weights
+    and Adam's m, v: s = 12 bytes per parameter) is read and written; the low-precision
+    weights are written.
+    Units: parameters, bytes per value -> bytes.
+    Source: Megatron-LM's mixed-precision optimizer (clip_grad_norm_fp32, the inf/nan check,
+    then the fused Adam step of NVIDIA Apex); Rajbhandari et al. SC'20 §3.1 (2+2+12 bytes).
+    """
+    return params * (3 * grad_bytes + 2 * state_bytes_per_param + param_bytes)

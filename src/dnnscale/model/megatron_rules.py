@@ -1,0 +1,97 @@
+"""Megatron-LM's tensor-parallel rules for transformer layer kinds (sharding registry 'megatron').
+
+Shoeybi et al. 2019 split each block's two GEMM pairs column- then row-wise: the QKV projection
+and the MLP's first linear by output columns (heads, MLP width), the attention output and the
+MLP's second linear by input rows. The conjugate operators f (identity forward, all-reduce of
+the input gradient backward) before each column-parallel GEMM and g (all-reduce forward,
+identity backward) after each row-parallel GEMM give 2 all-reduces of the b·s·h activation
+forward and 2 backward per block. The vocabulary-parallel embedding all-reduces its output;
+the LM head is column parallel over the vocabulary (an f before it); the cross-entropy is
+vocabulary parallel (3 small all-reduces of b·s values). Norms, dropout and residual adds run
+whole on every member.
+
+With sequence parallelism (Korthikanti et al. 2022, §4.2.2) each all-reduce becomes a
+reduce-scatter plus an all-gather of the same tensor and the norms, dropouts and residual adds
+work on 1/t of the sequence.
+"""
+
+from __future__ import annotations
+
+from dnnscale.model.sharding import (PHASE_BACKWARD, PHASE_FORWARD, CommEvent, Shard,
+                                     SplitContext, sharding_rule)
+from dnnscale.workload.layer import Layer
+
+TENSOR = "tensor"
+LOSS_STATISTIC_BYTES = 4
+"""Vocabulary-parallel cross-entropy all-reduces three fp32 values per token (the max logit,
+the sum of exponentials, the target's logit): Megatron's vocab_parallel_cross_entropy."""
+
+
+def _activation_bytes(layer: Layer, context: SplitContext) -> float:
+    """b·s·h·bytes: one micro-batch's activation entering or leaving a block's sub-layer."""
+    hidden = layer.hyper.get("hidden")
+    seq = layer.hyper.get("seq")
+    values = (int(hidden) * int(seq) if isinstance(hidden, int) and isinstance(seq, int)
+              else layer.activation_values)
+    return values * context.bytes_per_value * context.minibatch
+
+
+def _column_events(layer: Layer, degree: int, context: SplitContext,
+                   sequence_parallel: bool) -> tuple[CommEvent, ...]:
+    """The f operator before a column-parallel GEMM (or the all-gather of sequence parallel)."""
+    if degree <= 1:
+        return ()
+    payload = _activation_bytes(layer, context)
+    if sequence_parallel:
+        return (CommEvent("allgather", payload, degree, PHASE_FORWARD),
+                CommEvent("reduce_scatter", payload, degree, PHASE_BACKWARD))
+    return (CommEvent("allreduce", payload, degree, PHASE_BACKWARD),)
+
+
+def _row_events(layer: Layer, degree: int, context: SplitContext,
+                sequence_parallel: bool) -> tuple[CommEvent, ...]:
+    """The g operator after a row-parallel GEMM (or the reduce-scatter of sequence parallel)."""
+    if degree <= 1:
+        return ()
+    payload = _activation_bytes(layer, context)
+    if sequence_parallel:
+        return (CommEvent("reduce_scatter", payload, degree, PHASE_FORWARD),
+                CommEvent("allgather", payload, degree, PHASE_BACKWARD))
+    return (CommEvent("allreduce", payload, degree, PHASE_FORWARD),)
+
+
+def _split(degree: int) -> float:
+    return 1.0 / degree if degree > 1 else 1.0
+
+
+def megatron_shard(layer: Layer, degree: int, context: SplitContext,
+                   sequence_parallel: bool) -> Shard:
+    """The split of one transformer layer over a tensor-parallel group of `degree`."""
+    kind = layer.kind
+    if kind in ("attn_qkv", "mlp_up", "logits"):
+        return Shard(TENSOR, _split(degree), 0,
+                     _column_events(layer, degree, context, sequence_parallel))
+    if kind in ("attn_out", "mlp_down"):
+        return Shard(TENSOR, _split(degree), 0,
+                     _row_events(layer, degree, context, sequence_parallel))
+    if kind == "embedding":
+        return Shard(TENSOR, _split(degree), 0,
+                     _row_events(layer, degree, context, sequence_parallel))
+    if kind in ("attn_scores", "attn_softmax", "attn_context", "flash_attention", "mlp_act"):
+        return Shard(TENSOR, _split(degree), 0, ())
+    if kind == "cross_entropy":
+        seq = layer.hyper.get("seq")
+        tokens = (int(seq) if isinstance(seq, int) else 1) * context.minibatch
+        events = tuple(CommEvent("allreduce", tokens * LOSS_STATISTIC_BYTES, degree,
+                                 PHASE_FORWARD) for _ in range(3)) if degree > 1 else ()
+        return Shard(TENSOR, _split(degree), 0, events)
+    # norms, residual adds and anything without a Megatron split: whole on every member
+    # (their parameters replicated), or 1/t of the sequence under sequence parallelism
+    fraction = _split(degree) if sequence_parallel else 1.0
+    return Shard(TENSOR, fraction, layer.params if degree > 1 else 0, ())
+
+
+@sharding_rule("megatron", "*", TENSOR)
+def megatron(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """Megatron's tensor split (module docstring)."""
+    return megatron_shard(layer, degree, context, context.sequence_parallel)

@@ -1,0 +1,148 @@
+"""GPU clusters from node presets: `dgx-a100-80g:64` is 64 DGX A100 nodes.
+
+A node preset (presets/nodes/NAME.yaml) names a device (presets/devices.yaml), the link inside
+the node and the one between nodes (presets/interconnects.yaml), and how many compute NICs a
+node has. The System it becomes has one Device per GPU, an intra-node tier at the GPU's NVLink
+bandwidth and an inter-node tier at each GPU's share of the node's NICs (all GPUs of a node
+send at once in data- and pipeline-parallel traffic). Achieved efficiencies come from a GPU
+profile (system/gpu_profile.py): the device's own under presets/profiles/, else none — then the
+system is marked uncalibrated and a documented default efficiency applies.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dnnscale.errors import InputError, require_int
+from dnnscale.system.curve import RateCurve
+from dnnscale.system.device import Device
+from dnnscale.system.gpu_profile import GpuProfile, load_gpu_profile
+from dnnscale.system.system import System
+from dnnscale.system.topology import LinkTier
+from dnnscale.units import parse_quantity
+
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+MAX_NODES = 1_000_000
+
+DEFAULT_EFFICIENCY = GpuProfile(
+    device="(default)", efficiency={"gemm": RateCurve.constant(0.6),
+                                    "attention": RateCurve.constant(0.4)},
+    memory_efficiency=RateCurve.constant(0.7), kernel_overhead_s=5e-6,
+    intra_node_efficiency=0.8, inter_node_efficiency=0.9, collective_latency_s=1e-5,
+    source="UNCALIBRATED defaults: 60 % of peak for GEMMs, 40 % for attention matmuls, 70 % of "
+           "HBM bandwidth, 5 us per kernel, 80 % / 90 % of the NVLink / NIC rate in collectives")
+"""What an uncalibrated device achieves: round figures, flagged wherever they are used."""
+
+
+def _presets() -> Any:
+    return resources.files("dnnscale.system") / "presets"
+
+
+@functools.cache
+def _table(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((_presets() / f"{name}.yaml").read_text())
+    return data if isinstance(data, dict) else {}
+
+
+def node_preset_names() -> list[str]:
+    folder = _presets() / "nodes"
+    return sorted(item.name[:-5] for item in folder.iterdir() if item.name.endswith(".yaml"))
+
+
+@functools.cache
+def _node(name: str) -> dict[str, Any]:
+    return yaml.safe_load((_presets() / "nodes" / f"{name}.yaml").read_text())
+
+
+def default_profile_path(device: str) -> Path | None:
+    """The packaged GPU profile of `device`, if one was fitted or measured."""
+    item = _presets() / "profiles" / f"{device}.yaml"
+    return Path(str(item)) if item.is_file() else None
+
+
+def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
+    """A Device for one accelerator of presets/devices.yaml with `profile`'s efficiencies."""
+    devices = _table("devices")
+    if device_name not in devices:
+        raise InputError("cluster.device", f"unknown device {device_name!r} (known: "
+                         f"{', '.join(sorted(devices))})")
+    facts = devices[device_name]
+    where = f"devices.{device_name}"
+    peaks = {precision: parse_quantity(value, "flops", f"{where}.peak_flops.{precision}")
+             for precision, value in facts["peak_flops"].items() if value is not None}
+    eff = profile or DEFAULT_EFFICIENCY
+    return Device(cores=1.0,
+                  memory_bytes=parse_quantity(facts.get("memory_reported", facts["memory"]),
+                                              "bytes", f"{where}.memory"),
+                  memory_bandwidth_bytes_per_s=parse_quantity(facts["memory_bandwidth"],
+                                                              "bandwidth", f"{where}.bandwidth"),
+                  flops_per_s_per_core={"default": RateCurve.constant(peaks.get("fp32", 1.0))},
+                  update_s_per_param=0.0, kind="gpu", name=device_name, peak_flops_per_s=peaks,
+                  efficiency=dict(eff.efficiency), memory_efficiency=eff.memory_efficiency,
+                  kernel_overhead_s=eff.kernel_overhead_s)
+
+
+def _link(key: str, where: str, efficiency: float, share: float = 1.0) -> LinkTier:
+    links = _table("interconnects")
+    if key not in links:
+        raise InputError(where, f"unknown interconnect {key!r} (known: {', '.join(sorted(links))})")
+    facts = links[key]
+    bandwidth = parse_quantity(facts["bandwidth"], "bandwidth", f"interconnects.{key}.bandwidth")
+    latency = parse_quantity(facts.get("latency", 0), "time", f"interconnects.{key}.latency")
+    return LinkTier(bandwidth * share * efficiency, latency, key)
+
+
+def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
+               inter_node: str | None = None, nics_per_node: int | None = None) -> System:
+    """`nodes` nodes of node preset `preset`; `profile` overrides the device's packaged one;
+    `inter_node` / `nics_per_node` replace the preset's network between nodes."""
+    if preset not in node_preset_names():
+        raise InputError("cluster", f"unknown GPU node preset {preset!r} (known: "
+                         f"{', '.join(node_preset_names())})")
+    nodes = require_int("cluster.nodes", nodes)
+    if nodes > MAX_NODES:
+        raise InputError("cluster.nodes", f"at most {MAX_NODES:,} nodes, got {nodes:,}")
+    facts = _node(preset)
+    device_name = str(facts["device"])
+    calibrated = profile is not None
+    if profile is None:
+        path = default_profile_path(device_name)
+        if path is not None:
+            profile, calibrated = load_gpu_profile(path), True
+    eff = profile or DEFAULT_EFFICIENCY
+    per_node = int(facts["devices_per_node"])
+    nics = nics_per_node if nics_per_node is not None else int(facts.get("nics_per_node", per_node))
+    intra = _link(str(facts["intra_node"]), "cluster.intra_node", eff.intra_node_efficiency)
+    inter = _link(inter_node or str(facts["inter_node"]), "cluster.inter_node",
+                  eff.inter_node_efficiency, share=nics / per_node)
+    price = facts.get("price_per_device_hour")
+    label = f"{preset}:{nodes}"
+    return System(name=label, machines=nodes * per_node, machine=gpu_device(device_name, profile),
+                  network=inter, devices_per_node=per_node, intra_node=intra,
+                  collective_library="nccl", collective_call_s=eff.collective_latency_s,
+                  calibrated=calibrated,
+                  description=f"{nodes} x {facts.get('description', preset)}"
+                  + ("" if calibrated else " (efficiencies UNCALIBRATED: " + eff.source + ")"),
+                  profile_source=eff.source,
+                  price_per_device_hour=float(price) if price is not None else None)
+
+
+def parse_gpu_cluster(text: str) -> tuple[str, int] | None:
+    """'dgx-a100-80g:64' -> ('dgx-a100-80g', 64); a bare node preset name -> (name, 1); None when
+    `text` names no node preset."""
+    name, colon, count = text.partition(":")
+    if name not in node_preset_names():
+        return None
+    if not colon:
+        return name, 1
+    try:
+        nodes = int(count)
+    except ValueError:
+        raise InputError("cluster", f"{text!r}: the number of nodes after ':' must be an "
+                         f"integer") from None
+    return name, nodes
