@@ -34,8 +34,11 @@ def register(app: typer.Typer) -> None:
         """Measure compute, memory and network rates and write a hardware profile (YAML)."""
         from dnnscale.errors import InputError
 
+        from dnnscale.atomic import check_output_path
+
         if local == (testbed is not None):
             raise InputError("calibrate", "give exactly one of --local or --testbed FILE")
+        check_output_path(output, "--output")
         grid_kinds = _kinds(kinds)
         peers = _peers(allreduce_peers)
         run_calibration(output, quick, not no_network, grid_kinds, peers,

@@ -31,7 +31,8 @@ from typing import Any
 
 from dnnscale.cluster.curve import RateCurve
 from dnnscale.cluster.spec import PHASES, Cluster, MachineSpec, NetworkSpec
-from dnnscale.errors import InputError, require_int, require_positive
+from dnnscale.errors import (InputError, require_int, require_nonnegative, require_positive,
+                             short_repr)
 from dnnscale.units import parse_quantity
 
 _MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
@@ -39,6 +40,9 @@ _NETWORK_FIELDS = {"bandwidth", "latency"}
 _TOP_FIELDS = {"name", "machines", "calibrated", "machine", "ps_machine", "network", "ps_network",
                "overlap_gamma", "description", "profile"}
 _RATE_KINDS = {"default", "conv2d", "linear", "generic"}
+MAX_MACHINES = 1_000_000
+"""The largest cluster (and optimizer budget): ten times the largest training clusters built so
+far; the optimizer answers within seconds there."""
 
 
 def preset_names() -> list[str]:
@@ -95,7 +99,7 @@ def _rates(value: Any, where: str) -> dict[str, RateCurve]:
 
 def machine_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> MachineSpec:
     if not isinstance(data, dict):
-        raise InputError(where, f"must be a mapping, got {data!r}")
+        raise InputError(where, f"must be a mapping, got {short_repr(data)}")
     _check_fields(data, _MACHINE_FIELDS, where)
     merged = {**(base or {}), **data}
     return MachineSpec(
@@ -113,7 +117,8 @@ def _cores(merged: dict[str, Any], where: str) -> float:
         raise InputError(f"{where}.cores", "missing")
     value = merged["cores"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{where}.cores", f"must be a number of cores (e.g. 16 or 0.5), got {value!r}")
+        raise InputError(f"{where}.cores", f"must be a number of cores (e.g. 16 or 0.5), got "
+                         f"{short_repr(value)}")
     return float(require_positive(f"{where}.cores", value))
 
 
@@ -125,12 +130,12 @@ def _required(data: dict[str, Any], key: str, where: str) -> Any:
 
 def network_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> NetworkSpec:
     if not isinstance(data, dict):
-        raise InputError(where, f"must be a mapping, got {data!r}")
+        raise InputError(where, f"must be a mapping, got {short_repr(data)}")
     _check_fields(data, _NETWORK_FIELDS, where)
     merged = {**(base or {}), **data}
     latency = parse_quantity(merged.get("latency", 0), "time", f"{where}.latency")
     if latency < 0 or not math.isfinite(latency):
-        raise InputError(f"{where}.latency", f"must be >= 0, got {merged.get('latency')!r}")
+        raise InputError(f"{where}.latency", f"must be >= 0, got {short_repr(merged.get('latency'))}")
     return NetworkSpec(bandwidth_bytes_per_s=_positive(merged, "bandwidth", "bandwidth", where),
                        latency_s=latency)
 
@@ -146,7 +151,7 @@ def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Any]:
     if not path.is_absolute() and source and Path(source).is_file():
         path = Path(source).parent / path
     if not path.is_file():
-        raise InputError("cluster.profile", f"no profile file {str(path)!r} (make one with "
+        raise InputError("cluster.profile", f"no profile file {short_repr(str(path))} (make one with "
                          f"`dnnscale calibrate --local -o {path.name}`)")
     profile = load_profile(path)
     merged = dict(data)
@@ -184,12 +189,15 @@ def cluster_from_dict(data: dict[str, Any], source: str = "") -> Cluster:
     gamma = data.get("overlap_gamma", "inf")
     try:
         gamma = float(gamma)
-    except (TypeError, ValueError):
-        raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got {gamma!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got "
+                         f"{short_repr(gamma)}") from None
     if not gamma >= 1:
-        raise InputError("cluster.overlap_gamma", f"must be >= 1 (1 = no overlap), got {gamma!r}")
+        raise InputError("cluster.overlap_gamma", f"must be >= 1 (1 = no overlap), got "
+                         f"{short_repr(gamma)}")
     cluster = Cluster(name=str(data.get("name", "cluster")),
-                      machines=require_int("cluster.machines", data["machines"]),
+                      machines=require_int("cluster.machines", data["machines"],
+                                           maximum=MAX_MACHINES),
                       machine=machine, network=network, ps_machine=ps_machine,
                       ps_network=ps_network, overlap_gamma=gamma,
                       calibrated=bool(data.get("calibrated", False)),
@@ -203,18 +211,51 @@ def cluster_from_dict(data: dict[str, Any], source: str = "") -> Cluster:
     return cluster
 
 
+def check_cluster(cluster: Cluster) -> Cluster:
+    """Re-validate a Cluster object (e.g. one a Python caller built) by the YAML rules:
+    InputError names the field. Returns the cluster."""
+    require_int("cluster.machines", cluster.machines, maximum=MAX_MACHINES)
+    for where, machine in (("cluster.machine", cluster.machine),
+                           ("cluster.ps_machine", cluster.ps_machine)):
+        if machine is None:
+            continue
+        if not isinstance(machine, MachineSpec):
+            raise InputError(where, f"must be a MachineSpec, got {type(machine).__name__}")
+        for name in ("cores", "memory_bytes", "memory_bandwidth_bytes_per_s",
+                     "update_s_per_param"):
+            require_positive(f"{where}.{name}", getattr(machine, name))
+        if "default" not in machine.flops_per_s_per_core:
+            raise InputError(f"{where}.flops_per_core.default", "missing")
+    for where, network in (("cluster.network", cluster.network),
+                           ("cluster.ps_network", cluster.ps_network)):
+        if network is None:
+            continue
+        if not isinstance(network, NetworkSpec):
+            raise InputError(where, f"must be a NetworkSpec, got {type(network).__name__}")
+        require_positive(f"{where}.bandwidth", network.bandwidth_bytes_per_s)
+        require_nonnegative(f"{where}.latency", network.latency_s)
+    gamma = cluster.overlap_gamma
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma >= 1:
+        raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got "
+                         f"{short_repr(gamma)}")
+    return cluster
+
+
 def load_cluster(source: "str | Path | Cluster") -> Cluster:
-    """A preset name, a YAML file, or a Cluster (returned as is)."""
-    from dnnscale.yamlio import load_yaml_file
+    """A preset name, a YAML file, or a Cluster (re-validated)."""
+    from dnnscale.yamlio import is_yaml_source, load_yaml_file
 
     if isinstance(source, Cluster):
-        return source
+        return check_cluster(source)
+    if not isinstance(source, (str, Path)):
+        raise InputError("cluster", f"must be a preset name, a YAML path or a Cluster, got "
+                         f"{type(source).__name__}")
     path = Path(source)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
+    if is_yaml_source(source, "cluster"):
         return cluster_from_dict(load_yaml_file(path, "cluster"), str(path))
     name = str(source)
     if name not in preset_names():
-        raise InputError("cluster", f"unknown cluster {name!r}: not a preset "
+        raise InputError("cluster", f"unknown cluster {short_repr(name)}: not a preset "
                          f"({', '.join(preset_names())}) nor an existing YAML file")
     import yaml
 

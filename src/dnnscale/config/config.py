@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from dnnscale.errors import InputError, require_int
+from dnnscale.errors import InputError, require_int, short_repr
 
 if TYPE_CHECKING:
     from dnnscale.cluster.spec import Cluster
@@ -64,14 +64,17 @@ class Config:
 
 def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
     """Validate a mapping (YAML or flags) into a Config; errors name the field."""
+    if not isinstance(data, dict):
+        raise InputError(where, f"must be a mapping of fields, got {type(data).__name__}")
     known = {f.name for f in fields(Config)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(str(key) for key in set(data) - known)
     if unknown:
-        raise InputError(f"{where}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})")
+        raise InputError(f"{where}.{unknown[0][:60]}", f"unknown field (known: {', '.join(sorted(known))})")
     values = {k: v for k, v in data.items() if v is not None}
     sync = values.get("sync", "ps-async")
     if sync not in SYNC_MODES:
-        raise InputError(f"{where}.sync", f"must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
+        raise InputError(f"{where}.sync", f"must be one of {', '.join(SYNC_MODES)}, got "
+                         f"{short_repr(sync)}")
     if sync == "allreduce":
         values.setdefault("ps_shards", 0)
     for name in ("partitions", "replicas", "minibatch", "push_every", "pull_every"):
@@ -86,18 +89,40 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
             raise InputError(f"{where}.ps_shards", f"must be >= 1 with sync {sync}, got {shards}")
     if values.get("fc_protocol", "weights") not in FC_PROTOCOLS:
         raise InputError(f"{where}.fc_protocol", f"must be one of {', '.join(FC_PROTOCOLS)}, "
-                         f"got {values['fc_protocol']!r}")
+                         f"got {short_repr(values['fc_protocol'])}")
     if values.get("fc_protocol") == "vectors" and sync == "allreduce":
         raise InputError(f"{where}.fc_protocol", "'vectors' needs a parameter server, not allreduce")
-    if values.get("optimizer", "sgd") not in OPTIMIZER_STATE_VALUES:
+    if not isinstance(values.get("optimizer", "sgd"), str) or \
+            values.get("optimizer", "sgd") not in OPTIMIZER_STATE_VALUES:
         raise InputError(f"{where}.optimizer", f"must be one of "
-                         f"{', '.join(OPTIMIZER_STATE_VALUES)}, got {values['optimizer']!r}")
+                         f"{', '.join(OPTIMIZER_STATE_VALUES)}, got "
+                         f"{short_repr(values['optimizer'])}")
     if "overlap" in values and not isinstance(values["overlap"], bool):
-        raise InputError(f"{where}.overlap", f"must be true or false, got {values['overlap']!r}")
+        raise InputError(f"{where}.overlap", f"must be true or false, got "
+                         f"{short_repr(values['overlap'])}")
     fraction = values.get("epoch_fraction", 1.0)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise InputError(f"{where}.epoch_fraction", f"must be in (0, 1], got {fraction!r}")
+        raise InputError(f"{where}.epoch_fraction", f"must be in (0, 1], got "
+                         f"{short_repr(fraction)}")
     return Config(**values)
+
+
+def validate_config(config: object, where: str = "config") -> Config:
+    """Re-validate a Config object (e.g. one a Python caller built) through the same rules as
+    YAML and flags: `Config(replicas=-2)` or `Config(sync="gossip")` raise InputError naming the
+    field. Returns the config."""
+    if not isinstance(config, Config):
+        raise InputError(where, f"must be a Config, a YAML path or a mapping, got "
+                         f"{type(config).__name__}")
+    return config_from_dict(config.to_dict(), where)
+
+
+def max_replicas(workload: "Workload", minibatch: int) -> int:
+    """The most replicas whose global step R·n still fits in one epoch: floor(samples / n).
+
+    An epoch shorter than one global step would mean a step that trains on more samples than
+    the epoch has, so configurations with R·n > samples_per_epoch are not valid."""
+    return workload.samples_per_epoch // minibatch
 
 
 def _layer_limit(layer: "Layer") -> int:
@@ -114,6 +139,14 @@ def max_partitions(workload: "Workload") -> int:
 
 def check_config(config: Config, workload: "Workload", cluster: "Cluster") -> None:
     """Rules that need the workload and the cluster; raises InputError naming the field."""
+    if config.minibatch > workload.samples_per_epoch:
+        raise InputError("config.minibatch", f"{config.minibatch} is more than the "
+                         f"{workload.samples_per_epoch} samples of one epoch")
+    if config.replicas > max_replicas(workload, config.minibatch):
+        raise InputError("config.replicas", f"R·n = {config.replicas}·{config.minibatch} = "
+                         f"{config.replicas * config.minibatch} samples per global step is more "
+                         f"than one epoch ({workload.samples_per_epoch} samples); at most "
+                         f"{max_replicas(workload, config.minibatch)} replicas")
     if config.machines > cluster.machines:
         raise InputError("config", f"needs {config.machines} machines (P·R + S = "
                          f"{config.partitions}·{config.replicas} + {config.ps_shards}) but cluster "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dnnscale.boundary import check_prediction, finite_answers
 from dnnscale.config.config import Config, max_partitions
 from dnnscale.errors import InputError, require_int
 from dnnscale.model.predict import predict_config
@@ -82,15 +83,29 @@ def prepare(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
     from dnnscale.cluster import load_cluster
     from dnnscale.workload import load_workload
 
+    from dnnscale.cluster.load import MAX_MACHINES
+    from dnnscale.config.config import validate_config
+
     w, c = load_workload(workload), load_cluster(cluster)
-    budget = require_int("machines", c.machines if machines is None else machines)
+    budget = require_int("machines", c.machines if machines is None else machines,
+                         maximum=MAX_MACHINES)
     if budget != c.machines:
         c = c.with_machines(budget)
-    space = make_space(modes, minibatch, push_every, pull_every, base)
+    space = make_space(modes, minibatch, push_every, pull_every,
+                       None if base is None else validate_config(base, "base"))
+    infeasible: list[Infeasible] = []
+    too_large = [n for n in space.minibatches if n > w.samples_per_epoch]
+    if too_large:  # a global step may not train on more samples than the epoch has
+        if len(too_large) == len(space.minibatches):
+            raise InputError("minibatch", f"{too_large[0]} is more than the "
+                             f"{w.samples_per_epoch} samples of one epoch")
+        space = dataclasses.replace(space, minibatches=tuple(
+            n for n in space.minibatches if n <= w.samples_per_epoch))
+        infeasible.append(Infeasible(f"n={ranges(too_large)}", f"more than the "
+                                     f"{w.samples_per_epoch} samples of one epoch"))
     p_max = min(max_partitions(w), budget)
     replicas: dict[tuple[int, int], ReplicaCosts] = {}
     fitting: dict[tuple[int, int], bool] = {}
-    infeasible: list[Infeasible] = []
     for n in space.minibatches:
         too_big: list[int] = []
         needs: list[float] = []
@@ -246,6 +261,7 @@ def _curve(problem: Problem, evaluators: list[GroupEvaluator], first: int,
     return points
 
 
+@finite_answers("optimize")
 def optimize(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
              machines: int | None = None, modes: str | Sequence[str] | None = None,
              top: int = 5, minibatch: int | Iterable[int] | None = None,
@@ -269,9 +285,16 @@ def optimize(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
     start = time.perf_counter()
     problem = prepare(workload, cluster, machines, modes, minibatch, push_every, pull_every, base)
     if method == "exhaustive":
-        from dnnscale.optimize.exhaustive import exhaustive_result
+        from dnnscale.optimize.exhaustive import EXHAUSTIVE_MAX_MACHINES, exhaustive_result
 
-        return exhaustive_result(problem, top, curve, start)
+        if problem.machines > EXHAUSTIVE_MAX_MACHINES:
+            raise InputError("machines", f"the exhaustive reference enumerates O(M²) "
+                             f"configurations: at most {EXHAUSTIVE_MAX_MACHINES:,} machines, got "
+                             f"{problem.machines:,}")
+
+        result = exhaustive_result(problem, top, curve, start)
+        check_prediction(result.best, "optimize")
+        return result
     groups = problem.groups()
     evaluators = _evaluators(problem, groups)
     ranked, search = _top(problem, evaluators, problem.machines, top)
@@ -292,7 +315,7 @@ def optimize(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
     assert first is not None  # prepare() raised otherwise
     points = _curve(problem, evaluators, first, search.root_bound) if curve else []
     elapsed = time.perf_counter() - start
-    best = ranked[0]
+    best = check_prediction(ranked[0], "optimize")
     return OptimizeResult(
         workload=problem.workload.name, cluster=problem.cluster.name, machines=problem.machines,
         method="fast", best=best, top=ranked, curve=points, best_per_mode=per_mode,

@@ -18,7 +18,8 @@ The structure the exact search relies on, read off those formulas (performance-m
   push = max(W_push/P/B, R·share·W_push/B_ps) + S/k_push·α (pull alike) and apply =
   R·share·t_apply. T/R is nonincreasing in R (each term is a constant or proportional to R;
   combine is 1-homogeneous), so X is nondecreasing in R; X falls as share or S-latency grows.
-- PS modes, both: for fixed S the best R is the largest, floor((M − S)/P). Over an interval
+- PS modes, both: for fixed S the best R is the largest, floor((M − S)/P), capped at one
+  epoch's worth, floor(samples per epoch / n) (as for all-reduce's R). Over an interval
   S ∈ [lo, hi], X ≤ X(R(lo), share(hi), latency of lo shards): a valid upper bound.
 - allreduce: X = R·n / (combine(T_comp + T_mp, T_ring(R)) + T_update); T_ring grows with R, so
   X need not grow with R (latency-bound rings get slower); over R ∈ [lo, hi],
@@ -30,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dnnscale.cluster.spec import Cluster
-from dnnscale.config.config import Config
+from dnnscale.config.config import Config, max_replicas
 from dnnscale.model.network import overlapped_time_s, ring_allreduce_time_s, transfer_time_s
 from dnnscale.model.predict import ps_terms
 from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_s,
@@ -58,6 +59,7 @@ class GroupEvaluator:
     def __post_init__(self) -> None:
         cfg, net = self.config, self.cluster.network
         self.n, self.P = cfg.minibatch, cfg.partitions
+        self.most_replicas = max_replicas(self.workload, self.n)  # R·n within one epoch
         self.params = self.replica.stored_params(self.workload.params)  # W + (P−1)·W_rep
         self.busy_s = self.replica.compute_s + self.replica.partition_s
         self.overlap, self.gamma = cfg.overlap, self.cluster.overlap_gamma
@@ -137,19 +139,23 @@ class GroupEvaluator:
         if self.group.uses_ps:
             hi = machines - self.P
             return (self.min_shards, hi) if hi >= self.min_shards else None
-        hi = machines // self.P
+        hi = min(machines // self.P, self.most_replicas)
         return (1, hi) if hi >= 1 else None
+
+    def _ps_replicas(self, shards: int, machines: int) -> int:
+        """R for S shards: all the machines left, (M − S)/P, but no more than one epoch's."""
+        return min((machines - shards) // self.P, self.most_replicas)
 
     def replicas_and_shards(self, x: int, machines: int) -> tuple[int, int]:
         if self.group.uses_ps:
-            return (machines - x) // self.P, x
+            return self._ps_replicas(x, machines), x
         return x, 0
 
     def value(self, x: int, machines: int) -> float:
         """Throughput (samples/s) at search variable x under the budget."""
         self.evaluations += 1
         if self.group.uses_ps:
-            return self._ps_throughput((machines - x) // self.P, x, x)
+            return self._ps_throughput(self._ps_replicas(x, machines), x, x)
         return x * self.n / self._allreduce_step_s(x)
 
     def throughput(self, replicas: int, shards: int) -> float:
@@ -163,5 +169,5 @@ class GroupEvaluator:
         """An upper bound of value(x) over x in [lo, hi] (equal to it when lo == hi)."""
         self.bounds += 1
         if self.group.uses_ps:
-            return self._ps_throughput((machines - lo) // self.P, hi, lo)
+            return self._ps_throughput(self._ps_replicas(lo, machines), hi, lo)
         return hi * self.n / self._allreduce_step_s(lo)

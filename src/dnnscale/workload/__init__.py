@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from dnnscale.workload.layer import Layer
-from dnnscale.workload.workload import Workload, build_workload
+from dnnscale.errors import InputError
+from dnnscale.workload.workload import Workload, build_workload, check_workload
+from dnnscale.yamlio import is_yaml_source
 from dnnscale.workload.zoo import ZOO, zoo_workload
 
 __all__ = ["Layer", "Workload", "ZOO", "build_workload", "from_torch", "load_workload",
@@ -22,11 +24,14 @@ def __getattr__(name: str) -> object:
 
 
 def load_workload(source: "str | Path | Workload") -> Workload:
-    """A zoo name, a YAML file path, or a Workload (returned as is)."""
+    """A zoo name, a YAML file path, or a Workload (re-validated)."""
     if isinstance(source, Workload):
-        return source
+        return check_workload(source)
+    if not isinstance(source, (str, Path)):
+        raise InputError("workload", f"must be a zoo name, a YAML path or a Workload, got "
+                         f"{type(source).__name__}")
     path = Path(source)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
+    if is_yaml_source(source, "workload"):
         from dnnscale.workload.spec import load_workload_yaml
 
         return load_workload_yaml(path)

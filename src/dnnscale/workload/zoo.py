@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.workload import Workload, build_workload
 
 ZOO: dict[str, Callable[..., Workload]] = {}
@@ -171,16 +171,17 @@ def zoo_workload(name: str) -> Workload:
     """Build a zoo workload by name (``mlp:784-512-10`` passes widths)."""
     base, _, argument = name.partition(":")
     if base not in ZOO:
-        raise InputError("workload", f"unknown workload {name!r}: not a zoo name "
+        raise InputError("workload", f"unknown workload {short_repr(name)}: not a zoo name "
                          f"({', '.join(sorted(ZOO))}) nor an existing YAML file")
     if not argument:
         return ZOO[base]()
     if base != "mlp":
-        raise InputError("workload", f"{base} takes no arguments, got {name!r}")
+        raise InputError("workload", f"{base} takes no arguments, got {short_repr(name)}")
     try:
         widths = tuple(int(part) for part in argument.split("-"))
     except ValueError:
-        raise InputError("workload", f"mlp widths must be integers joined by '-', got {argument!r}") from None
+        raise InputError("workload", f"mlp widths must be integers joined by '-', got "
+                         f"{short_repr(argument)}") from None
     if any(width < 1 for width in widths):
-        raise InputError("workload", f"mlp widths must be >= 1, got {argument!r}")
+        raise InputError("workload", f"mlp widths must be >= 1, got {short_repr(argument)}")
     return mlp(widths)
