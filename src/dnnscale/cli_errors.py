@@ -33,13 +33,25 @@ def _field(exc: Any) -> str:
         return str(hint if isinstance(hint, str) else hint[0]).strip("'\"")
     option = getattr(exc, "option_name", None)
     if option:
-        return str(option)
+        return _long_name(exc, str(option))
     text = str(getattr(exc, "message", ""))
     if text.startswith("No such command"):
         return "command"
     if "argument" in text:
         return "arguments"
     return "command line"
+
+
+def _long_name(exc: Any, option: str) -> str:
+    """`-c` -> `--cluster`: the long form of an option the user typed short (as typed if the
+    command has no such option)."""
+    command = getattr(getattr(exc, "ctx", None), "command", None) or \
+        getattr(exc, "dnnscale_command", None)
+    for param in getattr(command, "params", []):
+        opts = list(getattr(param, "opts", [])) + list(getattr(param, "secondary_opts", []))
+        if option in opts:
+            return next((o for o in opts if o.startswith("--")), option)
+    return option
 
 
 def _problem(exc: Any) -> str:
@@ -63,6 +75,19 @@ def one_line(exc: Any) -> str:
     return f"error: {_field(exc)}: {_problem(exc)}"
 
 
+def _command_for(group: Any, args: list[str]) -> Any:
+    """The (sub-)command that `args` name, as far as they name one."""
+    command = group
+    for token in args:
+        commands = getattr(command, "commands", None)
+        if not commands or token not in commands:
+            if token.startswith("-"):
+                continue
+            break
+        command = commands[token]
+    return command
+
+
 class OneLineErrors(TyperGroup):
     """The CLI's root group: usage errors become one line and exit 2; everything else (help,
     typer.Exit codes, Ctrl-C as 130) behaves as typer's own."""
@@ -78,6 +103,9 @@ class OneLineErrors(TyperGroup):
             print(exc.format_message(), file=sys.stderr)
             sys.exit(USAGE_EXIT_CODE)
         except _click.exceptions.UsageError as exc:
+            if getattr(exc, "ctx", None) is None:  # raised by the parser: find the command
+                exc.dnnscale_command = _command_for(self, sys.argv[1:] if args is None
+                                                    else list(args))  # type: ignore[attr-defined]
             print(one_line(exc), file=sys.stderr)
             sys.exit(USAGE_EXIT_CODE)
         except _click.exceptions.ClickException as exc:

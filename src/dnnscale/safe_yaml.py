@@ -27,11 +27,12 @@ import yaml
 from dnnscale.errors import InputError, short_repr
 
 MAX_FILE_BYTES = 4 * 2**20
-"""4 MiB: about 80,000 layer lines; reading takes seconds, not minutes."""
+"""4 MiB: far more than the largest workload (10,000 layers, about 0.5 MB) needs."""
 MAX_DEPTH = 32
 """Nested mappings and lists (dnnscale's formats need at most 6)."""
-MAX_NODES = 1_000_000
-"""Values in a document, every alias expanded."""
+MAX_NODES = 500_000
+"""Values in a document, every alias expanded (the largest workload, 10,000 layers, has about
+70,000; a file this big takes a few seconds to read)."""
 MAX_ALIASES = 10_000
 """Alias uses (*name) in a document."""
 

@@ -6,6 +6,7 @@ and expanded size bounded, text keys once per mapping.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -35,4 +36,6 @@ def is_yaml_source(source: object, what: str) -> bool:
     try:
         return path.is_file()
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # too long for a file: a name, then
+            return False
         raise InputError(what, f"cannot use {short_repr(text)}: {exc.strerror}") from None

@@ -15,6 +15,10 @@ import typer
 from dnnscale.errors import InputError, require_int, require_positive, user_errors
 
 
+MAX_LOCAL_RANKS = 64
+"""The most ranks `run --local` starts (each is a process with its own copy of the model)."""
+
+
 def register(app: typer.Typer) -> None:
     app.command("run")(user_errors(run))
 
@@ -71,7 +75,12 @@ def run(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or 
                               ps_shards=ps_shards, sync=sync, minibatch=minibatch,
                               push_every=push_every, pull_every=pull_every)
     w = load_workload(workload)
+    from dnnscale.runtime.layout import world_size
     from dnnscale.runtime.netplan import check_runnable, weighted_schemes
+
+    if local and world_size(cfg) > MAX_LOCAL_RANKS:
+        raise InputError("config", f"--local runs each of the P·R + S = {world_size(cfg):,} "
+                         f"ranks as a process on this machine; at most {MAX_LOCAL_RANKS}")
 
     split = _conv_split(conv_split, cluster, w, cfg)
     check_runnable(w, cfg, weighted_schemes(w, split))

@@ -45,6 +45,7 @@ def build_layer(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_va
         known = ", ".join(sorted(LAYER_KINDS))
         raise InputError(f"{field}.kind", f"unknown layer kind {short_repr(kind)} (known: "
                          f"{known})")
+    _check_fields(LAYER_KINDS[kind], kind, hyper, field)
     try:
         layer = LAYER_KINDS[kind](name=name, input_shape=tuple(input_shape),
                                   bytes_per_value=bytes_per_value,
@@ -54,6 +55,28 @@ def build_layer(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_va
             from None
     check_layer(layer, field)
     return Layer(**{**layer.__dict__, "hyper": dict(hyper)})
+
+
+_BUILDER_ARGUMENTS = ("name", "input_shape", "bytes_per_value", "needs_input_grad")
+
+
+def _check_fields(builder: LayerBuilder, kind: str, hyper: dict[str, object], field: str) -> None:
+    """Unknown or missing hyper-parameters of a `kind` layer, named, before it is built."""
+    import inspect
+
+    parameters = inspect.signature(builder).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    known = [p for p in parameters if p not in _BUILDER_ARGUMENTS]
+    unknown = sorted(str(key) for key in hyper if key not in known)
+    if unknown:
+        raise InputError(f"{field}.{unknown[0][:60]}", f"unknown field for a {kind} layer "
+                         f"(known: {', '.join(known) or 'none'})")
+    required = [p for p in known if parameters[p].default is inspect.Parameter.empty]
+    missing = [p for p in required if p not in hyper]
+    if missing:
+        raise InputError(f"{field}.{missing[0]}", f"missing (a {kind} layer needs "
+                         f"{', '.join(required)})")
 
 
 def check_shape(shape: object, field: str, allow_scalar: bool = False) -> tuple[int, ...]:
