@@ -24,7 +24,10 @@ _UNITS: dict[str, dict[str, float]] = {
     "flop": {"flop": 1.0},
 }
 
-_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+# One way only to match each number (no nested choices), so a long bad string fails in linear time.
+_NUMBER = r"((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
+_LONGEST = 64
+"""Characters in a quantity string; '1.25GB/s' needs 8."""
 _PATTERN = re.compile(r"^\s*" + _NUMBER + r"\s*([A-Za-zµ/]*)\s*$")
 
 
@@ -39,6 +42,9 @@ def parse_quantity(value: object, dimension: str, field: str) -> float:
         return float(value)
     if not isinstance(value, str):
         raise InputError(field, f"expected a {dimension} such as {_example(dimension)}, got {short_repr(value)}")
+    if len(value) > _LONGEST:
+        raise InputError(field, f"cannot read {short_repr(value)} as a {dimension} (more than "
+                         f"{_LONGEST} characters)")
     match = _PATTERN.match(value)
     if not match:
         raise InputError(field, f"cannot read {short_repr(value)} as a {dimension} (e.g. {_example(dimension)})")
