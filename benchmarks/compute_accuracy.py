@@ -1,7 +1,7 @@
 """Compute accuracy: predicted vs measured forward+backward time per sample, layer by layer.
 
 For every layer of adam-mnist, adam-cifar10, alexnet and a scaled-down adam-imagenet22k, the
-prediction comes from a calibrated hardware profile through the model's `replica_costs` (P = 1,
+prediction comes from a calibrated hardware profile through the model's `stage_costs` (P = 1,
 one core) and the measurement from timing the layer as training runs it (an nn.Module under
 autograd, one thread, median of repeated samples; see dnnscale/calibrate/layer_timing.py). The
 profile is calibrated on the synthetic grid of dnnscale/calibrate/compute.py, not on these
@@ -52,10 +52,11 @@ def main() -> int:
     import torch
 
     from dnnscale.calibrate.layer_timing import measured_train_s
-    from dnnscale.calibrate.profile import load_profile, profile_machine, save_profile
     from dnnscale.calibrate.run import Plan, calibrate, machine_facts
-    from dnnscale.cluster.spec import NetworkSpec
-    from dnnscale.model.replica import replica_costs
+    from dnnscale.model.stage import stage_costs
+    from dnnscale.system import LinkTier, System
+    from dnnscale.system.load import profile_machine
+    from dnnscale.system.profile import load_profile, save_profile
 
     torch.set_num_threads(1)
     load_before = os.getloadavg()
@@ -69,10 +70,10 @@ def main() -> int:
             save_profile(profile, args.save_profile)
     calibration_s = time.perf_counter() - started
     machine = profile_machine(profile, cores=1.0)
-    network = NetworkSpec(bandwidth_bytes_per_s=1e9, latency_s=0.0)
+    system = System("one-core", 1, machine, LinkTier(bandwidth_bytes_per_s=1e9, latency_s=0.0))
     rows = []
     for workload, batch in workloads():
-        predicted = replica_costs(workload, machine, network, 1, batch).layers
+        predicted = stage_costs(workload, system, 1, batch).layers
         for layer, cost in zip(workload.layers, predicted):
             runs = [measured_train_s(layer, batch, clock=clock) for _ in range(args.repeats)]
             measured_s = statistics.median(runs) / batch
@@ -147,7 +148,7 @@ def _markdown(summary: dict) -> str:
         f"- measured: each layer as an nn.Module under autograd, median of {summary['repeats']} "
         f"runs, each the fastest of 7 timing samples on the {summary['clock']} clock "
         "(cpu = this thread's CPU time, which other processes do not inflate); predicted: "
-        "`replica_costs(P=1)` on one core",
+        "`stage_costs(P=1)` on one core",
         "- command: `.venv/bin/python benchmarks/compute_accuracy.py`",
         "",
         f"**Median relative error {summary['median_relative_error']:.1%}, 90th percentile "

@@ -2,7 +2,7 @@
 
 Calibrates the α-β network model the way `dnnscale calibrate` does (message sizes of
 dnnscale.calibrate.run.Plan), then measures transfers at *other* sizes and compares with the
-model's formulas (model/network.py): transfer_time_s for one message, ring_allreduce_time_s for
+model's formulas: transfer_time_s for one message, the ring all-reduce of model/collectives.py for
 an all-reduce — the latter both with the point-to-point α, β (what a cluster's `network` gives
 the predictor) and with the all-reduce fit of that group size (what the profile also records).
 
@@ -37,7 +37,9 @@ def main() -> int:
 
     from dnnscale.calibrate.network import measure_allreduce, measure_p2p, run_ranks
     from dnnscale.calibrate.run import Plan
-    from dnnscale.model.network import ring_allreduce_time_s, transfer_time_s
+    from dnnscale.model.collectives import collective_time_s
+    from dnnscale.model.network import transfer_time_s
+    from dnnscale.system import LinkTier
     from dnnscale.runtime.placement import local_placements
 
     peers = tuple(int(p) for p in args.peers.split(","))
@@ -72,10 +74,10 @@ def main() -> int:
         measured = _median_points([run_ranks(placements(n), "allreduce", reduce_sizes, 5)
                                    for _ in range(args.repeats)])
         for size, seconds in measured:
-            from_p2p = ring_allreduce_time_s(n, size, p2p_fit.bandwidth_bytes_per_s,
-                                             p2p_fit.latency_s)
-            from_fit = ring_allreduce_time_s(n, size, reduce_fit.bandwidth_bytes_per_s,
-                                             reduce_fit.latency_s)
+            from_p2p = collective_time_s("allreduce", "gloo", size, n, LinkTier(
+                p2p_fit.bandwidth_bytes_per_s, p2p_fit.latency_s))
+            from_fit = collective_time_s("allreduce", "gloo", size, n, LinkTier(
+                reduce_fit.bandwidth_bytes_per_s, reduce_fit.latency_s))
             rows.append((f"all-reduce x{n}", n, size, from_p2p, from_fit, seconds))
     load_after = os.getloadavg()
     section = _section(where, rows, p2p_fit, load_before, load_after, args.repeats,

@@ -18,8 +18,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dnnscale.cluster import load_cluster
-from dnnscale.config import max_partitions
+from dnnscale.system import load_system
+from dnnscale.plan import max_partitions
 from dnnscale.optimize import optimize
 from dnnscale.optimize.result import describe_config
 from dnnscale.units import format_seconds
@@ -44,7 +44,7 @@ def _cpu() -> str:
 
 def _timed(machines: int, method: str):  # noqa: ANN202
     workload = load_workload(WORKLOAD)
-    cluster = load_cluster(CLUSTER).with_machines(machines)
+    cluster = load_system(CLUSTER).with_machines(machines)
     start = time.perf_counter()
     result = optimize(workload, cluster, machines=machines, method=method)
     return time.perf_counter() - start, result

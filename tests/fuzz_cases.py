@@ -9,6 +9,7 @@ under --json, no traceback, no file left behind, within the time and memory caps
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -680,11 +681,93 @@ def torch_cases() -> Iterator[Case]:
                                              "3:complex512", "--json"), "--input-shape")
 
 
+# -- transformer inputs: Hugging Face config.json and gpt: names ---------------------------------
+
+GPT2_CONFIG = {"model_type": "gpt2", "n_ctx": 64, "n_embd": 64, "n_head": 4, "n_layer": 2,
+               "n_positions": 64, "vocab_size": 100}
+HF_FILES: dict[str, tuple[str, "str | bytes | None"]] = {
+    # name: (expected field, config.json content)
+    "not-utf8": ("--hf-config", b'{"model_type": "gpt2\xff"}'),
+    "binary": ("--hf-config", bytes(range(256))),
+    "deep-nesting": ("--hf-config", "[" * 100_000 + "]" * 100_000),
+    "nan": ("--hf-config", '{"model_type": "gpt2", "attn_pdrop": NaN}'),
+    "infinity": ("--hf-config", '{"n_layer": Infinity}'),
+    "huge-integer-text": ("--hf-config", '{"n_layer": 1' + "0" * 5000 + "}"),
+    "top-list": ("--hf-config", "[1, 2]"),
+    "not-json": ("--hf-config", "{model_type: gpt2"),
+    "empty": ("--hf-config", ""),
+    "over-size": ("--hf-config", " " * (MAX_FILE_BYTES + 1)),
+    "folder": ("--hf-config", None),
+    "layers-billion": ("transformer.layers", json.dumps({**GPT2_CONFIG, "n_layer": 10**9})),
+    "hidden-huge": ("transformer.hidden", json.dumps({**GPT2_CONFIG, "n_embd": 2**60,
+                                                    "n_head": 1})),
+    "layers-zero": ("hf_config.n_layer", json.dumps({**GPT2_CONFIG, "n_layer": 0})),
+    "heads-not-dividing": ("hf_config.num_attention_heads",
+                           json.dumps({**GPT2_CONFIG, "n_head": 5})),
+    "vocab-missing": ("hf_config.vocab_size",
+                      json.dumps({k: v for k, v in GPT2_CONFIG.items() if k != "vocab_size"})),
+    "model-type-unknown": ("hf_config.model_type", json.dumps({**GPT2_CONFIG,
+                                                               "model_type": "mamba"})),
+    "dropout-one": ("hf_config.attn_pdrop", json.dumps({**GPT2_CONFIG, "attn_pdrop": 1.0})),
+    "layers-string": ("hf_config.n_layer", json.dumps({**GPT2_CONFIG, "n_layer": "2"})),
+}
+
+GPT_NAMES: dict[str, tuple[str, str]] = {
+    # name: (expected field, the gpt: argument)
+    "layers-billion": ("workload.gpt.layers", "layers=1000000000,hidden=64,heads=4,seq=8,vocab=10"),
+    "layers-text": ("workload.gpt.layers", "layers=many,hidden=64,heads=4,seq=8,vocab=10"),
+    "layers-digits": ("workload.gpt.layers", "layers=" + "9" * 5000 + ",hidden=64,heads=4,"
+                      "seq=8,vocab=10"),
+    "layers-missing": ("workload.gpt.layers", "hidden=64,heads=4,seq=8,vocab=10"),
+    "hidden-huge": ("workload.gpt.hidden", f"layers=2,hidden={2**60},heads=1,seq=8,vocab=10"),
+    "heads-not-dividing": ("workload.gpt.heads", "layers=2,hidden=64,heads=5,seq=8,vocab=10"),
+    "seq-zero": ("workload.gpt.seq", "layers=2,hidden=64,heads=4,seq=0,vocab=10"),
+    "unknown-key": ("workload.gpt.depth", "layers=2,hidden=64,heads=4,seq=8,vocab=10,depth=3"),
+    "no-value": ("workload.gpt", "layers=2,hidden"),
+    "bool-bad": ("workload.gpt.flash", "layers=2,hidden=64,heads=4,seq=8,vocab=10,flash=maybe"),
+    "norm-bad": ("workload.gpt.norm", "layers=2,hidden=64,heads=4,seq=8,vocab=10,norm=batch"),
+}
+
+TRANSFORMER_LAYERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "embedding-hidden-zero": ("layers.embedding1.hidden",
+                              {"kind": "embedding", "hidden": 0, "vocab": 10, "seq": 8}),
+    "embedding-vocab-huge": ("layers.embedding1.vocab",
+                             {"kind": "embedding", "hidden": 8, "vocab": 10**30, "seq": 8}),
+    "embedding-seq-text": ("layers.embedding1.seq",
+                           {"kind": "embedding", "hidden": 8, "vocab": 10, "seq": "eight"}),
+    "embedding-unknown": ("layers.embedding1.depth",
+                          {"kind": "embedding", "hidden": 8, "vocab": 10, "seq": 8, "depth": 1}),
+    "embedding-positions-negative": ("layers.embedding1.positions",
+                                     {"kind": "embedding", "hidden": 8, "vocab": 10, "seq": 8,
+                                      "positions": -1}),
+}
+
+
+def transformer_cases() -> Iterator[Case]:
+    for name, (expected, content) in HF_FILES.items():
+        files: dict[str, "str | bytes | None"] = {"m/config.json": content}
+        yield Case(f"hf-{name}-describe", "transformer-inputs",
+                   ("describe", "--hf-config", "{d}/m/config.json", "--json"), expected, files)
+        yield Case(f"hf-{name}-predict", "transformer-inputs",
+                   ("predict", "-w", "hf:{d}/m/config.json", "-c", "adam-2014", *PLAN_FLAGS,
+                    "--json"), expected, files)
+    for name, (expected, argument) in GPT_NAMES.items():
+        yield Case(f"gpt-{name}-describe", "transformer-inputs",
+                   ("describe", f"gpt:{argument}", "--json"), expected)
+        yield Case(f"gpt-{name}-optimize", "transformer-inputs",
+                   ("optimize", "-w", f"gpt:{argument}", "-c", "adam-2014", "--json"), expected)
+    for name, (expected, layer) in TRANSFORMER_LAYERS.items():
+        text = dump({"name": "t", "input_shape": [8], "samples_per_epoch": 100,
+                     "layers": [layer]})
+        yield Case(f"yaml-{name}", "transformer-inputs", ("describe", "{d}/w.yaml", "--json"),
+                   expected, {"w.yaml": text})
+
+
 # -- everything ---------------------------------------------------------------------------------
 
 GENERATORS: tuple[Callable[[], Iterator[Case]], ...] = (
     structure_cases, bomb_cases, layer_cases, config_cases, cluster_cases, huge_cases,
-    output_cases, usage_cases, name_cases, torch_cases)
+    output_cases, usage_cases, name_cases, torch_cases, transformer_cases)
 
 
 def all_cases() -> list[Case]:

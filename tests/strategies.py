@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from dnnscale.cluster import Cluster, MachineSpec, NetworkSpec, RateCurve
-from dnnscale.config import Config, max_partitions
+from dnnscale.system import System, Device, LinkTier, RateCurve
+from dnnscale.plan import Config, max_partitions
 from dnnscale.workload import Workload, build_workload
 
 
@@ -36,8 +36,8 @@ def rate_curves(draw: st.DrawFn) -> RateCurve:
 
 
 @st.composite
-def machines(draw: st.DrawFn) -> MachineSpec:
-    return MachineSpec(cores=draw(st.floats(0.25, 32)), memory_bytes=1e12,
+def machines(draw: st.DrawFn) -> Device:
+    return Device(cores=draw(st.floats(0.25, 32)), memory_bytes=1e12,
                        memory_bandwidth_bytes_per_s=draw(st.floats(1e9, 1e11)),
                        flops_per_s_per_core={"default": rate_curves(draw),
                                              "linear": rate_curves(draw)},
@@ -45,10 +45,10 @@ def machines(draw: st.DrawFn) -> MachineSpec:
 
 
 @st.composite
-def clusters(draw: st.DrawFn, machines_count: int = 256) -> Cluster:
+def clusters(draw: st.DrawFn, machines_count: int = 256) -> System:
     ps = draw(st.one_of(st.none(), machines()))
-    return Cluster(name="random", machines=machines_count, machine=draw(machines()),
-                   network=NetworkSpec(draw(st.floats(1e6, 1e10)), draw(st.floats(0, 1e-3))),
+    return System(name="random", machines=machines_count, machine=draw(machines()),
+                   network=LinkTier(draw(st.floats(1e6, 1e10)), draw(st.floats(0, 1e-3))),
                    ps_machine=ps, overlap_gamma=draw(st.sampled_from([1.0, 2.0, 4.0, float("inf")])))
 
 

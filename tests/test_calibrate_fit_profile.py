@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from dnnscale.calibrate.fit import fit_separable
 from dnnscale.calibrate.network import fit_alpha_beta
-from dnnscale.calibrate.profile import (REQUIRED_FLOP_CURVES, HardwareProfile, LinkFit,
+from dnnscale.system.profile import (REQUIRED_FLOP_CURVES, HardwareProfile, LinkFit,
                                         load_profile, profile_from_dict, profile_to_dict,
                                         save_profile)
-from dnnscale.cluster import RateCurve, load_cluster
-from dnnscale.config import Config
+from dnnscale.system import RateCurve, load_system
+from dnnscale.plan import Config
 from dnnscale.errors import InputError
 from dnnscale.model import predict_config
 from dnnscale.workload import zoo_workload
@@ -149,7 +149,7 @@ def _clusters(tmp_path, profile: HardwareProfile) -> tuple[object, object]:
     save_profile(profile, tmp_path / "prof.yaml")
     (tmp_path / "plain.yaml").write_text(_CLUSTER)
     (tmp_path / "calibrated.yaml").write_text(_CLUSTER + "profile: prof.yaml\n")
-    return load_cluster(tmp_path / "plain.yaml"), load_cluster(tmp_path / "calibrated.yaml")
+    return load_system(tmp_path / "plain.yaml"), load_system(tmp_path / "calibrated.yaml")
 
 
 def test_cluster_profile_replaces_rates_and_network(tmp_path) -> None:
@@ -184,26 +184,26 @@ def test_predict_follows_the_profile(tmp_path) -> None:
 def test_cluster_profile_errors_name_the_field(tmp_path) -> None:
     (tmp_path / "c.yaml").write_text(_CLUSTER + "profile: nowhere.yaml\n")
     with pytest.raises(InputError, match="^cluster.profile: no profile file"):
-        load_cluster(tmp_path / "c.yaml")
+        load_system(tmp_path / "c.yaml")
     data = profile_to_dict(sample_profile())
     del data["memory"]
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
     (tmp_path / "c2.yaml").write_text(_CLUSTER + "profile: bad.yaml\n")
     with pytest.raises(InputError, match="^profile.memory: missing"):
-        load_cluster(tmp_path / "c2.yaml")
+        load_system(tmp_path / "c2.yaml")
 
 
 def test_profile_lets_measured_fields_be_left_out(tmp_path) -> None:
     save_profile(sample_profile(), tmp_path / "prof.yaml")
     (tmp_path / "c.yaml").write_text("name: m\nmachines: 2\nmachine: {cores: 1, memory: 4GB}\n"
                                      "network: {}\nprofile: prof.yaml\n")
-    cluster = load_cluster(tmp_path / "c.yaml")
+    cluster = load_system(tmp_path / "c.yaml")
     assert cluster.network.bandwidth_bytes_per_s == 3e9
     assert cluster.machine.update_s_per_param == pytest.approx(1e-10)
 
 
 def test_uncalibrated_machine_ignores_intensity() -> None:
-    machine = load_cluster("local").machine
+    machine = load_system("local").machine
     assert machine.flops_per_s("linear", "forward", 1e6, 0.1) == machine.flops_per_s(
         "linear", "forward", 1e6)
     assert machine.allocation_s(1e9) == 0.0
@@ -211,7 +211,7 @@ def test_uncalibrated_machine_ignores_intensity() -> None:
 
 
 def test_calibrate_command_imports_no_torch() -> None:
-    code = ("import sys; import dnnscale.calibrate.commands, dnnscale.calibrate.profile; "
+    code = ("import sys; import dnnscale.calibrate.commands, dnnscale.system.profile; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
@@ -241,4 +241,7 @@ def test_alpha_beta_fit_with_small_and_large_messages() -> None:
 
 def test_cluster_records_allreduce_fits(tmp_path) -> None:
     _, calibrated = _clusters(tmp_path, sample_profile())
-    assert calibrated.extra["allreduce_fits"] == {4: (1e9, 40e-6)}
+    assert calibrated.network.allreduce_fits == ((4, 1e9, 40e-6),)
+    assert calibrated.network.allreduce_fit(4) == (1e9, 40e-6)
+    assert calibrated.network.allreduce_fit(2) is None
+    assert calibrated.profile is not None and calibrated.profile.date

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from dnnscale.calibrate.compute import GridShape, call_work, calibration_grid  # noqa: E402
 from dnnscale.calibrate.network import measure_allreduce, measure_p2p  # noqa: E402
 from dnnscale.calibrate.ops import phase_ops  # noqa: E402
-from dnnscale.calibrate.profile import load_profile  # noqa: E402
+from dnnscale.system.profile import load_profile  # noqa: E402
 from dnnscale.runtime.placement import local_placements  # noqa: E402
 
 

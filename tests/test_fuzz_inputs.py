@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 
 import dnnscale
 from dnnscale.cli import app
-from dnnscale.cluster import load_cluster
+from dnnscale.system import load_system
 from dnnscale.errors import InputError
 from dnnscale.workload import Layer, load_workload, zoo_workload
 from tests.fuzz_cases import FIFO, Case, all_cases
@@ -173,7 +173,7 @@ def test_api_optimize_validates_its_base_config(name: str) -> None:
 
 def _bad_objects() -> dict[str, tuple[Any, Any, str]]:
     """name -> (workload, cluster, field) with one of them broken."""
-    w, c = zoo_workload("mlp:32-16-4"), load_cluster("adam-2014")
+    w, c = zoo_workload("mlp:32-16-4"), load_system("adam-2014")
     first = w.layers[0]
     return {
         "layer-params-negative": (_replace_layer(w, 0, params=-5), c,
@@ -232,7 +232,7 @@ def test_api_config_of_wrong_type() -> None:
 def test_valid_objects_still_predict() -> None:
     """The checks pass what is valid: a zoo workload object and a preset cluster object give
     the same prediction as their names."""
-    w, c = zoo_workload("adam-mnist"), load_cluster("adam-2014")
+    w, c = zoo_workload("adam-mnist"), load_system("adam-2014")
     config = dnnscale.Config(partitions=2, replicas=4, ps_shards=2)
     assert dnnscale.predict(w, c, config) == dnnscale.predict("adam-mnist", "adam-2014", config)
     assert isinstance(w.layers[0], Layer)
@@ -331,5 +331,5 @@ def test_the_suite_covers_every_class() -> None:
         groups[case.group] = groups.get(case.group, 0) + 1
     assert {"yaml-bomb", "yaml-structure", "layer-values", "config-values", "cluster-values",
             "huge-inputs", "output-paths", "usage-errors", "names-and-paths",
-            "torch-import"} <= set(groups)
+            "torch-import", "transformer-inputs"} <= set(groups)
     assert len(CASES) >= 300

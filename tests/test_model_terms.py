@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from dnnscale.config import Config
-from dnnscale.model import predict_config, replica_costs
-from dnnscale.model.partition import (conv_channel_bytes, conv_stripe_bytes, conv_stripe_messages,
-                                      fc_partition_bytes)
+from dnnscale.plan import Config
+from dnnscale.model import predict_config, stage_costs
+from dnnscale.model.collectives import collective_transfer
+from dnnscale.model.sharding import SplitContext, shard_layer
 from dnnscale.workload import build_workload
 from tests.tiny import tiny_cluster, tiny_machine, tiny_workload
 
@@ -19,8 +19,7 @@ REL = 1e-12
 
 def costs(partitions: int, fc_protocol: str = "weights"):
     cluster = tiny_cluster()
-    return replica_costs(tiny_workload(), cluster.machine, cluster.network, partitions, N,
-                         fc_protocol)
+    return stage_costs(tiny_workload(), cluster, partitions, N, fc_protocol)
 
 
 def test_workload_counts() -> None:
@@ -84,16 +83,36 @@ def test_stripe_kernels_are_pushed_by_every_worker() -> None:
     assert p.memory_bytes["ps"] == 159 * 4
 
 
+def _wire_bytes_and_messages(layer, scheme: str, partitions: int, input_scheme: str = "rows",
+                             library: str = "gloo") -> tuple[float, float]:
+    shard = shard_layer("adam", layer, scheme, partitions, SplitContext(input_scheme, True, 10, 4))
+    moved = [collective_transfer(e.operation, library, e.payload_bytes, e.members)
+             for e in shard.events if e.operation != "allreduce"]  # the kernel's all-reduce aside
+    return sum(t.bytes for t in moved), sum(t.messages for t in moved)
+
+
 def test_conv_partition_formulas() -> None:
-    # stripes, 3x3 kernel: halo 1 row of W_in · C_in values per neighbour, forward and backward
-    assert conv_stripe_bytes(3, 4, 1, 2, 4, 10) == 2 * 1 * 1 * 4 * 1 * 4 * 10   # one neighbour
-    assert conv_stripe_bytes(3, 4, 1, 3, 4, 10) == 2 * 2 * 1 * 4 * 1 * 4 * 10   # two neighbours
-    assert conv_stripe_bytes(1, 4, 1, 3, 4, 10) == 0 and conv_stripe_messages(1, 3) == 0
-    assert conv_stripe_messages(3, 2) == 2 and conv_stripe_messages(3, 5) == 4
-    # channels: 3 · (P-1)/P · C_in·H_in·W_in · b · n
-    assert conv_channel_bytes(1, 4, 4, 2, 4, 10) == pytest.approx(960)
-    assert conv_channel_bytes(1, 4, 4, 3, 4, 10) == pytest.approx(3 * 2 / 3 * 16 * 40)
-    assert fc_partition_bytes(32, 1, 4, 10) == 0
+    w = build_workload("convs", [1, 4, 4], [
+        {"kind": "conv2d", "name": "k3", "out_channels": 6, "kernel": 3, "padding": 1},
+        {"kind": "conv2d", "name": "k1", "out_channels": 6, "kernel": 1}], samples_per_epoch=10)
+    k3, k1 = w.layers
+    # k1's input is 6x4x4. Stripes, 3x3 kernel (k3 on a 1x4x4 input): a halo of 1 row of
+    # W_in · C_in = 4 · 1 values per neighbour, forward and backward, b = 4, n = 10.
+    assert _wire_bytes_and_messages(k3, "rows", 2) == (2 * 1 * 1 * 4 * 1 * 4 * 10, 2)  # 1 neighbour
+    assert _wire_bytes_and_messages(k3, "rows", 3) == (2 * 2 * 1 * 4 * 1 * 4 * 10, 4)  # 2 neighbours
+    assert _wire_bytes_and_messages(k1, "rows", 3) == (0, 0)  # a 1-row kernel has no halo
+    # channels: all-gather (P-1)/P and gloo's reduce-scatter-as-all-reduce 2·(P-1)/P of
+    # C_in·H_in·W_in · b · n = 16 · 4 · 10 = 640 bytes (k3's 1x4x4 input), in 3·(P-1) messages
+    assert _wire_bytes_and_messages(k3, "channels", 2, "channels") == (pytest.approx(960), 3)
+    assert _wire_bytes_and_messages(k3, "channels", 3, "channels") == (
+        pytest.approx(3 * 2 / 3 * 640), 6)
+    # NCCL's reduce-scatter is a true ring: (P-1)/P each way, 2·(P-1) messages
+    assert _wire_bytes_and_messages(k3, "channels", 2, "channels", "nccl") == (
+        pytest.approx(640), 2)
+    # stripes after a channel split re-gather the whole input first (the cost of channels)
+    assert _wire_bytes_and_messages(k3, "rows", 2, "channels") == (pytest.approx(960), 3)
+    # one partition: nothing moves
+    assert shard_layer("adam", k3, "channels", 1, SplitContext("rows", True, 10, 4)).events == ()
 
 
 def test_second_conv_picks_cheaper_split() -> None:
@@ -106,7 +125,7 @@ def test_second_conv_picks_cheaper_split() -> None:
         {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
     ], samples_per_epoch=10)
     cluster = tiny_cluster()
-    c = replica_costs(w, cluster.machine, cluster.network, 3, N)
+    c = stage_costs(w, cluster, 3, N)
     first, second = c.layers
     assert first.scheme == "rows" and second.scheme == "rows"
     assert second.comm_bytes == pytest.approx(2 * 2 * 1 * 16 * 2 * 4 * N + 2 * (2 / 3) * 152 * 4)
@@ -121,7 +140,7 @@ def test_stripes_after_channels_pay_the_regather() -> None:
         {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
     ], samples_per_epoch=10)
     cluster = tiny_cluster()
-    c = replica_costs(w, cluster.machine, cluster.network, 2, N)
+    c = stage_costs(w, cluster, 2, N)
     assert [layer.scheme for layer in c.layers] == ["channels", "channels"]
     assert c.layers[1].comm_bytes == pytest.approx(3 * (1 / 2) * 8 * 16 * 16 * 4 * N)
 

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 
-from dnnscale.cluster import NetworkSpec
-from dnnscale.config import Config
+from dnnscale.system import LinkTier
+from dnnscale.plan import Config
 from dnnscale.errors import InputError
 from dnnscale.optimize import optimize
 from dnnscale.optimize.space import curve_budgets, make_space
@@ -98,8 +98,8 @@ def test_async_plan_is_the_ps_bound_with_the_fewest_machines() -> None:
     own 2·(476 B / 1 GB/s + 119 · 1 µs) ≈ 0.24 ms), so it runs at ≈ 37,400 samples/s; two
     replicas saturate the PS. The plan is P=1 R=2 S=119 — 121 of the 200 machines; more shards
     or replicas cannot help."""
-    cluster = dataclasses.replace(tiny_cluster(), network=NetworkSpec(1e9, 1e-6),
-                                  ps_network=NetworkSpec(1e4, 1e-6))
+    cluster = dataclasses.replace(tiny_cluster(), network=LinkTier(1e9, 1e-6),
+                                  ps_network=LinkTier(1e4, 1e-6))
     result = optimize(tiny_workload(), cluster, machines=200, modes="ps-async")
     best = result.best
     assert best.throughput_samples_per_s == pytest.approx(1e4 * 119 / (2 * 476 / 32), rel=1e-12)

@@ -9,12 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dnnscale.cluster import NetworkSpec
-from dnnscale.config import Config
+from dnnscale.system import LinkTier
+from dnnscale.plan import Config
 from dnnscale.errors import InputError
 from dnnscale.model import predict_config
 from dnnscale.optimize import optimize, prepare
-from dnnscale.optimize.evaluator import GroupEvaluator
+from dnnscale.model.compose import StepContext
+from dnnscale.model.stage import stage_costs
+from dnnscale.optimize.group import GroupSearch
 from dnnscale.optimize.exhaustive import enumerate_all
 from dnnscale.optimize.space import Group
 from tests.strategies import clusters, workloads
@@ -48,7 +50,7 @@ def problems(draw: st.DrawFn):
                                  * draw(st.sampled_from([0.1, 0.3, 0.6, 1.0, 5.0])))
     ps = dataclasses.replace(cluster.ps, memory_bytes=probe.memory_bytes["ps"]
                              * draw(st.sampled_from([0.2, 0.45, 1.0, 5.0])))
-    ps_network = draw(st.one_of(st.none(), st.builds(NetworkSpec, st.floats(1e6, 1e10),
+    ps_network = draw(st.one_of(st.none(), st.builds(LinkTier, st.floats(1e6, 1e10),
                                                       st.floats(0, 1e-3))))
     cluster = dataclasses.replace(cluster, machine=worker, ps_machine=ps, ps_network=ps_network)
     machines = draw(st.integers(1, 64))
@@ -89,8 +91,9 @@ def test_fast_search_equals_exhaustive_enumeration(case, top) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(problems(), st.integers(1, 64), st.integers(1, 64), st.sampled_from(MODES))
-def test_evaluator_throughput_is_predict_configs(case, replicas, shards, mode) -> None:
-    """The search's cheap throughput is predict_config's, bit for bit, on random configurations."""
+def test_group_search_throughput_is_predict_configs(case, replicas, shards, mode) -> None:
+    """The search's throughput at (R, S) is predict_config's, bit for bit, on random
+    configurations (both run compose on a StepContext; this checks the search's plan)."""
     workload, cluster, base = case["workload"], case["cluster"], case["base"]
     if mode == "allreduce" and base.fc_protocol == "vectors":
         mode = "ps-sync"
@@ -98,10 +101,8 @@ def test_evaluator_throughput_is_predict_configs(case, replicas, shards, mode) -
                   case["pull_every"][0])
     config = group.config(base, replicas, shards)
     expected = predict_config(workload, cluster, config)
-    from dnnscale.model import replica_costs
-
-    replica = replica_costs(workload, cluster.machine, cluster.network, group.partitions,
-                            group.minibatch, base.fc_protocol)
-    evaluator = GroupEvaluator(group, config, workload, cluster, replica, 1)
-    assert evaluator.throughput(config.replicas, config.ps_shards) == \
+    stage = stage_costs(workload, cluster, group.partitions, group.minibatch, base.fc_protocol)
+    search = GroupSearch(group, StepContext(workload, cluster, group.config(base, 1, 1).to_plan(),
+                                            stage), 1)
+    assert search.throughput(config.replicas, config.ps_shards) == \
         expected.throughput_samples_per_s

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dnnscale.cli import app
-from dnnscale.config import Config
+from dnnscale.plan import Config
 from dnnscale.errors import InputError
+from dnnscale.model.sharding import split_sizes
 from dnnscale.runtime.layout import (ShardMap, partition_group_ranks, rank_roles,
-                                     replica_group_ranks, split_offsets, split_sizes, world_size)
+                                     replica_group_ranks, split_offsets, world_size)
 from dnnscale.runtime.netplan import (check_runnable, classes, partition_param_counts,
                                       weighted_schemes)
 from dnnscale.runtime.records import summarize, worker_totals
@@ -149,14 +150,14 @@ def test_cli_import_stays_free_of_torch() -> None:
 
 
 def test_conv_split_model_follows_the_predictor() -> None:
-    from dnnscale.cluster import load_cluster
-    from dnnscale.model.replica import replica_costs
+    from dnnscale.system import load_system
+    from dnnscale.model.stage import stage_costs
     from dnnscale.runtime.commands import _conv_split
 
-    w, c, cfg = load_workload("adam-cifar10"), load_cluster("adam-2014"), Config(partitions=2,
+    w, c, cfg = load_workload("adam-cifar10"), load_system("adam-2014"), Config(partitions=2,
                                                                                  minibatch=4)
     expected = {layer.name: layer.scheme for layer in
-                replica_costs(w, c.machine, c.network, 2, 4).layers if layer.kind == "conv2d"}
+                stage_costs(w, c, 2, 4).layers if layer.kind == "conv2d"}
     assert _conv_split("model", "adam-2014", w, cfg) == expected
     assert set(expected) == {"conv1", "conv2", "conv3"}
     with pytest.raises(InputError, match="run.cluster"):

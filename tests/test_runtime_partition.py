@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from dnnscale.runtime.launch import free_port
-from dnnscale.runtime.layout import split_offsets, split_sizes
+from dnnscale.model.sharding import split_sizes
+from dnnscale.runtime.layout import split_offsets
 from dnnscale.workload import build_workload
 
 LAYERS = [  # uneven splits over 2 and 3 workers; windows that cross stripe boundaries

@@ -115,7 +115,7 @@ def test_check_measures_each_link_within_ten_percent(testbed: str) -> None:
             measured = host["measured"][f"{direction}_bytes_per_s"]
             assert abs(measured / 12.5e6 - 1) <= 0.10, (host["name"], direction, measured)
         assert 0 < host["measured"]["cpu_share"] <= 0.4 * 1.25  # a quota cannot be exceeded much
-    # The measurements are stored and a Cluster derived from the description uses them.
+    # The measurements are stored and a System derived from the description uses them.
     desc = load_description(testbed)
     assert desc.measured_at is not None
     cluster = cluster_from_description(desc)

@@ -1,5 +1,5 @@
 """Testbed pieces that need no root: names, flags, the description file, placements, the
-derived Cluster, the command prefix, the probes over loopback, and clear refusals."""
+derived System, the command prefix, the probes over loopback, and clear refusals."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dnnscale.cli import app
-from dnnscale.cluster import load_cluster
+from dnnscale.system import load_system
 from dnnscale.errors import InputError
 from dnnscale.testbed import build, check, describe, probe, spec
 from dnnscale.testbed.describe import (HostDescription, HostMeasurement, TestbedDescription,
@@ -232,11 +232,11 @@ def test_prefix_joins_the_cgroup_and_keeps_the_pid(tmp_path: Path,
     assert out[1].strip() == "arg with space"
 
 
-# --- the derived Cluster ----------------------------------------------------------------------
+# --- the derived System ----------------------------------------------------------------------
 
 def test_cluster_from_asked_values() -> None:
     cluster = cluster_from_description(_desc(TWO_WORKERS_ONE_PS))
-    local = load_cluster("local").machine
+    local = load_system("local").machine
     assert cluster.machines == 3
     assert cluster.network.bandwidth_bytes_per_s == 25e6 and cluster.network.latency_s == 0
     assert cluster.ps_net.bandwidth_bytes_per_s == 125e6

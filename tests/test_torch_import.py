@@ -207,12 +207,16 @@ def test_real_cpu_model_is_counted_like_its_meta_twin_and_left_unchanged() -> No
 
 
 def test_multihead_attention_owns_its_internal_ops_and_out_proj() -> None:
+    """nn.MultiheadAttention becomes its five transformer kinds (workload/torch_transformer.py),
+    which together hold its ops and the never-called out_proj."""
     w = from_torch(tm.small_gpt_mha, (GPT_T,), input_dtypes="int64")
-    mha = _by_name(w)["blocks.0.attn.mha"]
+    parts = [l for l in w.layers if l.name.startswith("blocks.0.attn.mha.")]
+    assert [l.kind for l in parts] == ["attn_qkv", "attn_scores", "attn_softmax",
+                                       "attn_context", "attn_out"]
     d, t = GPT_D, GPT_T
-    assert mha.params == 4 * d * d  # in_proj (3·d·d) + the never-called out_proj (d·d)
-    assert mha.fwd_flops == 2 * 4 * d * d * t + 4 * t * t * d
-    assert mha.weight_grad_flops == 2 * 4 * d * d * t
+    assert sum(l.params for l in parts) == 4 * d * d  # in_proj (3·d·d) + out_proj (d·d)
+    assert sum(l.fwd_flops for l in parts) == 2 * 4 * d * d * t + 4 * t * t * d
+    assert sum(l.weight_grad_flops for l in parts) == 2 * 4 * d * d * t
     assert "blocks.0.attn.mha.out_proj" not in _by_name(w)
 
 
@@ -227,7 +231,7 @@ def test_memory_bound_layers_move_bytes() -> None:
     assert w["blocks.0.act"].fwd_flops == 0
     assert w["blocks.0.act"].fwd_bytes == 2 * t * 4 * d * 4
     assert w["blocks.0.act"].input_grad_bytes > 0
-    assert w["blocks.0.attn"].fwd_bytes > 0  # softmax of the T x T scores, masks
+    assert w["blocks.0.attn.softmax"].fwd_bytes > 0  # softmax of the T x T scores
 
 
 @pytest.mark.timeout(120)
@@ -344,12 +348,12 @@ def test_imported_workload_round_trips_through_yaml(factory, shape, dtype) -> No
 
 
 def test_imported_workload_predicts() -> None:
-    from dnnscale.cluster import load_cluster
-    from dnnscale.config import check_config, config_from_dict
+    from dnnscale.system import load_system
+    from dnnscale.plan import check_config, config_from_dict
     from dnnscale.model import predict_config
 
     w = from_torch(tm.small_gpt, (GPT_T,), input_dtypes="int64", samples_per_epoch=10_000)
-    cluster = load_cluster("adam-2014")
+    cluster = load_system("adam-2014")
     config = config_from_dict({"replicas": 2, "minibatch": 8})
     check_config(config, w, cluster)
     prediction = predict_config(w, cluster, config)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dnnscale.cluster import load_cluster, preset_names
-from dnnscale.config import Config, check_config, config_from_dict, max_partitions
+from dnnscale.system import load_system, preset_names
+from dnnscale.plan import Config, check_config, config_from_dict, max_partitions
 from dnnscale.errors import InputError
 from dnnscale.units import format_seconds, parse_quantity
 from dnnscale.workload import zoo_workload
@@ -34,7 +34,7 @@ def test_format_seconds() -> None:
 
 def test_presets_load() -> None:
     assert {"adam-2014", "local"} <= set(preset_names())
-    adam = load_cluster("adam-2014")
+    adam = load_system("adam-2014")
     assert adam.network.bandwidth_bytes_per_s == 1.25e9
     assert adam.network.latency_s == pytest.approx(50e-6)
     assert adam.machine.cores == 16 and adam.machine.memory_bytes == 96e9
@@ -62,13 +62,13 @@ def _cluster_yaml(tmp_path, network: str) -> str:
 ])
 def test_bad_cluster_names_the_field(tmp_path, network, field) -> None:
     with pytest.raises(InputError) as info:
-        load_cluster(_cluster_yaml(tmp_path, network))
+        load_system(_cluster_yaml(tmp_path, network))
     assert str(info.value).startswith(field + ":")
 
 
 def test_ps_machine_inherits_missing_fields(tmp_path) -> None:
     path = _cluster_yaml(tmp_path, "network: {bandwidth: 1Gbit/s}\nps_machine: {cores: 8}\n")
-    cluster = load_cluster(path)
+    cluster = load_system(path)
     assert cluster.ps.cores == 8 and cluster.ps.memory_bytes == 8e9 and cluster.machine.cores == 2
 
 
@@ -94,7 +94,7 @@ def test_allreduce_defaults_to_no_ps() -> None:
 
 
 def test_check_config_against_cluster_and_workload() -> None:
-    cifar, adam = zoo_workload("adam-cifar10"), load_cluster("adam-2014")
+    cifar, adam = zoo_workload("adam-cifar10"), load_system("adam-2014")
     with pytest.raises(InputError, match="needs 125 machines .* has 120"):
         check_config(Config(partitions=1, replicas=121, ps_shards=4), cifar, adam)
     # fc2 has 10 outputs: the narrowest layer, so P <= 10

@@ -60,7 +60,7 @@ def test_optimus_recovers_its_own_law() -> None:
 def test_reuse_reads_only_a_matching_earlier_run(tmp_path) -> None:
     import json
 
-    from dnnscale.config import Config
+    from dnnscale.plan import Config
     from dnnscale.validate.measure import _recorded_summary
 
     config = Config(partitions=2, replicas=1, ps_shards=1, minibatch=8)

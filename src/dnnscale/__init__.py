@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dnnscale.boundary import finite_answers
-from dnnscale.config import Config
+from dnnscale.plan import Config
 from dnnscale.optimize import optimize  # the function; shadows the subpackage name on purpose
 
 if TYPE_CHECKING:
-    from dnnscale.cluster import Cluster
+    from dnnscale.system import System
     from dnnscale.model import Prediction
     from dnnscale.workload import Workload
 
@@ -31,7 +31,7 @@ __all__ = ["Config", "optimize", "predict", "__version__"]
 
 
 @finite_answers("predict")
-def predict(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
+def predict(workload: "str | Path | Workload", cluster: "str | Path | System",
             config: "Config | str | Path") -> "Prediction":
     """Predict step time, throughput and epoch time of `config` for `workload` on `cluster`.
 
@@ -39,11 +39,11 @@ def predict(workload: "str | Path | Workload", cluster: "str | Path | Cluster",
     dnnscale.errors.InputError (naming the field) for invalid inputs.
     """
     from dnnscale.boundary import check_prediction
-    from dnnscale.cluster import load_cluster
-    from dnnscale.config import check_config, load_config
+    from dnnscale.system import load_system
+    from dnnscale.plan import check_config, load_config
     from dnnscale.model import predict_config
     from dnnscale.workload import load_workload
 
-    w, c, cfg = load_workload(workload), load_cluster(cluster), load_config(config)
+    w, c, cfg = load_workload(workload), load_system(cluster), load_config(config)
     check_config(cfg, w, c)
     return check_prediction(predict_config(w, c, cfg))

@@ -40,13 +40,31 @@ def describe(workload: Optional[str] = typer.Argument(
              loss: Optional[str] = typer.Option(
                  None, "--loss", help="with --torch: add a loss layer (cross_entropy)"),
              samples_per_epoch: int = typer.Option(
-                 1_000_000, "--samples-per-epoch", help="with --torch: samples per epoch")) -> None:
+                 1_000_000, "--samples-per-epoch",
+                 help="with --torch or --hf-config: samples per epoch"),
+             hf_config: Optional[Path] = typer.Option(
+                 None, "--hf-config", help="read a local Hugging Face config.json "
+                 "(llama, mistral, gpt2, gpt_neox, bert) as a transformer workload"),
+             seq: Optional[int] = typer.Option(
+                 None, "--seq", help="with --hf-config: sequence length (default: "
+                 "max_position_embeddings)")) -> None:
     """Per-layer shapes, parameters, FLOPs per phase and activations of a workload."""
     if output is not None:
         from dnnscale.atomic import check_output_path
 
         check_output_path(output, "--output")
-    if torch_factory is not None:
+    if seq is not None and hf_config is None:
+        raise InputError("--seq", "only applies with --hf-config")
+    if torch_factory is None and (input_shape is not None or loss is not None):
+        raise InputError("--input-shape" if input_shape is not None else "--loss",
+                         "only applies with --torch")
+    if hf_config is not None:
+        if workload is not None or torch_factory is not None:
+            raise InputError("--hf-config", "give one of a workload, --torch or --hf-config")
+        from dnnscale.workload.hf_config import load_hf_config
+
+        w = load_hf_config(hf_config, seq=seq, samples_per_epoch=samples_per_epoch)
+    elif torch_factory is not None:
         if workload is not None:
             raise InputError("workload", "give a workload or --torch, not both")
         if input_shape is None:
@@ -58,10 +76,8 @@ def describe(workload: Optional[str] = typer.Argument(
                        samples_per_epoch=samples_per_epoch, input_dtypes=dtypes, loss=loss)
     else:
         if workload is None:
-            raise InputError("workload", "give a zoo name or workload YAML, or --torch")
-        if input_shape is not None or loss is not None:
-            raise InputError("--input-shape" if input_shape is not None else "--loss",
-                             "only applies with --torch")
+            raise InputError("workload", "give a zoo name or workload YAML, or --torch, or "
+                             "--hf-config")
         from dnnscale.workload import load_workload
 
         w = load_workload(workload)
@@ -91,7 +107,7 @@ def workload_json(w: Any) -> dict[str, Any]:
 
 def config_from_options(config_file: Optional[Path], **flags: Any) -> Any:
     """A Config from an optional YAML file, overridden by the flags that were given."""
-    from dnnscale.config import config_from_dict
+    from dnnscale.plan import config_from_dict
     from dnnscale.yamlio import load_yaml_file
 
     data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
@@ -118,8 +134,8 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name
             layers: bool = typer.Option(False, "--layers", help="include per-layer costs"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Predict step time, throughput, epoch time and bottleneck of one configuration."""
-    from dnnscale.cluster import load_cluster
-    from dnnscale.config import check_config
+    from dnnscale.system import load_system
+    from dnnscale.plan import check_config
     from dnnscale.model import predict_config
     from dnnscale.workload import load_workload
 
@@ -129,7 +145,7 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name
                               fc_protocol=fc_protocol, overlap=overlap)
     from dnnscale.boundary import check_prediction, finite_answers
 
-    w, c = load_workload(workload), load_cluster(cluster)
+    w, c = load_workload(workload), load_system(cluster)
     check_config(cfg, w, c)
     prediction = check_prediction(finite_answers("predict")(predict_config)(w, c, cfg))
     if as_json:

@@ -87,7 +87,7 @@ def run_calibration(output: Path, quick: bool, network: bool,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from dnnscale.calibrate.profile import save_profile
+    from dnnscale.system.profile import save_profile
     from dnnscale.calibrate.run import Plan, calibrate, testbed_network
 
     runner = testbed_network(testbed) if testbed is not None else None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from dnnscale.calibrate.fit import fit_compute_memory, fit_separable
-from dnnscale.cluster.curve import RateCurve
+from dnnscale.system.curve import RateCurve
 from dnnscale.workload.kinds import build_layer
 from dnnscale.workload.layer import Layer
 

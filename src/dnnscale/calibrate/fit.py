@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dnnscale.cluster.curve import RateCurve
+from dnnscale.system.curve import RateCurve
 
 KNOTS_PER_DECADE = 1.5
 

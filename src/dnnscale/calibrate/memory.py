@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dnnscale.calibrate.timing import call_time_s
-from dnnscale.cluster.curve import RateCurve
+from dnnscale.system.curve import RateCurve
 
 NO_OVERHEAD_BYTES_PER_S = 1e13
 """Stand-in rate where allocating a fresh tensor costs nothing measurable."""

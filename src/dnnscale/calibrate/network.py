@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dnnscale.calibrate.profile import LinkFit
+from dnnscale.system.profile import LinkFit
 from dnnscale.runtime.placement import RankPlacement
 
 
@@ -104,7 +104,7 @@ def measure_allreduce(placements: Sequence[RankPlacement], sizes: Sequence[int],
     """All-reduce time among N ranks at each size, as the ring model's B and α.
 
     Formula: with t = a + bytes · b fitted, the ring model T = 2(N−1)/N · bytes / B + 2(N−1)·α
-    gives B = 2(N−1)/N / b and α = a / (2(N−1)) (model/network.py ring_allreduce_time_s).
+    gives B = 2(N−1)/N / b and α = a / (2(N−1)) (model/collectives.py ring_allreduce).
     """
     peers = len(placements)
     points = run_ranks(placements, "allreduce", sizes, 3 if quick else 5)

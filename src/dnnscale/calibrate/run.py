@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from dnnscale.calibrate.profile import HardwareProfile, LinkFit
+from dnnscale.system.profile import HardwareProfile, LinkFit
 
 Advance = Callable[[str], None]
 

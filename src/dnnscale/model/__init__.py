@@ -1,8 +1,9 @@
-"""The performance model: cost formulas (a registry of pure functions) and their composition."""
+"""The performance model: sharding rules, collective costs, stage costs, composition, memory."""
 
-from dnnscale.model.prediction import Prediction
-from dnnscale.model.predict import predict_config
+from dnnscale.model.prediction import MemoryPart, Prediction, StepPart
+from dnnscale.model.predict import predict_config, predict_plan
 from dnnscale.model.registry import COST_FORMULAS
-from dnnscale.model.replica import ReplicaCosts, replica_costs
+from dnnscale.model.stage import StageCosts, stage_costs
 
-__all__ = ["COST_FORMULAS", "Prediction", "ReplicaCosts", "predict_config", "replica_costs"]
+__all__ = ["COST_FORMULAS", "MemoryPart", "Prediction", "StageCosts", "StepPart",
+           "predict_config", "predict_plan", "stage_costs"]

@@ -1,4 +1,6 @@
-"""Point-to-point transfer and all-reduce cost formulas (performance-model.md §2, §4)."""
+"""Point-to-point transfer time and the overlap of two activities (performance-model.md §2, §4).
+
+Collectives (all-reduce, all-gather, ...) are priced in collectives.py on top of these."""
 
 from __future__ import annotations
 
@@ -17,20 +19,6 @@ def transfer_time_s(bytes_moved: float, messages: float, bandwidth_bytes_per_s: 
     if bytes_moved <= 0 and messages <= 0:
         return 0.0
     return bytes_moved / bandwidth_bytes_per_s + messages * latency_s
-
-
-@cost_formula
-def ring_allreduce_time_s(peers: int, bytes_per_peer: float, bandwidth_bytes_per_s: float,
-                          latency_s: float) -> float:
-    """Ring all-reduce of `bytes_per_peer` among N peers.
-
-    Formula: T_ar = 2·(N−1)/N · bytes / B + 2·(N−1)·α   (reduce-scatter then all-gather)
-    Units: bytes, B in bytes/s, α in s -> seconds; 0 for N = 1.
-    Source: Patarasuk & Yuan, JPDC 2009; performance-model.md §4.
-    """
-    if peers <= 1:
-        return 0.0
-    return 2 * (peers - 1) / peers * bytes_per_peer / bandwidth_bytes_per_s + 2 * (peers - 1) * latency_s
 
 
 @cost_formula

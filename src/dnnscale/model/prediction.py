@@ -1,47 +1,110 @@
-"""The result of `predict`: throughput, step and epoch time, breakdown, bottleneck, memory."""
+"""The result of `predict`: typed step parts and memory parts, throughput, bottleneck, fit.
+
+`StepPart` and `MemoryPart` carry stable names (the JSON keys of `breakdown_s` and
+`memory_bytes`); each part says what it is, so a table, the HTML timeline and `--explain` read
+the same records. Names of wave 1 are kept; new plans add parts, never rename them.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnnscale.config.config import Config
-from dnnscale.model.replica import LayerCost
+from dnnscale.model.stage import LayerCost
+from dnnscale.plan.config import Config
+from dnnscale.plan.plan import ParallelPlan
+
+PART_KINDS = ("compute", "sum", "communication", "wait", "update", "total")
+
+
+@dataclass(frozen=True)
+class StepPart:
+    """Seconds per step of one worker in one activity. kind: 'compute' (a phase of the layers),
+    'sum' (the total of the parts listed in `of`), 'communication', 'wait' (idle for another
+    resource), 'update' (applying the optimizer) or 'total' (the step)."""
+
+    name: str
+    seconds: float
+    kind: str
+    of: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """Bytes one device of `role` ('worker' or 'ps') needs for `name`."""
+
+    name: str
+    bytes: float
+    role: str = "worker"
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """Predicted performance of one configuration.
+    """Predicted performance of one plan.
 
     step_time_s: time between two steps of one replica (for asynchronous PS this includes any
-    wait the PS bottleneck imposes: R·n / X). breakdown_s: seconds per step and worker in each
-    activity. utilization: busy fraction of each resource (1.0 = the bottleneck).
+    wait the PS bottleneck imposes: R·n / X). parts: seconds per step and worker in each
+    activity. utilization: busy fraction of each resource (1.0 = the bottleneck). config: the
+    Adam flags the plan came from (None for plans built otherwise).
     """
 
-    config: Config
+    plan: ParallelPlan
     throughput_samples_per_s: float
     step_time_s: float
     epoch_time_s: float
     bottleneck: str
-    breakdown_s: dict[str, float]
+    parts: tuple[StepPart, ...]
     utilization: dict[str, float]
-    memory_bytes: dict[str, float]
-    fits: bool
+    memory: tuple[MemoryPart, ...]
+    memory_capacity_bytes: dict[str, float]
     capacities_samples_per_s: dict[str, float] = field(default_factory=dict)
     layers: tuple[LayerCost, ...] = ()
+    config: Config | None = None
+
+    @property
+    def breakdown_s(self) -> dict[str, float]:
+        """{part name: seconds}, in the order of `parts` (wave 1's `breakdown_s`)."""
+        return {part.name: part.seconds for part in self.parts}
+
+    def part(self, name: str) -> float:
+        """Seconds of the part called `name` (0 if the plan has no such part)."""
+        return self.breakdown_s.get(name, 0.0)
+
+    def memory_of(self, role: str) -> float:
+        """Total bytes one device of `role` needs."""
+        return sum(part.bytes for part in self.memory if part.role == role)
+
+    @property
+    def memory_bytes(self) -> dict[str, float]:
+        """{'worker': total, 'ps': total} per device, then the worker's parts by name."""
+        totals = {"worker": self.memory_of("worker"), "ps": self.memory_of("ps")}
+        totals.update({part.name: part.bytes for part in self.memory if part.role == "worker"})
+        return totals
+
+    @property
+    def fits(self) -> bool:
+        """Every role's memory within its device's capacity."""
+        return all(self.memory_of(role) <= capacity
+                   for role, capacity in self.memory_capacity_bytes.items())
 
     def to_dict(self, with_layers: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "config": self.config.to_dict(),
+            "config": self.config.to_dict() if self.config is not None else None,
+            "plan": self.plan.to_dict(),
             "throughput_samples_per_s": self.throughput_samples_per_s,
             "step_time_s": self.step_time_s,
             "epoch_time_s": self.epoch_time_s,
             "bottleneck": self.bottleneck,
-            "breakdown_s": dict(self.breakdown_s),
+            "breakdown_s": self.breakdown_s,
+            "parts": [{"name": p.name, "seconds": p.seconds, "kind": p.kind, "of": list(p.of)}
+                      for p in self.parts],
             "utilization": dict(self.utilization),
-            "capacities_samples_per_s": {k: (None if v == float("inf") else v)
+            "capacities_samples_per_s": {k: (None if math.isinf(v) else v)
                                          for k, v in self.capacities_samples_per_s.items()},
-            "memory_bytes": dict(self.memory_bytes),
+            "memory_bytes": self.memory_bytes,
+            "memory_parts": [{"name": p.name, "bytes": p.bytes, "role": p.role}
+                             for p in self.memory],
             "fits": self.fits,
         }
         if with_layers:

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
         """Find the configuration with the least predicted epoch time, rank the runners-up, and
         print the scalability curve (best epoch time and speedup per machine budget)."""
-        from dnnscale.config import config_from_dict
+        from dnnscale.plan import config_from_dict
         from dnnscale.optimize.api import optimize as run_optimize
         from dnnscale.optimize.space import parse_int_list
 

@@ -10,10 +10,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from dnnscale.config.config import Config, max_replicas
+from dnnscale.plan.config import Config
+from dnnscale.plan.rules import max_replicas
 from dnnscale.model.prediction import Prediction
-from dnnscale.optimize.api import Problem, _rank_key
-from dnnscale.optimize.result import CurvePoint, OptimizeResult, explain
+from dnnscale.optimize.problem import Problem
+from dnnscale.optimize.result import CurvePoint, OptimizeResult, explain, rank_key
 from dnnscale.optimize.space import Group, curve_budgets
 
 EXHAUSTIVE_MAX_MACHINES = 2_000
@@ -40,12 +41,12 @@ class Enumeration:
 
     @property
     def best(self) -> Prediction:
-        return min(self.best_per_group.values(), key=_rank_key)
+        return min(self.best_per_group.values(), key=rank_key)
 
     def best_within(self, machines: int) -> Prediction | None:
         """The best feasible configuration using at most `machines` machines."""
         within = [p for m, p in self.best_by_machines.items() if m <= machines]
-        return min(within, key=_rank_key) if within else None
+        return min(within, key=rank_key) if within else None
 
 
 def _configs(group: Group, base: Config, machines: int, most_replicas: int) -> Iterator[Config]:
@@ -72,13 +73,13 @@ def enumerate_all(problem: Problem) -> Enumeration:
             if not prediction.fits:
                 result.infeasible += 1
                 continue
-            key = _rank_key(prediction)
+            key = rank_key(prediction)
             current = result.best_per_group.get(group)
-            if current is None or key < _rank_key(current):
+            if current is None or key < rank_key(current):
                 result.best_per_group[group] = prediction
             used = config.machines
             current = result.best_by_machines.get(used)
-            if current is None or key < _rank_key(current):
+            if current is None or key < rank_key(current):
                 result.best_by_machines[used] = prediction
             seconds = prediction.epoch_time_s
             if seconds <= best_time * (1 + OPTIMUM_TOLERANCE):
@@ -93,9 +94,9 @@ def enumerate_all(problem: Problem) -> Enumeration:
 def exhaustive_result(problem: Problem, top: int, curve: bool, start: float) -> OptimizeResult:
     """The same answer as the fast search, by enumeration."""
     found = enumerate_all(problem)
-    ranked = sorted(found.best_per_group.values(), key=_rank_key)[:top]
+    ranked = sorted(found.best_per_group.values(), key=rank_key)[:top]
     per_mode: dict[str, Prediction] = {}
-    for prediction in sorted(found.best_per_group.values(), key=_rank_key):
+    for prediction in sorted(found.best_per_group.values(), key=rank_key):
         per_mode.setdefault(prediction.config.sync, prediction)
     points: list[CurvePoint] = []
     if curve:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dnnscale.cluster.spec import Cluster
-from dnnscale.config.config import Config
+from dnnscale.system import System
+from dnnscale.plan.config import Config
 from dnnscale.errors import InputError
 from dnnscale.model.predict import predict_config
-from dnnscale.model.replica import ReplicaCosts
+from dnnscale.model.stage import StageCosts
 from dnnscale.units import format_si
 from dnnscale.workload.workload import Workload
 
@@ -30,24 +30,24 @@ class Infeasible:
         return {"what": self.what, "reason": self.reason}
 
 
-def worker_fits(workload: Workload, cluster: Cluster, base: Config, partitions: int,
-                minibatch: int, replica: ReplicaCosts) -> tuple[bool, float]:
+def worker_fits(workload: Workload, cluster: System, base: Config, partitions: int,
+                minibatch: int, stage: StageCosts) -> tuple[bool, float]:
     """(fits, bytes) of one worker at (P, n), from predict_config's memory figures."""
     probe = replace(base, sync="allreduce", partitions=partitions, replicas=1, ps_shards=0,
                     minibatch=minibatch, fc_protocol="weights")
-    prediction = predict_config(workload, cluster, probe, replica=replica)
+    prediction = predict_config(workload, cluster, probe, stage=stage)
     return prediction.fits, prediction.memory_bytes["worker"]
 
 
-def min_ps_shards(workload: Workload, cluster: Cluster, base: Config, replica: ReplicaCosts,
+def min_ps_shards(workload: Workload, cluster: System, base: Config, stage: StageCosts,
                   limit: int) -> int | None:
     """Fewest shards S ≤ limit whose PS machines fit in memory (None if none), by bisection on
-    predict_config with a configuration whose worker surely fits (its own replica costs)."""
+    predict_config with a configuration whose worker surely fits (its own stage costs)."""
 
     def fits(shards: int) -> bool:
-        probe = replace(base, sync="ps-async", partitions=replica.partitions, replicas=1,
-                        ps_shards=shards, minibatch=replica.minibatch)
-        memory = predict_config(workload, cluster, probe, replica=replica).memory_bytes["ps"]
+        probe = replace(base, sync="ps-async", partitions=stage.partitions, replicas=1,
+                        ps_shards=shards, minibatch=stage.minibatch)
+        memory = predict_config(workload, cluster, probe, stage=stage).memory_bytes["ps"]
         return memory <= cluster.ps.memory_bytes
 
     if limit < 1 or not fits(limit):
@@ -79,7 +79,7 @@ def ranges(values: list[int]) -> str:
 
 
 def too_small_error(machines: int, min_partitions: int | None, min_shards: int | None,
-                    modes: tuple[str, ...], workload: Workload, cluster: Cluster,
+                    modes: tuple[str, ...], workload: Workload, cluster: System,
                     widest: tuple[int, int, float]) -> InputError:
     """The error for a budget with no feasible configuration, saying what is missing.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnnscale.config.config import Config
+from dnnscale.plan.config import Config
 from dnnscale.model.prediction import Prediction
 from dnnscale.optimize.feasibility import Infeasible
 from dnnscale.units import format_seconds
@@ -68,6 +68,10 @@ class OptimizeResult:
                 "infeasible": [item.to_dict() for item in self.infeasible],
                 "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
                 "search_time_s": self.search_time_s}
+
+
+def rank_key(prediction: Prediction) -> tuple[float, int, str]:
+    return prediction.epoch_time_s, prediction.config.machines, prediction.config.label()
 
 
 def describe_config(config: Config) -> str:

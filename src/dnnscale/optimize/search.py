@@ -1,7 +1,7 @@
 """The fast exact search: best-first branch and bound over each group's one search variable.
 
 Every group (sync mode, P, n, k_push, k_pull) has one integer search variable x on an interval
-(S for PS modes, with R = floor((M − S)/P); R for all-reduce; see evaluator.py for why this loses
+(S for PS modes, with R = floor((M − S)/P); R for all-reduce; see group.py for why this loses
 nothing) and an upper bound of its throughput over any sub-interval that is exact on a single
 point. All groups' intervals share one max-heap keyed by that bound; a group is finished when
 the best bound left for it is no better than the best throughput found in it (its incumbent),
@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from dnnscale.optimize.evaluator import GroupEvaluator
+from dnnscale.optimize.group import GroupSearch
 
 RELATIVE_TOLERANCE = 1e-12
 """A bound within this factor of an incumbent cannot beat it by more than rounding noise."""
@@ -40,7 +40,7 @@ class Found:
 class BudgetSearch:
     """Top-K groups under one budget; `stale` seeds groups with bounds from a larger budget."""
 
-    def __init__(self, evaluators: list[GroupEvaluator], machines: int,
+    def __init__(self, evaluators: list[GroupSearch], machines: int,
                  stale: list[tuple[float, int]] | None = None) -> None:
         """`stale`: a heap of (−bound, group) of groups not yet bounded at this budget, each
         bound valid here (one from a larger budget); popped ones are listed in `refreshed`."""
@@ -112,7 +112,7 @@ class BudgetSearch:
         return done
 
 
-def leftmost_reaching(evaluator: GroupEvaluator, machines: int, lo: int, hi: int,
+def leftmost_reaching(evaluator: GroupSearch, machines: int, lo: int, hi: int,
                       target: float) -> int | None:
     """The smallest x in [lo, hi] whose throughput reaches `target` (None if none does): a
     depth-first, left-first walk that skips intervals whose bound falls short. Used to resolve

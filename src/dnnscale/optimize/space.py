@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from dnnscale.config.config import SYNC_MODES, Config
+from dnnscale.plan.config import SYNC_MODES, Config
 from dnnscale.errors import InputError, require_int
 
 DEFAULT_MINIBATCH = 32

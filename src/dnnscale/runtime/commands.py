@@ -123,11 +123,11 @@ def _conv_split(conv_split: str, cluster: Optional[str], workload: Any,
         return conv_split
     if cluster is None:
         raise InputError("run.cluster", "--conv-split model needs --cluster")
-    from dnnscale.cluster import load_cluster
-    from dnnscale.model.replica import replica_costs
+    from dnnscale.system import load_system
+    from dnnscale.model.stage import stage_costs
 
-    c = load_cluster(cluster)
-    costs = replica_costs(workload, c.machine, c.network, config.partitions, config.minibatch,
+    c = load_system(cluster)
+    costs = stage_costs(workload, c, config.partitions, config.minibatch,
                           config.fc_protocol)
     return {layer.name: layer.scheme for layer in costs.layers if layer.kind == "conv2d"}
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dnnscale.config import Config, config_from_dict
+from dnnscale.plan import Config, config_from_dict
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dnnscale.config import Config
+from dnnscale.plan import Config
 from dnnscale.errors import InputError
 
 
@@ -63,17 +63,6 @@ def partition_group_ranks(config: Config, replica: int) -> list[int]:
 def replica_group_ranks(config: Config, partition: int) -> list[int]:
     """The R worker ranks that hold the same partition (all-reduce data parallelism)."""
     return [r * config.partitions + partition for r in range(config.replicas)]
-
-
-def split_sizes(extent: int, parts: int) -> list[int]:
-    """Divide `extent` units among `parts` workers as evenly as possible, larger parts first.
-
-    Example: 10 units over 3 workers -> [4, 3, 3]. Needs extent >= parts >= 1.
-    """
-    if parts < 1 or extent < parts:
-        raise ValueError(f"cannot split {extent} units among {parts} workers")
-    base, extra = divmod(extent, parts)
-    return [base + (1 if index < extra else 0) for index in range(parts)]
 
 
 def split_offsets(sizes: list[int]) -> list[int]:

@@ -13,36 +13,23 @@ from __future__ import annotations
 
 import math
 
-from dnnscale.config import Config
+from dnnscale.plan import Config
 from dnnscale.errors import InputError
-from dnnscale.runtime.layout import split_sizes
+from dnnscale.model.sharding import member_params, split_extent, split_sizes
 from dnnscale.workload import Workload
 from dnnscale.workload.layer import Layer
 
 RUNNABLE_KINDS = ("conv2d", "linear", "maxpool2d", "avgpool2d", "relu", "flatten", "softmax_loss")
 
 
-def layer_split_extent(layer: Layer) -> int:
-    """Units a weighted layer is split into: output channels (conv2d) or features (linear)."""
-    return int(layer.output_shape[0])
-
-
 def layer_has_bias(layer: Layer) -> bool:
     return bool(layer.hyper.get("bias", True))
 
 
-def partition_layer_params(layer: Layer, out_units: int) -> int:
-    """Parameters of `layer` that a worker owning `out_units` outputs holds.
-
-    conv2d: out·C_in/groups·K_h·K_w (+ out bias); linear: out·n_in (+ out bias).
-    """
-    bias = out_units if layer_has_bias(layer) else 0
-    if layer.kind == "conv2d":
-        kh, kw = layer.kernel or (1, 1)
-        return out_units * (layer.input_shape[0] // layer.groups) * kh * kw + bias
-    if layer.kind == "linear":
-        return out_units * layer.input_shape[0] + bias
-    return 0
+def weighted_scheme_of(layer: Layer) -> str:
+    """The sharding scheme of a weighted layer under a channel split: conv2d by output
+    channels, linear by output features."""
+    return "channels" if layer.kind == "conv2d" else "features"
 
 
 CONV_SPLITS = ("channels", "rows")
@@ -79,10 +66,11 @@ def partition_param_counts(workload: Workload, partitions: int,
             continue
         if schemes.get(layer.name) == "rows" and partitions > 1:
             for p in range(partitions):
-                counts[p] += layer.params
+                counts[p] += member_params(layer, "rows", 0)
             continue
-        for p, units in enumerate(split_sizes(layer_split_extent(layer), partitions)):
-            counts[p] += partition_layer_params(layer, units)
+        scheme = weighted_scheme_of(layer)
+        for p, units in enumerate(split_sizes(split_extent(layer, scheme), partitions)):
+            counts[p] += member_params(layer, scheme, units)
     return counts
 
 
@@ -123,13 +111,13 @@ def check_runnable(workload: Workload, config: Config,
                 raise InputError(f"{field}.groups", f"grouped convolutions cannot be split over "
                                  f"{config.partitions} partitions")
             striped = schemes.get(layer.name) == "rows"
-            extent = layer.output_shape[1] if striped else layer_split_extent(layer)
+            extent = split_extent(layer, "rows" if striped else weighted_scheme_of(layer))
             if extent < config.partitions:
                 unit = "rows" if striped else "units"
                 raise InputError("config.partitions", f"{config.partitions} is more than layer "
                                  f"{layer.name!r} can be split into (at most {extent} {unit})")
         elif layer.kind in ("maxpool2d", "avgpool2d") and striped \
-                and layer.output_shape[1] < config.partitions:
+                and split_extent(layer, "rows") < config.partitions:
             raise InputError("config.partitions", f"{config.partitions} stripes do not fit the "
                              f"{layer.output_shape[1]} output rows of layer {layer.name!r}")
         elif layer.kind == "flatten":

@@ -34,8 +34,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from dnnscale.runtime.layout import split_offsets, split_sizes
-from dnnscale.runtime.netplan import layer_has_bias, layer_split_extent, weighted_schemes
+from dnnscale.model.sharding import split_extent, split_sizes
+from dnnscale.runtime.layout import split_offsets
+from dnnscale.runtime.netplan import layer_has_bias, weighted_scheme_of, weighted_schemes
 from dnnscale.workload import Workload
 from dnnscale.workload.layer import Layer
 
@@ -317,8 +318,8 @@ class PartitionedNet(nn.Module):
             if parts > 1 and (scheme == "rows" or (windowed and not layer.has_weights
                                                     and state[0] == "rows")):
                 out_ranges = [(o, o + n) for o, n in zip(
-                    split_offsets(split_sizes(layer.output_shape[1], parts)),
-                    split_sizes(layer.output_shape[1], parts))]
+                    split_offsets(split_sizes(split_extent(layer, "rows"), parts)),
+                    split_sizes(split_extent(layer, "rows"), parts))]
                 reads = [stripe_rows(layer, r) for r in out_ranges]
                 if state[0] == "rows":
                     steps.append(_Op("halo", comm, held=state[1],
@@ -335,7 +336,7 @@ class PartitionedNet(nn.Module):
                 state = ("rows", out_ranges)
             elif layer.has_weights:
                 need_whole()
-                sizes = split_sizes(layer_split_extent(layer), parts)
+                sizes = split_sizes(split_extent(layer, weighted_scheme_of(layer)), parts)
                 start = split_offsets(sizes)[me]
                 steps.append(_sliced_layer(layer, index, seed, start, sizes[me]))
                 state = ("dim1", sizes) if parts > 1 else ("whole", None)

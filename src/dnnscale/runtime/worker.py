@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from dnnscale.config import Config
+from dnnscale.plan import Config
 from dnnscale.runtime.data import TeacherData
 from dnnscale.runtime.network import PartitionedNet
 from dnnscale.runtime.ps import PSClient

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import ipaddress
 import os
 import signal
@@ -22,13 +21,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from dnnscale.errors import InputError
-from dnnscale.testbed.describe import (STATE_DIR_ENV, HostDescription, TestbedDescription,
+from dnnscale.testbed.describe import (HostDescription, TestbedDescription,
                                        description_path, save_copy, save_description, state_dir)
 from dnnscale.testbed.inventory import BRIDGE_ALIAS_TAG, take_inventory, used_subnets
 from dnnscale.testbed.names import TestbedNames
 from dnnscale.testbed.spec import SUBNETS, HostSpec, TestbedSpec, host_address
 from dnnscale.testbed.system import TestbedError, require_root_and_support, run, write_file
-from dnnscale.testbed.teardown import kill_cgroup_processes, remove_cgroup
+from dnnscale.testbed.teardown import kill_cgroup_processes, remove_cgroup, state_lock
 
 CFS_PERIOD_US = 100_000
 # Testing aid: seconds to sleep after each step of `up`, so a test can kill `up` half-way.
@@ -73,24 +72,6 @@ class Rollback:
             except Exception as exc:  # noqa: BLE001 - keep undoing the rest
                 failed.append(f"{what}: {exc}")
         return failed
-
-
-@contextlib.contextmanager
-def state_lock() -> Iterator[None]:
-    """Serialise `up`/`down` of all testbeds on this machine (a lock file in the state dir)."""
-    folder = state_dir()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        handle = open(folder / ".lock", "w")
-    except OSError as exc:
-        raise InputError("testbed", f"cannot use the state directory {folder}: {exc.strerror} "
-                         f"(set {STATE_DIR_ENV} to another directory)") from None
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ the three functions here:
 - `load_description(path_or_name)` -> `TestbedDescription`;
 - `rank_placements(path_or_name, count, roles)` -> one `RankPlacement` per rank, whose command
   prefix puts the rank into its host's CPU cgroup and network namespace;
-- `cluster_from_description(desc)` -> a `Cluster` for the predictor.
+- `cluster_from_description(desc)` -> a `System` for the predictor.
 
 Format (SI units, the unit in every key)::
 
@@ -55,7 +55,7 @@ from dnnscale.testbed.names import check_name, is_ours
 from dnnscale.testbed.spec import ROLES, TESTBED_BLOCK
 
 if TYPE_CHECKING:
-    from dnnscale.cluster import Cluster
+    from dnnscale.system import System
 
 STATE_DIR_ENV = "DNNSCALE_TESTBED_DIR"
 DEFAULT_STATE_DIR = Path("/run/dnnscale/testbeds")
@@ -373,8 +373,8 @@ def free_port(placement: RankPlacement, timeout_s: float = 30.0) -> int:
     return int(result.stdout.strip())
 
 
-def cluster_from_description(ref: "str | Path | TestbedDescription") -> "Cluster":
-    """A `Cluster` for the predictor that describes the testbed.
+def cluster_from_description(ref: "str | Path | TestbedDescription") -> "System":
+    """A `System` for the predictor that describes the testbed.
 
     - machines: all hosts (workers + PS); network: each role's link rate and one-way latency,
       measured by `check` when it ran (TCP payload rate, the slower direction, mean over the
@@ -383,10 +383,10 @@ def cluster_from_description(ref: "str | Path | TestbedDescription") -> "Cluster
       rate curves, memory and update cost, with `cores` = the host's CPU share (measured by
       `check` if it ran, else the asked quota). `calibrated` stays False.
     """
-    from dnnscale.cluster import Cluster, NetworkSpec, load_cluster
+    from dnnscale.system import System, LinkTier, load_system
 
     desc = ref if isinstance(ref, TestbedDescription) else load_description(ref)
-    base = load_cluster("local").machine
+    base = load_system("local").machine
     workers, ps_hosts = desc.hosts_with_role("worker"), desc.hosts_with_role("ps")
     if not workers:
         raise InputError("testbed.hosts", "has no worker host")
@@ -394,13 +394,13 @@ def cluster_from_description(ref: "str | Path | TestbedDescription") -> "Cluster
     def machine(hosts: list[HostDescription]) -> Any:
         return replace(base, cores=_role_value(hosts, "cpu_cores", "cpu_share"))
 
-    def network(hosts: list[HostDescription]) -> NetworkSpec:
-        return NetworkSpec(
+    def network(hosts: list[HostDescription]) -> LinkTier:
+        return LinkTier(
             bandwidth_bytes_per_s=_role_value(hosts, "rate_bytes_per_s", "bandwidth_bytes_per_s"),
             latency_s=_role_value(hosts, "latency_s", "latency_s"))
 
     measured = any(h.measured is not None for h in desc.hosts)
-    return Cluster(
+    return System(
         name=f"testbed-{desc.name}", machines=len(desc.hosts), machine=machine(workers),
         network=network(workers), ps_machine=machine(ps_hosts) if ps_hosts else None,
         ps_network=network(ps_hosts) if ps_hosts else None, calibrated=False,

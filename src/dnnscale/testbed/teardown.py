@@ -8,14 +8,20 @@ the description file; then look again and fail loudly if anything is left.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dnnscale.errors import InputError
+from dnnscale.testbed.describe import STATE_DIR_ENV, description_path, state_dir
 from dnnscale.testbed.inventory import Inventory, take_inventory
-from dnnscale.testbed.system import TestbedError, run
+from dnnscale.testbed.names import valid_name
+from dnnscale.testbed.system import TestbedError, require_root_and_support, run
 
 GRACE_S = 2.0
 
@@ -125,13 +131,26 @@ def remove_objects(inventory: Inventory, bridge_last: bool = True) -> TeardownRe
     return report
 
 
+@contextlib.contextmanager
+def state_lock() -> Iterator[None]:
+    """Serialise `up`/`down` of all testbeds on this machine (a lock file in the state dir)."""
+    folder = state_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / ".lock", "w")
+    except OSError as exc:
+        raise InputError("testbed", f"cannot use the state directory {folder}: {exc.strerror} "
+                         f"(set {STATE_DIR_ENV} to another directory)") from None
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def down(name: str | None) -> TeardownReport:
     """Remove testbed `name` (or every testbed when None): objects and description file."""
-    from dnnscale.testbed.build import state_lock
-    from dnnscale.testbed.describe import description_path, state_dir
-    from dnnscale.testbed.names import valid_name
-    from dnnscale.testbed.system import require_root_and_support
-
     require_root_and_support()
     with state_lock():
         report = remove_objects(take_inventory(name))

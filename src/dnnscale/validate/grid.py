@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dnnscale.config import Config, config_from_dict
+from dnnscale.plan import Config, config_from_dict
 from dnnscale.errors import InputError, require_int, require_positive, short_repr
 from dnnscale.units import parse_quantity
 from dnnscale.yamlio import load_yaml_file

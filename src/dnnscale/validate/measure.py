@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnnscale.config import Config
+from dnnscale.plan import Config
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dnnscale.cluster import Cluster
-from dnnscale.config import Config, check_config
-from dnnscale.model import predict_config, replica_costs
+from dnnscale.system import System
+from dnnscale.plan import Config, check_config
+from dnnscale.model import predict_config, stage_costs
 from dnnscale.validate.baselines import OptimusBaseline, PaleoBaseline, RunFeatures
 from dnnscale.validate.grid import Grid
 from dnnscale.validate.measure import Measurement, measure
@@ -19,17 +19,17 @@ from dnnscale.workload import Workload, load_workload
 Progress = Callable[[str], None]
 
 
-def conv_split_for(workload: Workload, cluster: Cluster, config: Config) -> dict[str, str]:
+def conv_split_for(workload: Workload, cluster: System, config: Config) -> dict[str, str]:
     """The split the model chose for each conv layer, so the run does what was predicted."""
-    costs = replica_costs(workload, cluster.machine, cluster.network, config.partitions,
-                          config.minibatch, config.fc_protocol)
+    costs = stage_costs(workload, cluster, config.partitions, config.minibatch,
+                        config.fc_protocol)
     return {c.name: c.scheme for c in costs.layers if c.kind == "conv2d"}
 
 
-def run_features(workload: Workload, cluster: Cluster, config: Config) -> RunFeatures:
+def run_features(workload: Workload, cluster: System, config: Config) -> RunFeatures:
     """What the baselines may know: FLOPs and bytes one worker handles per step."""
-    costs = replica_costs(workload, cluster.machine, cluster.network, config.partitions,
-                          config.minibatch, config.fc_protocol)
+    costs = stage_costs(workload, cluster, config.partitions, config.minibatch,
+                        config.fc_protocol)
     flops = sum(config.minibatch * c.work_fraction * layer.train_flops
                 for c, layer in zip(costs.layers, workload.layers))
     share = workload.params * workload.bytes_per_value / config.partitions
@@ -47,7 +47,7 @@ def _label(config: Config) -> str:
     return f"P={config.partitions} R={config.replicas} {ps} {config.sync}"
 
 
-def validate(workload_ref: str, cluster: Cluster, testbed: Any, grid: Grid, run_dir: Path,
+def validate(workload_ref: str, cluster: System, testbed: Any, grid: Grid, run_dir: Path,
              progress: Progress = lambda _: None, network_label: str = "",
              optimizer: bool = True, reuse: bool = False) -> dict[str, Any]:
     """Predict and run every configuration; return the result record (see report.py)."""
@@ -120,7 +120,7 @@ def validate(workload_ref: str, cluster: Cluster, testbed: Any, grid: Grid, run_
     return result
 
 
-def _optimizer_regret(workload: Workload, cluster: Cluster, grid: Grid,
+def _optimizer_regret(workload: Workload, cluster: System, grid: Grid,
                       validation: list[tuple[str, Config]], run: Callable[[Config, str], Measurement],
                       rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
     """Run the optimizer for the testbed's budget, run its choice too, and compare it with the

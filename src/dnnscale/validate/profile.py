@@ -5,14 +5,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from dnnscale.cluster import Cluster
+from dnnscale.system import System
 
 
-def apply_profile(cluster: Cluster, profile_path: Path) -> Cluster:
+def apply_profile(cluster: System, profile_path: Path) -> System:
     """`cluster` with every machine's compute curves, memory rates and update cost from the
     profile (per core, scaled by each machine's cores); the network stays the cluster's (the
     testbed's measured links)."""
-    from dnnscale.calibrate.profile import load_profile, profile_machine
+    from dnnscale.system.load import profile_machine
+    from dnnscale.system.profile import load_profile
 
     profile = load_profile(profile_path)
 

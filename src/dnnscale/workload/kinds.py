@@ -14,6 +14,9 @@ input/output values per sample:
   weight gradient, conv/linear              (in + out) · b   (read the saved input and grad_out)
 Layers before the first weighted layer, and the first weighted layer's input gradient, are not
 computed in training (nothing upstream needs a gradient), so they count 0 there.
+
+The transformer kinds (embedding, norms, attention parts, MLP parts, logits, loss) live in
+workload/transformer_kinds.py and register themselves here when `dnnscale.workload` is imported.
 """
 
 from __future__ import annotations
@@ -54,7 +57,11 @@ def build_layer(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_va
         raise InputError(field, f"bad fields for a {kind} layer: {short_repr(str(exc), 120)}") \
             from None
     check_layer(layer, field)
-    return Layer(**{**layer.__dict__, "hyper": dict(hyper)})
+    # A kind may record its fields resolved (defaults filled in: transformer kinds do); those win.
+    merged = {**hyper, **layer.hyper}
+    if merged == layer.hyper:
+        return layer
+    return Layer(**{**layer.__dict__, "hyper": merged})
 
 
 _BUILDER_ARGUMENTS = ("name", "input_shape", "bytes_per_value", "needs_input_grad")

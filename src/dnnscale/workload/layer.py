@@ -40,6 +40,13 @@ class Layer:
     out_features: int | None = None
     hyper: dict[str, object] = field(default_factory=dict, compare=False, hash=False)
 
+    def relabelled(self, name: str, hyper: dict[str, object]) -> "Layer":
+        """This layer under another name and `hyper` (same shapes and counts). A fast copy for
+        repeated blocks: it skips `__init__`, so give it only what a builder made."""
+        copy = object.__new__(Layer)
+        copy.__dict__.update(self.__dict__, name=name, hyper=hyper)
+        return copy
+
     @property
     def input_values(self) -> int:
         """Values in one sample's input to this layer."""

@@ -14,11 +14,14 @@ Format::
       - {kind: linear, out_features: 10}
       - {kind: softmax_loss}
 
-Layers of kind `generic` carry their counts explicitly (see workload/kinds.py).
+Layers of kind `generic` carry their counts explicitly (see workload/kinds.py). A transformer
+workload also has a `transformer:` mapping, its `TransformerShape` (workload/transformer_shape.py),
+and layers of the transformer kinds (workload/transformer_kinds.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +29,11 @@ import yaml
 
 from dnnscale.errors import InputError
 from dnnscale.yamlio import load_yaml_file
+from dnnscale.workload.transformer_shape import transformer_shape_from_dict
 from dnnscale.workload.workload import Workload, build_workload
 
 _TOP_FIELDS = {"name", "input_shape", "samples_per_epoch", "bytes_per_value", "layers",
-               "description"}
+               "description", "transformer"}
 
 
 def workload_from_dict(data: dict[str, Any]) -> Workload:
@@ -45,9 +49,11 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
             raise InputError(f"workload.{required}", "missing")
     if not isinstance(data["layers"], list):
         raise InputError("workload.layers", "must be a list of layers")
+    shape = data.get("transformer")
     return build_workload(str(data.get("name", "workload")), data["input_shape"], data["layers"],
                           data["samples_per_epoch"], data.get("bytes_per_value", 4),
-                          str(data.get("description", "")))
+                          str(data.get("description", "")),
+                          transformer=None if shape is None else transformer_shape_from_dict(shape))
 
 
 def load_workload_yaml(path: Path) -> Workload:
@@ -61,10 +67,14 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         entry: dict[str, Any] = {"kind": layer.kind, "name": layer.name}
         entry.update({k: list(v) if isinstance(v, tuple) else v for k, v in layer.hyper.items()})
         layers.append(entry)
-    return {"name": workload.name, "input_shape": list(workload.input_shape),
-            "samples_per_epoch": workload.samples_per_epoch,
-            "bytes_per_value": workload.bytes_per_value, "description": workload.description,
-            "layers": layers}
+    data: dict[str, Any] = {"name": workload.name, "input_shape": list(workload.input_shape),
+                            "samples_per_epoch": workload.samples_per_epoch,
+                            "bytes_per_value": workload.bytes_per_value,
+                            "description": workload.description}
+    if workload.transformer is not None:
+        data["transformer"] = asdict(workload.transformer)
+    data["layers"] = layers
+    return data
 
 
 def save_workload_yaml(workload: Workload, path: Path, field: str = "output") -> None:

@@ -46,6 +46,8 @@ from dnnscale.errors import InputError
 from dnnscale.workload.kinds import build_layer
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.torch_counting import CountingMode
+from dnnscale.workload.torch_transformer import (AttentionCall, AttentionRecorder, LayerSpec,
+                                                 position_table, transformer_specs)
 from dnnscale.workload.workload import Workload, check_workload
 
 PHASES = ("fwd", "input_grad", "weight_grad")
@@ -65,6 +67,8 @@ class _ModuleCounts:
 
     order: int
     last_output: tuple[int, ...] | None = None  # raw shape of its last forward op's output
+    # (index in the step's op sequence, raw output shape) of each forward op
+    forward_ops: list[tuple[int, tuple[int, ...] | None]] = field(default_factory=list)
     flops: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     bytes: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
 
@@ -78,6 +82,7 @@ class _Trace:
     calls: dict[str, int]
     input_shapes: dict[str, tuple[int, ...] | None]
     output_shapes: dict[str, tuple[int, ...] | None]
+    attention: dict[str, list[AttentionCall]] = field(default_factory=dict)
 
 
 def parse_dtype(name: str, field_name: str) -> torch.dtype:
@@ -251,10 +256,13 @@ def _trace(model: nn.Module, params: dict[str, torch.Tensor], buffers: dict[str,
     post = nn.modules.module.register_module_forward_hook(post_hook)
     tracker = ModuleTracker()
     mode = CountingMode(tracker)
+    recorder = AttentionRecorder(mode.current_module)
     try:
         with tracker, mode:
             try:
-                output = torch.func.functional_call(model, {**params, **buffers}, tuple(inputs))
+                with recorder:
+                    output = torch.func.functional_call(model, {**params, **buffers},
+                                                        tuple(inputs))
                 if loss_module is not None:
                     logits = _first_tensor(output)
                     if logits is None or not logits.is_floating_point():
@@ -289,15 +297,18 @@ def _trace(model: nn.Module, params: dict[str, torch.Tensor], buffers: dict[str,
     if loss_module is not None:
         tracker_names[type(loss_module).__name__] = "loss"
     counts: dict[str, _ModuleCounts] = {}
-    for record in mode.records:
+    for index, record in enumerate(mode.records):
         name = tracker_names.get(record.module, OUTSIDE)
         if name not in counts and record.backward:
             name = OUTSIDE  # backward of a module with no forward op: keep it counted
         entry = counts.get(name)
         if entry is None:
             entry = counts[name] = _ModuleCounts(order=len(counts))
-        if not record.backward and record.output_shapes:
-            entry.last_output = record.output_shapes[0]
+        if not record.backward:
+            first = record.output_shapes[0] if record.output_shapes else None
+            entry.forward_ops.append((index, first))
+            if first is not None:
+                entry.last_output = first
         for phase, (flops, moved) in record.phase_costs().items():
             entry.flops[phase] += flops
             entry.bytes[phase] += moved
@@ -316,10 +327,14 @@ def _trace(model: nn.Module, params: dict[str, torch.Tensor], buffers: dict[str,
     def label(fqn: str) -> str:
         return root_label if fqn == "(root)" else fqn
 
+    attention: dict[str, list[AttentionCall]] = {}
+    for call in recorder.calls:
+        attention.setdefault(tracker_names.get(call.module, OUTSIDE), []).append(call)
     return _Trace(batch=batch, counts=counts,
                   calls={label(n): calls[id(m)] for n, m in by_name.items()},
                   input_shapes={label(n): in_shapes.get(id(m)) for n, m in by_name.items()},
-                  output_shapes={label(n): out_shapes.get(id(m)) for n, m in by_name.items()})
+                  output_shapes={label(n): out_shapes.get(id(m)) for n, m in by_name.items()},
+                  attention=attention)
 
 
 def _tracker_names(model: nn.Module) -> dict[str, str]:
@@ -366,13 +381,6 @@ def _zoo_spec(mod: nn.Module, kind_input: tuple[int, ...]) -> tuple[str, dict[st
     return None
 
 
-def _flops_agree(layer: Layer, flops: dict[str, float]) -> bool:
-    counted = (flops["fwd"], flops["input_grad"], flops["weight_grad"])
-    analytical = (layer.fwd_flops, layer.input_grad_flops, layer.weight_grad_flops)
-    return all(math.isclose(a, b, rel_tol=_FLOP_RTOL, abs_tol=1e-6)
-               for a, b in zip(counted, analytical))
-
-
 def _layer_params(model: nn.Module, layer_names: list[str], root_label: str) -> dict[str, int]:
     """Parameters per layer: each unique parameter goes to the nearest enclosing layer."""
     result = dict.fromkeys(layer_names, 0)
@@ -394,7 +402,8 @@ def _layer_params(model: nn.Module, layer_names: list[str], root_label: str) -> 
 def from_torch(module: nn.Module | Callable[[], nn.Module],
                example_input_shapes: Sequence[int] | Sequence[Sequence[int]],
                name: str | None = None, samples_per_epoch: int = 1_000_000,
-               input_dtypes: Any = None, loss: str | None = None) -> Workload:
+               input_dtypes: Any = None, loss: str | None = None,
+               flash_attention: bool = False) -> Workload:
     """Import a PyTorch model (or a zero-argument factory of one) as a `Workload`.
 
     `example_input_shapes`: the shape of one sample of the model's input, without the batch
@@ -402,6 +411,9 @@ def from_torch(module: nn.Module | Callable[[], nn.Module],
     `input_dtypes`: one dtype (or name) per input, default the default float dtype; token ids
     need ``"int64"``. `loss`: None (backward from the sum of the outputs) or
     ``"cross_entropy"`` (adds a loss layer over the last dim of the first output).
+    `flash_attention`: attention found in the model (``nn.MultiheadAttention``,
+    ``F.scaled_dot_product_attention``) becomes one fused `flash_attention` layer instead of
+    scores + softmax + context (see workload/torch_transformer.py).
     A factory is called under ``torch.device("meta")``; a module whose parameters live
     elsewhere is traced with meta copies of them, and is left unchanged.
     """
@@ -441,19 +453,63 @@ def from_torch(module: nn.Module | Callable[[], nn.Module],
             mod.training = training
         for n, grad in saved_grads.items():
             params[n].grad = grad
-    return _build_workload(model, traces, shapes, dtypes, name, samples_per_epoch)
+    return _build_workload(model, traces, shapes, dtypes, name, samples_per_epoch,
+                           flash_attention)
+
+
+def _layer_order(small: _Trace, large: _Trace) -> list[str]:
+    """Layer names in the order of each module's first forward op whose output grows with the
+    batch (its first op when none does). So a root that first builds per-step values (the
+    positions of ``arange(T)``) comes after the token embedding it adds them to."""
+
+    def key(name: str) -> tuple[int, int]:
+        ops_small, ops_large = small.counts[name].forward_ops, large.counts[name].forward_ops
+        for (index, a), (_, b) in zip(ops_small, ops_large):
+            if a != b:
+                return index, 0
+        if ops_small:
+            return ops_small[0][0], 0
+        return 1 << 62, small.counts[name].order  # only backward ops: after every forward op
+
+    return sorted(small.counts, key=key)
+
+
+def _build_chain(specs: list[LayerSpec], chain_shape: tuple[int, ...], bytes_per_value: int,
+                 seen_weights: bool, field_name: str) -> list[Layer] | None:
+    """Build `specs` in a chain from `chain_shape`; None when a kind rejects its input."""
+    layers: list[Layer] = []
+    for layer_name, kind, hyper in specs:
+        try:
+            layer = build_layer(kind, layer_name, chain_shape, bytes_per_value, seen_weights,
+                                hyper, field_name)
+        except InputError:
+            return None
+        layers.append(layer)
+        seen_weights = seen_weights or layer.has_weights
+        chain_shape = layer.output_shape
+    return layers
+
+
+def _flops_agree(layers: list[Layer], flops: dict[str, float]) -> bool:
+    counted = (flops["fwd"], flops["input_grad"], flops["weight_grad"])
+    analytical = (sum(layer.fwd_flops for layer in layers),
+                  sum(layer.input_grad_flops for layer in layers),
+                  sum(layer.weight_grad_flops for layer in layers))
+    return all(math.isclose(a, b, rel_tol=_FLOP_RTOL, abs_tol=1e-6)
+               for a, b in zip(counted, analytical))
 
 
 def _build_workload(model: nn.Module, traces: list[_Trace], shapes: list[tuple[int, ...]],
                     dtypes: list[torch.dtype], name: str | None,
-                    samples_per_epoch: int) -> Workload:
+                    samples_per_epoch: int, flash_attention: bool = False) -> Workload:
     small, large = traces
     for trace in traces:  # what runs outside modules is usually per step (AccumulateGrad)
         trace.counts.setdefault(OUTSIDE, _ModuleCounts(order=len(trace.counts)))
-    order = sorted(small.counts, key=lambda n: small.counts[n].order)
-    if order != sorted(large.counts, key=lambda n: large.counts[n].order):
+    first_ops = sorted(small.counts, key=lambda n: small.counts[n].order)
+    if first_ops != sorted(large.counts, key=lambda n: large.counts[n].order):
         raise InputError("torch", "the model runs different modules at different batch sizes; "
                          "batch-dependent control flow is not supported")
+    order = _layer_order(small, large)
     step = large.batch - small.batch
 
     def per_sample(layer: str, table: str, phase: str) -> float:
@@ -475,7 +531,7 @@ def _build_workload(model: nn.Module, traces: list[_Trace], shapes: list[tuple[i
     chain_shape = shapes[0]
     seen_weights = False
     layers: list[Layer] = []
-    for index, layer_name in enumerate(order):
+    for layer_name in order:
         flops = {p: per_sample(layer_name, "flops", p) for p in PHASES}
         moved = {p: per_sample(layer_name, "bytes", p) for p in PHASES}
         mod = named.get(layer_name) if layer_name != root_label else model
@@ -490,38 +546,72 @@ def _build_workload(model: nn.Module, traces: list[_Trace], shapes: list[tuple[i
         if out_shape is None:
             out_shape = chain_shape
         field_name = f"torch.{layer_name}"
-        layer = None
         if layer_name == "loss":
             mod = nn.CrossEntropyLoss()
-        spec = None
-        if mod is not None and small.calls.get(layer_name, 1) == 1 and \
-                in_shape == chain_shape:
-            spec = _zoo_spec(mod, chain_shape)
-        if spec is not None:
-            kind, hyper = spec
-            try:
-                candidate = build_layer(kind, layer_name, chain_shape, bytes_per_value,
-                                        seen_weights, hyper, field_name)
-            except InputError:
-                candidate = None
-            if candidate is not None and (kind == "softmax_loss"
-                                          or candidate.output_shape == tuple(out_shape)) \
-                    and candidate.params == params[layer_name] and _flops_agree(candidate, flops):
-                layer = candidate
-        if layer is None:
+        once = mod is not None and small.calls.get(layer_name, 1) == 1
+        if once and layers and layers[-1].kind == "embedding" and not any(flops.values()):
+            rows = position_table(mod, layers[-1].hyper, small.input_shapes.get(layer_name)
+                                  == large.input_shapes.get(layer_name)
+                                  and small.output_shapes.get(layer_name)
+                                  == large.output_shapes.get(layer_name))
+            merged = None if rows is None else _build_chain(
+                [(layers[-1].name, "embedding",
+                  {**layers[-1].hyper, "positional": "learned", "positions": rows})],
+                layers[-1].input_shape, bytes_per_value, False, field_name)
+            if merged is not None and merged[0].params == layers[-1].params + params[layer_name]:
+                layers[-1] = merged[0]  # a learned position table: folded into the embedding
+                continue
+        candidates = None
+        if once:
+            zoo = _zoo_spec(mod, chain_shape) if in_shape == chain_shape else None
+            specs = ([(layer_name, zoo[0], zoo[1])] if zoo is not None else transformer_specs(
+                mod, layer_name, chain_shape, in_shape, small.attention.get(layer_name, []),
+                flash_attention))
+            if specs:
+                candidates = _build_chain(specs, chain_shape, bytes_per_value, seen_weights,
+                                          field_name)
+        if candidates is not None:
+            last = candidates[-1]
+            fits = (last.kind in ("softmax_loss", "cross_entropy")
+                    or last.output_shape == tuple(out_shape))
+            if not (fits and sum(c.params for c in candidates) == params[layer_name]
+                    and _flops_agree(_as_counted(candidates, specs, chain_shape,
+                                                 bytes_per_value, seen_weights, field_name),
+                                     flops)):
+                candidates = None
+        if candidates is None:
             hyper = {"output_shape": list(out_shape), "params": params[layer_name],
                      "fwd_flops": flops["fwd"], "input_grad_flops": flops["input_grad"],
                      "weight_grad_flops": flops["weight_grad"], "fwd_bytes": moved["fwd"],
                      "input_grad_bytes": moved["input_grad"],
                      "weight_grad_bytes": moved["weight_grad"]}
-            layer = build_layer("generic", layer_name, chain_shape, bytes_per_value,
-                                seen_weights, hyper, field_name)
-        layers.append(layer)
-        seen_weights = seen_weights or layer.has_weights
-        chain_shape = layer.output_shape
+            candidates = [build_layer("generic", layer_name, chain_shape, bytes_per_value,
+                                      seen_weights, hyper, field_name)]
+        for layer in candidates:
+            layers.append(layer)
+            seen_weights = seen_weights or layer.has_weights
+            chain_shape = layer.output_shape
     return check_workload(Workload(name=name or type(model).__name__, input_shape=shapes[0],
                     layers=tuple(layers), samples_per_epoch=samples_per_epoch,
                     bytes_per_value=bytes_per_value,
                     description=f"imported from PyTorch {type(model).__name__} with input "
                                 f"shapes {[list(s) for s in shapes]} "
                                 f"({', '.join(str(d).removeprefix('torch.') for d in dtypes)})"))
+
+
+def _as_counted(candidates: list[Layer], specs: list[LayerSpec], chain_shape: tuple[int, ...],
+                bytes_per_value: int, seen_weights: bool, field_name: str) -> list[Layer]:
+    """The layers whose FLOPs the trace counted: a flash_attention layer stands for the
+    unfused scores + softmax + context that the meta device runs (see torch_transformer.py)."""
+    if not any(layer.kind == "flash_attention" for layer in candidates):
+        return candidates
+    unfused: list[LayerSpec] = []
+    for layer_name, kind, hyper in specs:
+        if kind != "flash_attention":
+            unfused.append((layer_name, kind, hyper))
+            continue
+        shape = {k: hyper[k] for k in ("hidden", "heads", "kv_heads", "seq")}
+        unfused += [(f"{layer_name}.scores", "attn_scores", shape),
+                    (f"{layer_name}.softmax", "attn_softmax", shape),
+                    (f"{layer_name}.context", "attn_context", shape)]
+    return _build_chain(unfused, chain_shape, bytes_per_value, seen_weights, field_name) or []

@@ -6,8 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dnnscale.errors import InputError, require_int, short_repr
+from dnnscale.workload import transformer_kinds  # noqa: F401  (registers the transformer kinds)
 from dnnscale.workload.kinds import build_layer, check_layer, check_shape
 from dnnscale.workload.layer import Layer
+from dnnscale.workload.transformer_shape import TransformerShape
 
 MAX_LAYERS = 10_000
 """The most layers a workload may have (a 100-block transformer imported op by op has ~2,000).
@@ -24,6 +26,8 @@ class Workload:
     samples_per_epoch: int
     bytes_per_value: int = 4
     description: str = ""
+    # The shape summary of a transformer workload (None for CNNs, MLPs and imported models).
+    transformer: TransformerShape | None = None
 
     @property
     def params(self) -> int:
@@ -62,7 +66,7 @@ class Workload:
 
 def build_workload(name: str, input_shape: Sequence[int], layer_specs: Sequence[Mapping[str, object]],
                    samples_per_epoch: int, bytes_per_value: int = 4,
-                   description: str = "") -> Workload:
+                   description: str = "", transformer: TransformerShape | None = None) -> Workload:
     """Infer every layer's shapes and costs from the input shape and the layer specs.
 
     Each spec is a mapping with `kind`, an optional `name`, and the kind's hyper-parameters
@@ -90,7 +94,7 @@ def build_workload(name: str, input_shape: Sequence[int], layer_specs: Sequence[
     _check_work(layers)
     return Workload(name=name, input_shape=tuple(input_shape), layers=tuple(layers),
                     samples_per_epoch=samples_per_epoch, bytes_per_value=bytes_per_value,
-                    description=description)
+                    description=description, transformer=transformer)
 
 
 def _check_work(layers: Sequence[Layer]) -> None:

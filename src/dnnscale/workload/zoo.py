@@ -1,7 +1,9 @@
 """Built-in workloads. Each builder's docstring gives its source and what was assumed.
 
-Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, mlp. `mlp` takes widths in
-its name: ``mlp:784-1024-1024-10`` (input width first, classes last).
+Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, mlp, and the transformers of
+workload/transformer_zoo.py (gpt3-*, llama2-*, llama3-*, bert-large). `mlp` takes widths in its
+name: ``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
+``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200``.
 """
 
 from __future__ import annotations
@@ -9,9 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
+from dnnscale.workload.transformer_zoo import TRANSFORMER_ZOO, gpt_from_name
 from dnnscale.workload.workload import Workload, build_workload
 
 ZOO: dict[str, Callable[..., Workload]] = {}
+# Names that take an argument after ':' and how to read it (`mlp` is handled below).
+PARAMETRIC: dict[str, Callable[[str], Workload]] = {"gpt": gpt_from_name}
 
 
 def register_workload(name: str) -> Callable[[Callable[..., Workload]], Callable[..., Workload]]:
@@ -167,12 +172,22 @@ def mlp(widths: tuple[int, ...] = (784, 1024, 1024, 10), samples_per_epoch: int 
                           description=mlp.__doc__ or "")
 
 
+ZOO.update(TRANSFORMER_ZOO)
+
+
 def zoo_workload(name: str) -> Workload:
-    """Build a zoo workload by name (``mlp:784-512-10`` passes widths)."""
+    """Build a zoo workload by name (``mlp:784-512-10`` passes widths, ``gpt:layers=...`` a
+    transformer's shape)."""
     base, _, argument = name.partition(":")
+    if base in PARAMETRIC:
+        if not argument:
+            raise InputError("workload", f"{base} needs its shape after ':', e.g. "
+                             f"gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200")
+        return PARAMETRIC[base](argument)
     if base not in ZOO:
         raise InputError("workload", f"unknown workload {short_repr(name)}: not a zoo name "
-                         f"({', '.join(sorted(ZOO))}) nor an existing YAML file")
+                         f"({', '.join(sorted([*ZOO, *(f'{p}:...' for p in PARAMETRIC)]))}) "
+                         f"nor an existing YAML file")
     if not argument:
         return ZOO[base]()
     if base != "mlp":

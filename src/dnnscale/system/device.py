@@ -1,4 +1,4 @@
-"""Cluster description: machines, their compute rates, the network. SI units throughout.
+"""A device: one CPU machine (its cores) or one accelerator, with its achieved compute rates.
 
 Compute rates are per core and per (layer kind, phase), each a `RateCurve` over the FLOPs of one
 call; lookup goes from the most specific key to the least: ``linear.weight_grad``, ``linear``,
@@ -11,17 +11,16 @@ FLOP per byte moved by the call that multiplies the FLOP/s curve (see calibrate/
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from dnnscale.cluster.curve import RateCurve
+from dnnscale.system.curve import RateCurve
 
 PHASES = ("forward", "input_grad", "weight_grad")
 
 
 @dataclass(frozen=True)
-class MachineSpec:
-    """One machine type (a worker or a parameter server)."""
+class Device:
+    """One device type: a CPU machine (a worker or a parameter server) or one accelerator."""
 
     cores: float
     memory_bytes: float
@@ -79,39 +78,3 @@ class MachineSpec:
             rate *= factor.at(window_ratio)
         return rate
 
-
-@dataclass(frozen=True)
-class NetworkSpec:
-    """A NIC: bandwidth in each direction (full duplex) and per-message latency."""
-
-    bandwidth_bytes_per_s: float
-    latency_s: float
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """Where training runs: M machines of one type (PS machines may differ), one network."""
-
-    name: str
-    machines: int
-    machine: MachineSpec
-    network: NetworkSpec
-    ps_machine: MachineSpec | None = None
-    ps_network: NetworkSpec | None = None
-    overlap_gamma: float = math.inf
-    """γ of the γ-norm (a^γ + b^γ)^(1/γ) that combines overlapped phases; ∞ = perfect overlap."""
-    calibrated: bool = False
-    description: str = ""
-    profile_source: str = ""
-    extra: dict[str, object] = field(default_factory=dict, compare=False)
-
-    @property
-    def ps(self) -> MachineSpec:
-        return self.ps_machine or self.machine
-
-    @property
-    def ps_net(self) -> NetworkSpec:
-        return self.ps_network or self.network
-
-    def with_machines(self, machines: int) -> "Cluster":
-        return replace(self, machines=machines)

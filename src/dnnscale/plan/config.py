@@ -1,20 +1,20 @@
-"""The parallel configuration (how training is split) and its validity rules."""
+"""Project Adam's flags (P, R, S, sync mode, minibatch, intervals): `Config`, which builds a plan.
+
+Every wave-1 flag and YAML field keeps working: a Config is validated here and turned into a
+`ParallelPlan` by `Config.to_plan()` — P is a tensor split with Adam's rules, R data parallelism,
+S parameter-server shards (or a ring all-reduce with `sync: allreduce`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dnnscale.errors import InputError, require_int, short_repr
-
-if TYPE_CHECKING:
-    from dnnscale.cluster.spec import Cluster
-    from dnnscale.workload.layer import Layer
-    from dnnscale.workload.workload import Workload
+from dnnscale.plan.plan import (FC_PROTOCOLS, OPTIMIZERS, Batch, Collective, DataParallel,
+                                ParallelPlan, ParameterServer, TensorSplit)
 
 SYNC_MODES = ("ps-async", "ps-sync", "allreduce")
-FC_PROTOCOLS = ("weights", "vectors")
-OPTIMIZER_STATE_VALUES = {"sgd": 0, "momentum": 1, "adam": 2}
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,20 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def to_plan(self) -> ParallelPlan:
+        """The plan these flags describe: P → tensor split (Adam's rules), R → data parallelism
+        aggregated by S parameter-server shards (asynchronous or not) or a ring all-reduce."""
+        aggregation: ParameterServer | Collective
+        if self.sync == "allreduce":
+            aggregation = Collective("ring", 0)
+        else:
+            aggregation = ParameterServer(self.ps_shards, self.sync == "ps-async",
+                                          self.push_every, self.pull_every, self.fc_protocol)
+        return ParallelPlan(tensor=TensorSplit(self.partitions, "adam"),
+                            data=DataParallel(self.replicas, aggregation),
+                            batch=Batch(self.minibatch, 1), optimizer=self.optimizer,
+                            overlap=self.overlap, epoch_fraction=self.epoch_fraction)
+
     def label(self) -> str:
         ps = f"S={self.ps_shards} " if self.uses_ps else ""
         return f"P={self.partitions} R={self.replicas} {ps}{self.sync} n={self.minibatch}"
@@ -93,10 +107,9 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
     if values.get("fc_protocol") == "vectors" and sync == "allreduce":
         raise InputError(f"{where}.fc_protocol", "'vectors' needs a parameter server, not allreduce")
     if not isinstance(values.get("optimizer", "sgd"), str) or \
-            values.get("optimizer", "sgd") not in OPTIMIZER_STATE_VALUES:
+            values.get("optimizer", "sgd") not in OPTIMIZERS:
         raise InputError(f"{where}.optimizer", f"must be one of "
-                         f"{', '.join(OPTIMIZER_STATE_VALUES)}, got "
-                         f"{short_repr(values['optimizer'])}")
+                         f"{', '.join(OPTIMIZERS)}, got {short_repr(values['optimizer'])}")
     if "overlap" in values and not isinstance(values["overlap"], bool):
         raise InputError(f"{where}.overlap", f"must be true or false, got "
                          f"{short_repr(values['overlap'])}")
@@ -115,46 +128,3 @@ def validate_config(config: object, where: str = "config") -> Config:
         raise InputError(where, f"must be a Config, a YAML path or a mapping, got "
                          f"{type(config).__name__}")
     return config_from_dict(config.to_dict(), where)
-
-
-def max_replicas(workload: "Workload", minibatch: int) -> int:
-    """The most replicas whose global step R·n still fits in one epoch: floor(samples / n).
-
-    An epoch shorter than one global step would mean a step that trains on more samples than
-    the epoch has, so configurations with R·n > samples_per_epoch are not valid."""
-    return workload.samples_per_epoch // minibatch
-
-
-def _layer_limit(layer: "Layer") -> int:
-    from dnnscale.model.partition import split_schemes
-
-    return max(layer.split_extent(scheme) for scheme in split_schemes(layer))
-
-
-def max_partitions(workload: "Workload") -> int:
-    """The largest P every weighted layer can be split into (at least one unit per worker)."""
-    limits = [_layer_limit(layer) for layer in workload.layers if layer.has_weights]
-    return min(limits) if limits else 1
-
-
-def check_config(config: Config, workload: "Workload", cluster: "Cluster") -> None:
-    """Rules that need the workload and the cluster; raises InputError naming the field."""
-    if config.minibatch > workload.samples_per_epoch:
-        raise InputError("config.minibatch", f"{config.minibatch} is more than the "
-                         f"{workload.samples_per_epoch} samples of one epoch")
-    if config.replicas > max_replicas(workload, config.minibatch):
-        raise InputError("config.replicas", f"R·n = {config.replicas}·{config.minibatch} = "
-                         f"{config.replicas * config.minibatch} samples per global step is more "
-                         f"than one epoch ({workload.samples_per_epoch} samples); at most "
-                         f"{max_replicas(workload, config.minibatch)} replicas")
-    if config.machines > cluster.machines:
-        raise InputError("config", f"needs {config.machines} machines (P·R + S = "
-                         f"{config.partitions}·{config.replicas} + {config.ps_shards}) but cluster "
-                         f"{cluster.name!r} has {cluster.machines}")
-    weighted = [layer for layer in workload.layers if layer.has_weights]
-    if weighted:
-        narrow = min(weighted, key=_layer_limit)
-        limit = _layer_limit(narrow)
-        if config.partitions > limit:
-            raise InputError("config.partitions", f"{config.partitions} is more than layer "
-                             f"{narrow.name!r} can be split into (at most {limit})")

@@ -1,4 +1,4 @@
-"""Cluster YAML (human units) -> `Cluster` (SI), with errors that name the field.
+"""Cluster YAML (human units) -> `System` (SI), with errors that name the field.
 
 Format (see docs/formats.md)::
 
@@ -14,6 +14,7 @@ Format (see docs/formats.md)::
     ps_machine: {...}                 # optional; missing fields come from `machine`
     network: {bandwidth: 10Gbit/s, latency: 50us}
     ps_network: {...}                 # optional
+    ps_machines: 2                    # optional: hosts dedicated to PS shards (default 0: shared)
     overlap_gamma: inf                # optional
     profile: my-machine.yaml          # optional: a `dnnscale calibrate` hardware profile
 
@@ -25,29 +26,50 @@ calibrated values; those fields may then be left out. The cluster is marked cali
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dnnscale.cluster.curve import RateCurve
-from dnnscale.cluster.spec import PHASES, Cluster, MachineSpec, NetworkSpec
+import yaml
+
 from dnnscale.errors import (InputError, require_int, require_nonnegative, require_positive,
                              short_repr)
+from dnnscale.system.curve import RateCurve
+from dnnscale.system.device import PHASES, Device
+from dnnscale.system.profile import (HardwareProfile, load_profile, machine_overrides,
+                                     network_overrides, with_profile_curves)
+from dnnscale.system.system import ProfileInfo, System
+from dnnscale.system.topology import LinkTier
 from dnnscale.units import parse_quantity
+from dnnscale.yamlio import is_yaml_source, load_yaml_file
 
 _MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
 _NETWORK_FIELDS = {"bandwidth", "latency"}
 _TOP_FIELDS = {"name", "machines", "calibrated", "machine", "ps_machine", "network", "ps_network",
-               "overlap_gamma", "description", "profile"}
+               "ps_machines", "overlap_gamma", "description", "profile"}
 _RATE_KINDS = {"default", "conv2d", "linear", "generic"}
 MAX_MACHINES = 1_000_000
 """The largest cluster (and optimizer budget): ten times the largest training clusters built so
 far; the optimizer answers within seconds there."""
 
 
+PRESET_FOLDERS = ("cpu",)
+"""Folders of dnnscale/system/presets/ that hold cluster presets, one YAML file each."""
+
+
+def _preset_files() -> dict[str, Any]:
+    root = resources.files("dnnscale.system") / "presets"
+    files = {}
+    for folder in PRESET_FOLDERS:
+        for item in (root / folder).iterdir():
+            if item.name.endswith(".yaml"):
+                files[item.name[:-5]] = item
+    return files
+
+
 def preset_names() -> list[str]:
-    folder = resources.files("dnnscale.cluster") / "presets"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(_preset_files())
 
 
 def _check_fields(data: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -97,12 +119,12 @@ def _rates(value: Any, where: str) -> dict[str, RateCurve]:
     return curves
 
 
-def machine_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> MachineSpec:
+def machine_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> Device:
     if not isinstance(data, dict):
         raise InputError(where, f"must be a mapping, got {short_repr(data)}")
     _check_fields(data, _MACHINE_FIELDS, where)
     merged = {**(base or {}), **data}
-    return MachineSpec(
+    return Device(
         cores=_cores(merged, where),
         memory_bytes=_positive(merged, "memory", "bytes", where),
         memory_bandwidth_bytes_per_s=_positive(merged, "memory_bandwidth", "bandwidth", where),
@@ -117,8 +139,7 @@ def _cores(merged: dict[str, Any], where: str) -> float:
         raise InputError(f"{where}.cores", "missing")
     value = merged["cores"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{where}.cores", f"must be a number of cores (e.g. 16 or 0.5), got "
-                         f"{short_repr(value)}")
+        raise InputError(f"{where}.cores", f"must be a number of cores (e.g. 16 or 0.5), got {short_repr(value)}")
     return float(require_positive(f"{where}.cores", value))
 
 
@@ -128,7 +149,7 @@ def _required(data: dict[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
-def network_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> NetworkSpec:
+def network_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> LinkTier:
     if not isinstance(data, dict):
         raise InputError(where, f"must be a mapping, got {short_repr(data)}")
     _check_fields(data, _NETWORK_FIELDS, where)
@@ -136,17 +157,15 @@ def network_from_dict(data: Any, where: str, base: dict[str, Any] | None = None)
     latency = parse_quantity(merged.get("latency", 0), "time", f"{where}.latency")
     if latency < 0 or not math.isfinite(latency):
         raise InputError(f"{where}.latency", f"must be >= 0, got {short_repr(merged.get('latency'))}")
-    return NetworkSpec(bandwidth_bytes_per_s=_positive(merged, "bandwidth", "bandwidth", where),
-                       latency_s=latency)
+    return LinkTier(bandwidth_bytes_per_s=_positive(merged, "bandwidth", "bandwidth", where),
+                    latency_s=latency)
 
 
-def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Any]:
+def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], HardwareProfile | None]:
     """`data` with the referenced profile's measurements merged in (profile wins), and the
     profile (None without a `profile` field)."""
     if not data.get("profile"):
         return data, None
-    from dnnscale.calibrate.profile import load_profile, machine_overrides, network_overrides
-
     path = Path(str(data["profile"])).expanduser()
     if not path.is_absolute() and source and Path(source).is_file():
         path = Path(source).parent / path
@@ -168,7 +187,7 @@ def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Any]:
     return merged, profile
 
 
-def cluster_from_dict(data: dict[str, Any], source: str = "") -> Cluster:
+def system_from_dict(data: dict[str, Any], source: str = "") -> System:
     _check_fields(data, _TOP_FIELDS, "cluster")
     for key in ("machines", "machine", "network"):
         if key not in data:
@@ -179,11 +198,13 @@ def cluster_from_dict(data: dict[str, Any], source: str = "") -> Cluster:
     ps_machine = (machine_from_dict(data["ps_machine"], "cluster.ps_machine", machine_data)
                   if data.get("ps_machine") else None)
     if profile is not None:
-        from dnnscale.calibrate.profile import with_profile_curves
-
         machine = with_profile_curves(machine, profile)
         ps_machine = with_profile_curves(ps_machine, profile) if ps_machine else None
     network = network_from_dict(data["network"], "cluster.network")
+    if profile is not None and profile.allreduce:
+        # Measured all-reduce per group size, as α-β fits the collective registry reads.
+        network = replace(network, allreduce_fits=tuple(
+            (link.peers, link.bandwidth_bytes_per_s, link.latency_s) for link in profile.allreduce))
     ps_network = (network_from_dict(data["ps_network"], "cluster.ps_network", data["network"])
                   if data.get("ps_network") else None)
     gamma = data.get("overlap_gamma", "inf")
@@ -195,69 +216,77 @@ def cluster_from_dict(data: dict[str, Any], source: str = "") -> Cluster:
     if not gamma >= 1:
         raise InputError("cluster.overlap_gamma", f"must be >= 1 (1 = no overlap), got "
                          f"{short_repr(gamma)}")
-    cluster = Cluster(name=str(data.get("name", "cluster")),
-                      machines=require_int("cluster.machines", data["machines"],
-                                           maximum=MAX_MACHINES),
-                      machine=machine, network=network, ps_machine=ps_machine,
-                      ps_network=ps_network, overlap_gamma=gamma,
-                      calibrated=bool(data.get("calibrated", False)),
-                      description=str(data.get("description", "")), profile_source=source)
-    if profile is not None:
-        cluster.extra["profile"] = {"path": str(data["profile"]), "date": profile.date,
-                                    "machine": profile.machine}
-        # Measured all-reduce per group size, as the ring model's (bandwidth B, latency α).
-        cluster.extra["allreduce_fits"] = {link.peers: (link.bandwidth_bytes_per_s, link.latency_s)
-                                           for link in profile.allreduce}
-    return cluster
+    machines = require_int("cluster.machines", data["machines"], maximum=MAX_MACHINES)
+    ps_machines = require_int("cluster.ps_machines", data.get("ps_machines", 0), minimum=0)
+    if ps_machines >= machines:
+        raise InputError("cluster.ps_machines", f"must leave machines for workers: {ps_machines} "
+                         f"of {machines} machines")
+    info = (ProfileInfo(str(data["profile"]), profile.date, dict(profile.machine))
+            if profile is not None else None)
+    return System(name=str(data.get("name", "cluster")), machines=machines, machine=machine,
+                  network=network, ps_machine=ps_machine, ps_network=ps_network,
+                  ps_machines=ps_machines, overlap_gamma=gamma,
+                  calibrated=bool(data.get("calibrated", False)),
+                  description=str(data.get("description", "")), profile_source=source,
+                  profile=info)
 
 
-def check_cluster(cluster: Cluster) -> Cluster:
-    """Re-validate a Cluster object (e.g. one a Python caller built) by the YAML rules:
-    InputError names the field. Returns the cluster."""
-    require_int("cluster.machines", cluster.machines, maximum=MAX_MACHINES)
-    for where, machine in (("cluster.machine", cluster.machine),
-                           ("cluster.ps_machine", cluster.ps_machine)):
+def profile_machine(profile: HardwareProfile, cores: float = 1.0,
+                    memory_bytes: float = 2**34) -> Device:
+    """A Device of `cores` cores whose rates are all the profile's."""
+    data = {"cores": cores, "memory": memory_bytes, **machine_overrides(profile, cores)}
+    return with_profile_curves(machine_from_dict(data, "profile"), profile)
+
+
+def check_system(system: System) -> System:
+    """Re-validate a System object (e.g. one a Python caller built) by the YAML rules:
+    InputError names the field. Returns the system."""
+    machines = require_int("cluster.machines", system.machines, maximum=MAX_MACHINES)
+    ps_machines = require_int("cluster.ps_machines", system.ps_machines, minimum=0)
+    if ps_machines >= machines:
+        raise InputError("cluster.ps_machines", f"must leave machines for workers: {ps_machines} "
+                         f"of {machines} machines")
+    for where, machine in (("cluster.machine", system.machine),
+                           ("cluster.ps_machine", system.ps_machine)):
         if machine is None:
             continue
-        if not isinstance(machine, MachineSpec):
-            raise InputError(where, f"must be a MachineSpec, got {type(machine).__name__}")
+        if not isinstance(machine, Device):
+            raise InputError(where, f"must be a Device, got {type(machine).__name__}")
         for name in ("cores", "memory_bytes", "memory_bandwidth_bytes_per_s",
                      "update_s_per_param"):
             require_positive(f"{where}.{name}", getattr(machine, name))
         if "default" not in machine.flops_per_s_per_core:
             raise InputError(f"{where}.flops_per_core.default", "missing")
-    for where, network in (("cluster.network", cluster.network),
-                           ("cluster.ps_network", cluster.ps_network)):
+    for where, network in (("cluster.network", system.network),
+                           ("cluster.ps_network", system.ps_network),
+                           ("cluster.intra_node", system.intra_node)):
         if network is None:
             continue
-        if not isinstance(network, NetworkSpec):
-            raise InputError(where, f"must be a NetworkSpec, got {type(network).__name__}")
+        if not isinstance(network, LinkTier):
+            raise InputError(where, f"must be a LinkTier, got {type(network).__name__}")
         require_positive(f"{where}.bandwidth", network.bandwidth_bytes_per_s)
         require_nonnegative(f"{where}.latency", network.latency_s)
-    gamma = cluster.overlap_gamma
+    require_int("cluster.devices_per_node", system.devices_per_node)
+    gamma = system.overlap_gamma
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma >= 1:
         raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got "
                          f"{short_repr(gamma)}")
-    return cluster
+    return system
 
 
-def load_cluster(source: "str | Path | Cluster") -> Cluster:
-    """A preset name, a YAML file, or a Cluster (re-validated)."""
-    from dnnscale.yamlio import is_yaml_source, load_yaml_file
-
-    if isinstance(source, Cluster):
-        return check_cluster(source)
+def load_system(source: "str | Path | System") -> System:
+    """A preset name, a YAML file, or a System (re-validated)."""
+    if isinstance(source, System):
+        return check_system(source)
     if not isinstance(source, (str, Path)):
-        raise InputError("cluster", f"must be a preset name, a YAML path or a Cluster, got "
+        raise InputError("cluster", f"must be a preset name, a YAML path or a System, got "
                          f"{type(source).__name__}")
     path = Path(source)
     if is_yaml_source(source, "cluster"):
-        return cluster_from_dict(load_yaml_file(path, "cluster"), str(path))
+        return system_from_dict(load_yaml_file(path, "cluster"), str(path))
     name = str(source)
     if name not in preset_names():
         raise InputError("cluster", f"unknown cluster {short_repr(name)}: not a preset "
                          f"({', '.join(preset_names())}) nor an existing YAML file")
-    import yaml
-
-    text = (resources.files("dnnscale.cluster") / "presets" / f"{name}.yaml").read_text()
-    return cluster_from_dict(yaml.safe_load(text), f"preset:{name}")
+    text = _preset_files()[name].read_text()
+    return system_from_dict(yaml.safe_load(text), f"preset:{name}")

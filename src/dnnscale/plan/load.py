@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dnnscale.config.config import Config, config_from_dict, validate_config
 from dnnscale.errors import InputError
+from dnnscale.plan.config import Config, config_from_dict, validate_config
+from dnnscale.yamlio import load_yaml_file
 
 
 def load_config(source: "str | Path | Config | dict") -> Config:
@@ -17,6 +18,4 @@ def load_config(source: "str | Path | Config | dict") -> Config:
     if not isinstance(source, (str, Path)):
         raise InputError("config", f"must be a Config, a YAML path or a mapping, got "
                          f"{type(source).__name__}")
-    from dnnscale.yamlio import load_yaml_file
-
     return config_from_dict(load_yaml_file(Path(source), "config"))

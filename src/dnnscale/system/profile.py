@@ -24,14 +24,15 @@ missing or malformed field (``profile.compute.flops_per_s_per_core.linear.forwar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from dnnscale.cluster.curve import RateCurve
+from dnnscale.system.curve import RateCurve
 from dnnscale.errors import InputError
+from dnnscale.system.device import Device
 
 FORMAT = "dnnscale-profile/1"
 REQUIRED_FLOP_CURVES = ("conv2d.forward", "conv2d.input_grad", "conv2d.weight_grad",
@@ -243,19 +244,8 @@ def network_overrides(profile: HardwareProfile) -> dict[str, Any]:
             "latency": profile.network.latency_s}
 
 
-def with_profile_curves(machine: Any, profile: HardwareProfile) -> Any:
-    """A MachineSpec with the profile's memory-bound, intensity and allocation curves added."""
-    from dataclasses import replace
-
+def with_profile_curves(machine: Device, profile: HardwareProfile) -> Device:
+    """A Device with the profile's memory-bound, intensity and allocation curves added."""
     return replace(machine, bytes_per_s_per_core=dict(profile.bytes_per_s_per_core),
                    intensity_factors=dict(profile.intensity_factors),
                    allocation_bytes_per_s_per_core=profile.allocation_bytes_per_s_per_core)
-
-
-def profile_machine(profile: HardwareProfile, cores: float = 1.0,
-                    memory_bytes: float = 2**34) -> Any:
-    """A MachineSpec of `cores` cores whose rates are all the profile's."""
-    from dnnscale.cluster.load import machine_from_dict
-
-    data = {"cores": cores, "memory": memory_bytes, **machine_overrides(profile, cores)}
-    return with_profile_curves(machine_from_dict(data, "profile"), profile)

@@ -1,0 +1,285 @@
+"""Composition: stage costs + aggregation -> throughput, step time and its parts (§3-§5).
+
+The one function that turns a priced plan into a step: `predict` calls it once, the optimizer's
+search calls it thousands of times on the same `StepContext` (everything of the plan but the
+replica and shard counts, priced once: the stage costs, the bytes each replica pushes, pulls or
+all-reduces, the update work). Each aggregation's arithmetic is written once, in `_ps_async`,
+`_ps_sync` and `_collective`, returning every intermediate quantity; `throughput` reads one of
+them, `compose` all of them, and `bound` calls the same arithmetic with relaxed arguments.
+
+The structure the exact search relies on, read off these formulas (performance-model.md §4, §6):
+
+- ps-async: X = min(R·n / T_w(S), X_ps(share(S))). T_w, the worker step (compute + partition
+  traffic combined with the longer of its own push/pull, S messages each, and the busiest
+  shard's service of the replica, share·(push + pull)/B_ps), does not depend on R; its own part
+  grows with S and the service part falls with the share; X_ps = min(X_ps,net, X_ps,cpu) grows
+  as the busiest shard's share ceil(W/S)/W falls. Over S in [lo, hi], T_w >= its value with the
+  latency of lo shards and the share of hi shards.
+- ps-sync: X = R·n / T(R, share, S) with T = combine(T_comp + T_mp, push + apply + pull), where
+  push = max(W_push/P/B, R·share·W_push/B_ps) + S/k_push·α (pull alike) and apply =
+  R·share·t_apply. T/R is nonincreasing in R (each term is a constant or proportional to R;
+  combine is 1-homogeneous), so X is nondecreasing in R; X falls as share or S-latency grows.
+- PS modes, both: for fixed S the best R is the largest, floor((M − S)/P). Over an interval
+  S ∈ [lo, hi], X ≤ X(R(lo), share(hi), latency of lo shards): a valid upper bound.
+- collective (all-reduce): X = R·n / (combine(T_comp + T_mp, T_ring(R)) + T_update); T_ring
+  grows with R, so X need not grow with R (latency-bound rings get slower); over R ∈ [lo, hi],
+  X ≤ hi·n / T_step(lo).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dnnscale.model.collectives import collective_time_s
+from dnnscale.model.network import overlapped_time_s, transfer_time_s
+from dnnscale.model.prediction import StepPart
+from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_s,
+                               ps_network_capacity_samples_per_s, ps_pull_bytes_per_step,
+                               ps_push_bytes_per_step)
+from dnnscale.model.stage import StageCosts
+from dnnscale.plan.plan import ParallelPlan, ParameterServer
+from dnnscale.system.system import System
+from dnnscale.workload.workload import Workload
+
+MODE_PS_ASYNC, MODE_PS_SYNC, MODE_COLLECTIVE = "ps-async", "ps-sync", "collective"
+
+
+@dataclass
+class StepContext:
+    """A plan priced up to its replica and shard counts; memoises what depends on S alone."""
+
+    workload: Workload
+    system: System
+    plan: ParallelPlan
+    stage: StageCosts
+    mode: str = field(init=False)
+    _per_shards: dict[int, tuple[float, float, float, float, float]] = field(
+        default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        plan, system, stage = self.plan, self.system, self.stage
+        self.n, self.P = plan.batch.per_replica, plan.tensor.degree
+        self.params = stage.stored_params(self.workload.params)  # W + (P−1)·W_rep
+        self.busy_s = stage.compute_s + stage.partition_s
+        self.bandwidth = system.network.bandwidth_bytes_per_s
+        self.latency = system.network.latency_s
+        self.ps_bandwidth = system.ps_net.bandwidth_bytes_per_s
+        aggregation = plan.data.aggregation
+        if isinstance(aggregation, ParameterServer):
+            self.mode = MODE_PS_ASYNC if aggregation.asynchronous else MODE_PS_SYNC
+            self.push_every, self.pull_every = aggregation.push_every, aggregation.pull_every
+            terms = ps_terms(self.workload, system, plan, self.params)
+            self.push_bytes, self.pull_bytes = terms["push_bytes"], terms["pull_bytes"]
+            self.update_s, self.fc_ps_s = terms["update_s"], terms["fc_ps_s"]
+        else:
+            self.mode = MODE_COLLECTIVE
+            self.topology = system.topology
+            self.params_on_worker = self.params / self.P
+            self.ring_bytes = self.params_on_worker * self.workload.bytes_per_value
+            self.update_s = self.params_on_worker * system.machine.update_s_per_param
+
+    @property
+    def uses_ps(self) -> bool:
+        return self.mode != MODE_COLLECTIVE
+
+    def combine(self, busy_s: float, comm_s: float) -> float:
+        """Busy time and communication time of a step, overlapped with the γ-norm if the plan
+        overlaps them, else added."""
+        if self.plan.overlap:
+            return overlapped_time_s(busy_s, comm_s, self.system.overlap_gamma)
+        return busy_s + comm_s
+
+    def per_shards(self, shards: int) -> tuple[float, float, float, float, float]:
+        """What depends on S alone: (share, own push s, own pull s, X_ps,net, X_ps,cpu)."""
+        cached = self._per_shards.get(shards)
+        if cached is None:
+            n, P = self.n, self.P
+            share = busiest_shard_share(self.params, shards)
+            push_w_s = transfer_time_s(self.push_bytes / P, shards / self.push_every,
+                                       self.bandwidth, self.latency)
+            pull_w_s = transfer_time_s(self.pull_bytes / P, shards / self.pull_every,
+                                       self.bandwidth, self.latency)
+            x_net = ps_network_capacity_samples_per_s(self.ps_bandwidth, share,
+                                                      self.push_bytes / n, self.pull_bytes / n)
+            x_cpu = ps_cpu_capacity_samples_per_s(share, self.update_s / n, self.fc_ps_s / n)
+            cached = (share, push_w_s, pull_w_s, x_net, x_cpu)
+            self._per_shards[shards] = cached
+        return cached
+
+
+def ps_terms(workload: Workload, system: System, plan: ParallelPlan,
+             params: int) -> dict[str, float]:
+    """Per-step PS quantities of one replica: bytes pushed/pulled, PS CPU seconds (all shards).
+
+    `params`: the parameters the replica's workers hold together, W + (P−1)·W_rep (stage.py).
+    """
+    aggregation = plan.data.aggregation
+    if not isinstance(aggregation, ParameterServer):
+        raise TypeError("ps_terms needs a plan aggregated by a parameter server")
+    b, n = workload.bytes_per_value, plan.batch.per_replica
+    fc_layers = [layer for layer in workload.layers if layer.kind == "linear"]
+    vectors = aggregation.fc_protocol == "vectors"
+    pushed_params = params - (sum(layer.params for layer in fc_layers) if vectors else 0)
+    vector_values = n * sum(layer.input_values + layer.activation_values for layer in fc_layers) \
+        if vectors else 0.0
+    fc_ps_s = 0.0
+    if vectors:
+        for layer in fc_layers:
+            work = n * layer.weight_grad_flops
+            fc_ps_s += work / system.ps.flops_per_s("linear", "weight_grad", work)
+    return {
+        "push_bytes": ps_push_bytes_per_step(pushed_params, vector_values, b,
+                                             aggregation.push_every),
+        "pull_bytes": ps_pull_bytes_per_step(params, b, aggregation.pull_every),
+        "update_s": params * system.ps.update_s_per_param / aggregation.push_every,
+        "fc_ps_s": fc_ps_s,
+    }
+
+
+# ------------------------------------------------------------------ the arithmetic, once each
+
+def _ps_async(ctx: StepContext, replicas: int, share_shards: int,
+              latency_shards: int) -> tuple[float, ...]:
+    """(X, worker step, own push, own pull, serve, X_replicas, X_ps,net, X_ps,cpu) with R
+    replicas, the busiest share of `share_shards` shards and the messages of `latency_shards`
+    (the same S for a real plan)."""
+    _, push_w_s, pull_w_s, _, _ = ctx.per_shards(latency_shards)
+    share, _, _, x_net, x_cpu = ctx.per_shards(share_shards)
+    # The busiest shard serves this replica's P workers one request at a time, so a replica
+    # also waits for that shard to move its share of the replica's pushes and pulls.
+    serve_s = share * (ctx.push_bytes + ctx.pull_bytes) / ctx.ps_bandwidth
+    worker_step_s = ctx.combine(ctx.busy_s, max(push_w_s + pull_w_s, serve_s))
+    x_replicas = replicas * ctx.n / worker_step_s
+    throughput = min(x_replicas, x_net, x_cpu)
+    return throughput, worker_step_s, push_w_s, pull_w_s, serve_s, x_replicas, x_net, x_cpu
+
+
+def _ps_sync(ctx: StepContext, replicas: int, share_shards: int,
+             latency_shards: int) -> tuple[float, ...]:
+    """(X, step, push, apply, pull) of synchronous SGD through the parameter servers: every
+    worker pushes, the shards apply all R updates, every worker pulls."""
+    share = ctx.per_shards(share_shards)[0]
+    P, B, B_ps = ctx.P, ctx.bandwidth, ctx.ps_bandwidth
+    push_s = max(ctx.push_bytes / P / B, replicas * share * ctx.push_bytes / B_ps) \
+        + latency_shards / ctx.push_every * ctx.latency
+    pull_s = max(ctx.pull_bytes / P / B, replicas * share * ctx.pull_bytes / B_ps) \
+        + latency_shards / ctx.pull_every * ctx.latency
+    apply_s = replicas * share * (ctx.update_s + ctx.fc_ps_s)
+    step_s = ctx.combine(ctx.busy_s, push_s + apply_s + pull_s)
+    return replicas * ctx.n / step_s, step_s, push_s, apply_s, pull_s
+
+
+def _collective(ctx: StepContext, replicas: int) -> tuple[float, ...]:
+    """(X, step, all-reduce s) of data parallelism by a ring all-reduce among the R replicas'
+    peers of the same partition, then each worker's local update."""
+    tier = ctx.topology.tier_for(replicas, ctx.plan.devices_per_replica)
+    allreduce_s = collective_time_s("allreduce", ctx.system.collective_library, ctx.ring_bytes,
+                                    replicas, tier)
+    step_s = ctx.combine(ctx.busy_s, allreduce_s) + ctx.update_s
+    return replicas * ctx.n / step_s, step_s, allreduce_s
+
+
+def throughput(ctx: StepContext, replicas: int, shards: int) -> float:
+    """Samples/s of the plan with R replicas and S shards (S ignored without a PS)."""
+    if ctx.mode == MODE_PS_ASYNC:
+        return _ps_async(ctx, replicas, shards, shards)[0]
+    if ctx.mode == MODE_PS_SYNC:
+        return _ps_sync(ctx, replicas, shards, shards)[0]
+    return _collective(ctx, replicas)[0]
+
+
+def bound(ctx: StepContext, lo: int, hi: int, replicas: int) -> float:
+    """An upper bound of the throughput over the search variable x ∈ [lo, hi]: x = S for PS
+    modes, with at most `replicas` replicas (R at x = lo); x = R for collectives. Equal to the
+    throughput when lo == hi (see the module docstring for why it bounds)."""
+    if ctx.mode == MODE_PS_ASYNC:
+        return _ps_async(ctx, replicas, hi, lo)[0]
+    if ctx.mode == MODE_PS_SYNC:
+        return _ps_sync(ctx, replicas, hi, lo)[0]
+    return hi * ctx.n / _collective(ctx, lo)[1]
+
+
+# ------------------------------------------------------------------ the typed result
+
+@dataclass(frozen=True)
+class Composition:
+    """A step: throughput, step time, its parts, the bottleneck, utilisation, capacities."""
+
+    throughput: float
+    step_s: float
+    bottleneck: str
+    parts: tuple[StepPart, ...]
+    utilization: dict[str, float]
+    capacities: dict[str, float]
+
+
+def _largest(named_seconds: dict[str, float]) -> str:
+    return max(named_seconds.items(), key=lambda item: item[1])[0]
+
+
+def _stage_parts(stage: StageCosts) -> list[StepPart]:
+    return [StepPart("forward", stage.forward_s, "compute"),
+            StepPart("input_grad", stage.input_grad_s, "compute"),
+            StepPart("weight_grad", stage.weight_grad_s, "compute"),
+            StepPart("compute", stage.compute_s, "sum", ("forward", "input_grad", "weight_grad")),
+            StepPart("partition_comm", stage.partition_s, "communication")]
+
+
+def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
+    """The step of the plan with R replicas and S shards, with its typed parts."""
+    stage = ctx.stage
+    parts = _stage_parts(stage)
+    if ctx.mode == MODE_PS_ASYNC:
+        (x, worker_step_s, push_w_s, pull_w_s, serve_s, x_replicas, x_net,
+         x_cpu) = _ps_async(ctx, replicas, shards, shards)
+        step_s = replicas * ctx.n / x
+        transfer_s = max(push_w_s + pull_w_s, serve_s)
+        if x == x_replicas:
+            bottleneck = _largest({"worker compute": stage.compute_s,
+                                   "partition communication": stage.partition_s,
+                                   "worker ps transfer": transfer_s})
+        else:
+            bottleneck = "ps network" if x == x_net else "ps cpu"
+        parts += [StepPart("ps_push", push_w_s, "communication"),
+                  StepPart("ps_pull", pull_w_s, "communication"),
+                  StepPart("ps_serve_wait", max(0.0, serve_s - push_w_s - pull_w_s), "wait"),
+                  StepPart("ps_wait", max(0.0, step_s - worker_step_s), "wait"),
+                  StepPart("step", step_s, "total")]
+        utilization = {"worker_compute": stage.compute_s / step_s,
+                       "partition_network": stage.partition_s / step_s,
+                       "worker_ps_network": transfer_s / step_s,
+                       "ps_network": x / x_net, "ps_cpu": x / x_cpu}
+        capacities = {"workers": x_replicas, "ps_network": x_net, "ps_cpu": x_cpu}
+        return Composition(x, step_s, bottleneck, tuple(parts), utilization, capacities)
+    if ctx.mode == MODE_PS_SYNC:
+        x, step_s, push_s, apply_s, pull_s = _ps_sync(ctx, replicas, shards, shards)
+        bottleneck = _largest({"worker compute": stage.compute_s,
+                               "partition communication": stage.partition_s,
+                               "ps network": push_s + pull_s, "ps cpu": apply_s})
+        parts += [StepPart("ps_push", push_s, "communication"),
+                  StepPart("ps_apply", apply_s, "update"),
+                  StepPart("ps_pull", pull_s, "communication"),
+                  StepPart("step", step_s, "total")]
+        share = ctx.per_shards(shards)[0]
+        ps_nic_s = replicas * share * max(ctx.push_bytes, ctx.pull_bytes) / ctx.ps_bandwidth
+        utilization = {"worker_compute": stage.compute_s / step_s,
+                       "partition_network": stage.partition_s / step_s,
+                       "ps_network": ps_nic_s / step_s, "ps_cpu": apply_s / step_s}
+        return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x})
+    x, step_s, allreduce_s = _collective(ctx, replicas)
+    bottleneck = _largest({"worker compute": stage.compute_s + ctx.update_s,
+                           "partition communication": stage.partition_s,
+                           "allreduce network": allreduce_s})
+    parts += [StepPart("allreduce", allreduce_s, "communication"),
+              StepPart("update", ctx.update_s, "update"),
+              StepPart("step", step_s, "total")]
+    utilization = {"worker_compute": (stage.compute_s + ctx.update_s) / step_s,
+                   "partition_network": stage.partition_s / step_s,
+                   "allreduce_network": allreduce_s / step_s}
+    return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x})
+
+
+def epoch_time_s(workload: Workload, plan: ParallelPlan, throughput_samples_per_s: float) -> float:
+    """T_epoch = f · N_samples / X (performance-model.md §4; f is Adam's cut-off)."""
+    return plan.epoch_fraction * workload.samples_per_epoch / throughput_samples_per_s
+

@@ -1,0 +1,194 @@
+"""Sharding rules: how each layer kind splits over a tensor-parallel group, one registry.
+
+A rule is registered with ``@sharding_rule(rules, kind, scheme)`` and maps (layer, degree,
+context) to a `Shard`: the share of the layer's work the most loaded member does, the parameters
+every member holds whole, and the communication events the split causes (operation, payload,
+phase). The model (stage costs), the plan's validity rules and the runtime all read this registry
+— a split is decided in one place.
+
+Project Adam's rules ('adam', performance-model.md §2): a weighted layer's neurons are divided
+among P workers — linear (and any 1-D layer) by output features, conv2d by output channels or by
+output rows (horizontal stripes); layers without weights follow the last weighted layer's split.
+Only a weighted layer whose input is itself distributed (anything after the first weighted
+layer) exchanges activations: forward, an all-gather of the input it does not hold; backward, a
+reduce-scatter of its partial input gradients. Stripes exchange only halo rows when the input is
+already in stripes, and keep the whole kernel on every worker (its gradients are all-reduced in
+the replica each step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dnnscale.model.compute import imbalance_fraction
+from dnnscale.workload.layer import Layer
+
+PHASE_FORWARD, PHASE_BACKWARD = "forward", "backward"
+
+
+@dataclass(frozen=True)
+class CommEvent:
+    """A collective the split causes per step: `operation` (collectives.py) on a tensor of
+    `payload_bytes` (per member; for a halo exchange, per neighbour) among `members` members
+    of the tensor group (neighbours, for a halo), in `phase`."""
+
+    operation: str
+    payload_bytes: float
+    members: int
+    phase: str
+
+
+@dataclass(frozen=True)
+class SplitContext:
+    """What a rule needs besides the layer: how its input is distributed, the micro-batch and
+    the bytes per value."""
+
+    input_scheme: str
+    input_distributed: bool
+    minibatch: int
+    bytes_per_value: int
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One layer's split: its scheme, the most loaded member's share of the work, parameters
+    every member holds whole (a stripe-split conv's kernel), and the events the split causes."""
+
+    scheme: str
+    work_fraction: float
+    replicated_params: int
+    events: tuple[CommEvent, ...]
+
+
+ShardingRule = Callable[[Layer, int, SplitContext], Shard]
+SHARDING_RULES: dict[tuple[str, str, str], ShardingRule] = {}
+ANY_KIND = "*"
+
+
+def sharding_rule(rules: str, kind: str, scheme: str) -> Callable[[ShardingRule], ShardingRule]:
+    """Register a rule for (rule set, layer kind, scheme); kind '*' is the fallback."""
+
+    def decorate(func: ShardingRule) -> ShardingRule:
+        SHARDING_RULES[(rules, kind, scheme)] = func
+        return func
+
+    return decorate
+
+
+def split_schemes(layer: Layer, rules: str = "adam") -> tuple[str, ...]:
+    """Ways a layer's neurons may be divided: under Adam's rules conv2d (any 3-D output) by
+    output channels or rows; every 1-D layer by features."""
+    if len(layer.output_shape) == 3:
+        return ("channels", "rows")
+    return ("features",)
+
+
+def split_extent(layer: Layer, scheme: str) -> int:
+    """How many units `scheme` divides among the members: output features, channels or rows."""
+    return layer.split_extent(scheme)
+
+
+def split_sizes(extent: int, parts: int) -> list[int]:
+    """Divide `extent` units among `parts` workers as evenly as possible, larger parts first.
+
+    Example: 10 units over 3 workers -> [4, 3, 3]. Needs extent >= parts >= 1.
+    """
+    if parts < 1 or extent < parts:
+        raise ValueError(f"cannot split {extent} units among {parts} workers")
+    base, extra = divmod(extent, parts)
+    return [base + (1 if index < extra else 0) for index in range(parts)]
+
+
+def member_params(layer: Layer, scheme: str, units: int) -> int:
+    """Parameters of `layer` that a member owning `units` of its output units holds.
+
+    Formula: conv2d out·C_in/groups·K_h·K_w (+ out biases), linear out·n_in (+ out biases),
+    for out = units; a stripe ('rows') holds the whole kernel; layers without weights hold 0.
+    Units: counts.
+    Source: performance-model.md §2 (each worker holds 1/P of the replica's weights).
+    """
+    if scheme == "rows" and layer.has_weights:
+        return layer.params
+    bias = units if layer.hyper.get("bias", True) else 0
+    if layer.kind == "conv2d":
+        kernel_h, kernel_w = layer.kernel or (1, 1)
+        return units * (layer.input_shape[0] // layer.groups) * kernel_h * kernel_w + bias
+    if layer.kind == "linear":
+        return units * layer.input_shape[0] + bias
+    return 0
+
+
+def max_split(layer: Layer, rules: str = "adam") -> int:
+    """The widest split any of the layer's schemes allows (at least one unit per member)."""
+    return max(split_extent(layer, scheme) for scheme in split_schemes(layer, rules))
+
+
+def shard_layer(rules: str, layer: Layer, scheme: str, degree: int, context: SplitContext) -> Shard:
+    """The registered rule's split of `layer` (the kind's own rule, else the '*' fallback)."""
+    rule = SHARDING_RULES.get((rules, layer.kind, scheme)) or SHARDING_RULES[(rules, ANY_KIND, scheme)]
+    return rule(layer, degree, context)
+
+
+def _regather(values_per_sample: int, degree: int, context: SplitContext) -> tuple[CommEvent, ...]:
+    """Forward all-gather of a distributed input and backward reduce-scatter of its gradient."""
+    if not context.input_distributed or degree <= 1:
+        return ()
+    payload = values_per_sample * context.bytes_per_value * context.minibatch
+    return (CommEvent("allgather", payload, degree, PHASE_FORWARD),
+            CommEvent("reduce_scatter", payload, degree, PHASE_BACKWARD))
+
+
+def _kernel_allreduce(layer: Layer, degree: int, context: SplitContext) -> tuple[CommEvent, ...]:
+    """A stripe-split layer's whole-kernel gradients, summed over the replica's members."""
+    return (CommEvent("allreduce", layer.params * context.bytes_per_value, degree,
+                      PHASE_BACKWARD),)
+
+
+@sharding_rule("adam", ANY_KIND, "features")
+def adam_features(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """Output features split over the P workers (a linear layer, or any 1-D layer).
+
+    Work: ceil(n_out / P) / n_out of the layer on the most loaded worker. A weighted layer with a
+    distributed input re-gathers its n_in input values per sample (all-gather forward,
+    reduce-scatter of the partial input gradients backward).
+    Source: performance-model.md §2; Yan et al. KDD 2015 (model-parallel FC traffic).
+    """
+    fraction = imbalance_fraction(split_extent(layer, "features"), degree)
+    events = _regather(layer.input_values, degree, context) if layer.has_weights else ()
+    return Shard("features", fraction, 0, events)
+
+
+@sharding_rule("adam", ANY_KIND, "channels")
+def adam_channels(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """Output channels split over the P workers: each needs all input maps (a re-gather of the
+    C_in·H_in·W_in input values per sample when the input is distributed)."""
+    fraction = imbalance_fraction(split_extent(layer, "channels"), degree)
+    events = _regather(layer.input_values, degree, context) if layer.has_weights else ()
+    return Shard("channels", fraction, 0, events)
+
+
+@sharding_rule("adam", ANY_KIND, "rows")
+def adam_rows(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """Output rows (horizontal stripes) split over the P workers.
+
+    A weighted layer keeps its whole kernel on every worker (replicated parameters, all-reduced
+    in the replica each step); a conv whose input is already in stripes exchanges ⌊K_h/2⌋ halo
+    rows with each of min(2, P−1) neighbours forward and backward, any other distributed input is
+    re-gathered first (the cost of a channel split).
+    """
+    fraction = imbalance_fraction(split_extent(layer, "rows"), degree)
+    if not layer.has_weights or degree <= 1:
+        return Shard("rows", fraction, 0, ())
+    events: tuple[CommEvent, ...] = ()
+    if context.input_distributed:
+        if layer.kind == "conv2d" and context.input_scheme == "rows":
+            kernel_h = layer.kernel[0] if layer.kernel else 1
+            c_in, _, w_in = layer.input_shape
+            halo = (kernel_h // 2) * w_in * c_in * context.bytes_per_value * context.minibatch
+            neighbours = min(2, degree - 1)
+            events = (CommEvent("halo", halo, neighbours, PHASE_FORWARD),
+                      CommEvent("halo", halo, neighbours, PHASE_BACKWARD))
+        else:
+            events = _regather(layer.input_values, degree, context)
+    return Shard("rows", fraction, layer.params, events + _kernel_allreduce(layer, degree, context))

@@ -1,0 +1,146 @@
+"""The optimizer's problem: a workload, a system sized to the budget, the search space, the
+stage costs per (P, n) priced once, and what fits in memory."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dnnscale.errors import InputError, require_int
+from dnnscale.model.predict import predict_config
+from dnnscale.model.prediction import Prediction
+from dnnscale.model.stage import StageCosts, stage_costs
+from dnnscale.optimize.feasibility import (Infeasible, min_ps_shards, ranges, too_small_error,
+                                           worker_fits)
+from dnnscale.optimize.space import Group, SearchSpace, make_space
+from dnnscale.plan.config import Config, validate_config
+from dnnscale.plan.rules import max_partitions
+from dnnscale.system import System, load_system
+from dnnscale.system.load import MAX_MACHINES
+from dnnscale.units import format_si
+from dnnscale.workload import Workload, load_workload
+
+SCAN_BEYOND = 4096
+"""When no P within the budget fits in memory, how many more to try for the error message."""
+
+
+@dataclass
+class Problem:
+    """A workload, a cluster sized to the budget, the search space, and what fits in memory."""
+
+    workload: Workload
+    cluster: System
+    machines: int
+    space: SearchSpace
+    stages: dict[tuple[int, int], StageCosts]
+    """Stage costs per (P, n), computed once."""
+    fitting: dict[tuple[int, int], bool]
+    shards_needed: dict[tuple[int, int], int | None]
+    """Fewest PS shards that fit in memory per (P, n) (the shards store W + (P−1)·W_rep)."""
+    infeasible: list[Infeasible]
+    max_partitions: int
+
+    def groups(self) -> list[Group]:
+        return [g for g in self.space.groups(self.max_partitions)
+                if self.fitting[(g.partitions, g.minibatch)]
+                and (not g.uses_ps or self.min_shards(g) is not None)]
+
+    def min_shards(self, group: Group) -> int | None:
+        return self.shards_needed.get((group.partitions, group.minibatch))
+
+    def min_machines(self) -> int | None:
+        """The smallest budget with a feasible configuration (None: none at any budget)."""
+        needs = [g.partitions + ((self.min_shards(g) or 0) if g.uses_ps else 0)
+                 for g in self.groups()]
+        return min(needs) if needs else None
+
+    def predict(self, config: Config) -> Prediction:
+        stage = self.stages[(config.partitions, config.minibatch)]
+        return predict_config(self.workload, self.cluster, config, stage=stage)
+
+
+def prepare(workload: str | Path | Workload, cluster: str | Path | System,
+            machines: int | None = None, modes: str | Sequence[str] | None = None,
+            minibatch: int | Iterable[int] | None = None,
+            push_every: int | Iterable[int] | None = None,
+            pull_every: int | Iterable[int] | None = None,
+            base: Config | None = None, check_budget: bool = True) -> Problem:
+    """Load and validate the inputs; cost each stage once per (P, n); find what fits.
+
+    Raises InputError when the budget admits no feasible configuration (unless check_budget is
+    False: the exhaustive reference uses that to confirm there is none).
+    """
+    w, c = load_workload(workload), load_system(cluster)
+    budget = require_int("machines", c.machines if machines is None else machines,
+                         maximum=MAX_MACHINES)
+    if budget != c.machines:
+        c = c.with_machines(budget)
+    space = make_space(modes, minibatch, push_every, pull_every,
+                       None if base is None else validate_config(base, "base"))
+    infeasible: list[Infeasible] = []
+    too_large = [n for n in space.minibatches if n > w.samples_per_epoch]
+    if too_large:  # a global step may not train on more samples than the epoch has
+        if len(too_large) == len(space.minibatches):
+            raise InputError("minibatch", f"{too_large[0]} is more than the "
+                             f"{w.samples_per_epoch} samples of one epoch")
+        space = dataclasses.replace(space, minibatches=tuple(
+            n for n in space.minibatches if n <= w.samples_per_epoch))
+        infeasible.append(Infeasible(f"n={ranges(too_large)}", f"more than the "
+                                     f"{w.samples_per_epoch} samples of one epoch"))
+    p_max = min(max_partitions(w), budget)
+    stages: dict[tuple[int, int], StageCosts] = {}
+    fitting: dict[tuple[int, int], bool] = {}
+    for n in space.minibatches:
+        too_big: list[int] = []
+        needs: list[float] = []
+        for partitions in range(1, p_max + 1):
+            stage = stage_costs(w, c, partitions, n, space.base.fc_protocol)
+            stages[(partitions, n)] = stage
+            fits, need = worker_fits(w, c, space.base, partitions, n, stage)
+            fitting[(partitions, n)] = fits
+            if not fits:
+                too_big.append(partitions)
+                needs.append(need)
+        if too_big:
+            infeasible.append(Infeasible(
+                f"P={ranges(too_big)} at n={n}",
+                f"a worker needs up to {format_si(max(needs), 'B')} > "
+                f"{format_si(c.machine.memory_bytes, 'B')} of memory"))
+    min_shards = None
+    shards_needed: dict[tuple[int, int], int | None] = {}
+    if any(mode != "allreduce" for mode in space.modes):
+        by_stored: dict[int, int | None] = {}  # PS memory depends on the stored parameters only
+        for key, stage in stages.items():
+            stored = stage.stored_params(w.params)
+            if stored not in by_stored:
+                by_stored[stored] = min_ps_shards(w, c, space.base, stage, max(1, stored))
+            shards_needed[key] = by_stored[stored]
+        min_shards = shards_needed[(1, space.minibatches[0])]
+        if min_shards is None:
+            infeasible.append(Infeasible("parameter server", "the weights do not fit in PS memory "
+                                         "at any number of shards"))
+        elif min_shards > 1:
+            infeasible.append(Infeasible(f"S<{min_shards}", "the parameter-server shards do not "
+                                         "fit in PS memory"))
+    problem = Problem(w, c, budget, space, stages, fitting, shards_needed, infeasible, p_max)
+    needed = problem.min_machines()
+    if check_budget and (needed is None or needed > budget):
+        fitting_p = [p for (p, _), fits in fitting.items() if fits]
+        n_min = space.minibatches[0]
+        _, need = worker_fits(w, c, space.base, p_max, n_min, stages[(p_max, n_min)])
+        widest = (p_max, n_min, need)
+        if not fitting_p:  # beyond the budget, how many partitions would fit?
+            for partitions in range(p_max + 1, min(max_partitions(w), p_max + SCAN_BEYOND) + 1):
+                stage = stage_costs(w, c, partitions, n_min, space.base.fc_protocol)
+                fits, need = worker_fits(w, c, space.base, partitions, n_min, stage)
+                widest = (partitions, n_min, need)
+                if fits:
+                    fitting_p = [partitions]
+                    break
+        if fitting_p and (min(fitting_p), n_min) in shards_needed:
+            min_shards = shards_needed[(min(fitting_p), n_min)]
+        raise too_small_error(budget, min(fitting_p) if fitting_p else None, min_shards,
+                              space.modes, w, c, widest)
+    return problem

@@ -1,0 +1,168 @@
+"""The typed parallel plan: how training is split, one record for every kind of system.
+
+Project Adam and Megatron-style training are one plan at different settings (design README,
+"One core for every plan"): Adam's vertical partitioning across P machines is a tensor split
+with Adam's split rules; its R replicas are data parallelism whose gradients a sharded parameter
+server aggregates instead of a collective; its push interval is gradient accumulation on the PS
+side. `Config` (plan/config.py) keeps Adam's flags and builds one of these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SPLIT_RULES = ("adam", "megatron")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
+"""Optimizer -> values of state it keeps per parameter (momentum buffer; Adam's m and v)."""
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+FC_PROTOCOLS = ("weights", "vectors")
+ALGORITHMS = ("ring", "tree", "hierarchical")
+
+
+@dataclass(frozen=True)
+class TensorSplit:
+    """Intra-layer split over `degree` devices. rules: 'adam' (Project Adam's vertical split:
+    FC layers by output features, convolutions by channels or horizontal stripes, the cheaper per
+    layer) or 'megatron' (column/row pairs; sequence_parallel splits norms and dropout too)."""
+
+    degree: int = 1
+    rules: str = "adam"
+    sequence_parallel: bool = False
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """`stages` pipeline stages run with `schedule`; `virtual_stages` chunks per device for the
+    interleaved schedule (1 otherwise)."""
+
+    stages: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+
+
+@dataclass(frozen=True)
+class ParameterServer:
+    """Gradients aggregated by `shards` parameter-server machines.
+
+    asynchronous: replicas never wait for each other (Project Adam) or they do (synchronous SGD).
+    push_every / pull_every: steps between a worker's pushes of accumulated updates / pulls of
+    fresh weights. fc_protocol: 'weights' (push weight gradients) or 'vectors' (Adam's protocol:
+    push FC activation and error vectors; the PS computes the outer products).
+    """
+
+    shards: int = 1
+    asynchronous: bool = True
+    push_every: int = 1
+    pull_every: int = 1
+    fc_protocol: str = "weights"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """Gradients aggregated by a collective among the replicas (no parameter server).
+
+    algorithm: 'ring', 'tree' or 'hierarchical'. zero_stage: 0 (plain all-reduce), 1, 2 or 3
+    (ZeRO / FSDP: optimizer state, gradients, parameters sharded over the replicas).
+    """
+
+    algorithm: str = "ring"
+    zero_stage: int = 0
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """`replicas` copies of the model on different data, and how their gradients meet."""
+
+    replicas: int = 1
+    aggregation: ParameterServer | Collective = field(default_factory=ParameterServer)
+
+    @property
+    def uses_ps(self) -> bool:
+        return isinstance(self.aggregation, ParameterServer)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Samples per micro-batch, and micro-batches each replica runs per step (gradient
+    accumulation; the pipeline's m). A replica's step takes micro_batch · accumulation samples."""
+
+    micro_batch: int = 32
+    accumulation: int = 1
+
+    @property
+    def per_replica(self) -> int:
+        return self.micro_batch * self.accumulation
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    """Activation recomputation: 'none', 'selective' (attention's s² part) or 'full'."""
+
+    recompute: str = "none"
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Number formats. `compute`: the precision the math runs in. Bytes per value of parameters,
+    gradients, each optimizer-state value and activations; None takes the workload's own width.
+    master_weights: mixed precision keeps an fp32 copy of the weights with the optimizer state."""
+
+    compute: str = "fp32"
+    param_bytes: int | None = None
+    grad_bytes: int | None = None
+    optimizer_state_bytes: int | None = None
+    activation_bytes: int | None = None
+    master_weights: bool = False
+
+
+@dataclass(frozen=True)
+class ParallelPlan:
+    """The whole plan: tensor × pipeline × data parallelism, batch, memory policy, precision.
+
+    optimizer: the training optimizer (its state per parameter, OPTIMIZERS). overlap: Adam's
+    overlap of parameter-server transfers with computation, combined with the system's γ-norm.
+    epoch_fraction: Adam's straggler cut-off f (an epoch ends when f of the samples are done).
+    """
+
+    tensor: TensorSplit = field(default_factory=TensorSplit)
+    pipeline: Pipeline = field(default_factory=Pipeline)
+    data: DataParallel = field(default_factory=DataParallel)
+    batch: Batch = field(default_factory=Batch)
+    memory: MemoryPolicy = field(default_factory=MemoryPolicy)
+    precision: Precision = field(default_factory=Precision)
+    optimizer: str = "sgd"
+    overlap: bool = False
+    epoch_fraction: float = 1.0
+
+    @property
+    def devices_per_replica(self) -> int:
+        return self.tensor.degree * self.pipeline.stages
+
+    @property
+    def workers(self) -> int:
+        """Devices that hold a piece of a model replica."""
+        return self.devices_per_replica * self.data.replicas
+
+    @property
+    def ps_shards(self) -> int:
+        aggregation = self.data.aggregation
+        return aggregation.shards if isinstance(aggregation, ParameterServer) else 0
+
+    @property
+    def machines(self) -> int:
+        """Machines the plan occupies: its workers plus its parameter-server shards."""
+        return self.workers + self.ps_shards
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples all replicas together process per step (the global batch)."""
+        return self.batch.per_replica * self.data.replicas
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        aggregation = self.data.aggregation
+        data["data"]["aggregation"] = {"kind": type(aggregation).__name__, **asdict(aggregation)}
+        return data

@@ -1,0 +1,55 @@
+"""Validity rules of a plan that need the workload and the system (InputError names the field)."""
+
+from __future__ import annotations
+
+from dnnscale.errors import InputError
+from dnnscale.model.sharding import max_split
+from dnnscale.plan.config import Config
+from dnnscale.system.system import System
+from dnnscale.workload.workload import Workload
+
+
+def max_partitions(workload: Workload, rules: str = "adam") -> int:
+    """The largest tensor degree every weighted layer can be split into (one unit per member)."""
+    limits = [max_split(layer, rules) for layer in workload.layers if layer.has_weights]
+    return min(limits) if limits else 1
+
+
+def max_replicas(workload: Workload, minibatch: int) -> int:
+    """The most replicas whose global step R·n still fits in one epoch: floor(samples / n).
+
+    An epoch shorter than one global step would mean a step that trains on more samples than
+    the epoch has, so configurations with R·n > samples_per_epoch are not valid."""
+    return workload.samples_per_epoch // minibatch
+
+
+def check_config(config: Config, workload: Workload, system: System) -> None:
+    """Adam's flags against the workload and the system: a global step within one epoch,
+    machines, and P within the narrowest weighted layer's widest split."""
+    if config.minibatch > workload.samples_per_epoch:
+        raise InputError("config.minibatch", f"{config.minibatch} is more than the "
+                         f"{workload.samples_per_epoch} samples of one epoch")
+    if config.replicas > max_replicas(workload, config.minibatch):
+        raise InputError("config.replicas", f"R·n = {config.replicas}·{config.minibatch} = "
+                         f"{config.replicas * config.minibatch} samples per global step is more "
+                         f"than one epoch ({workload.samples_per_epoch} samples); at most "
+                         f"{max_replicas(workload, config.minibatch)} replicas")
+    if system.ps_machines and config.uses_ps:
+        if config.ps_shards > system.ps_machines:
+            raise InputError("config.ps_shards", f"{config.ps_shards} shards but cluster "
+                             f"{system.name!r} has {system.ps_machines} parameter-server machines")
+        if config.workers > system.worker_machines:
+            raise InputError("config", f"needs {config.workers} worker machines (P·R = "
+                             f"{config.partitions}·{config.replicas}) but cluster "
+                             f"{system.name!r} has {system.worker_machines}")
+    elif config.machines > system.machines:
+        raise InputError("config", f"needs {config.machines} machines (P·R + S = "
+                         f"{config.partitions}·{config.replicas} + {config.ps_shards}) but cluster "
+                         f"{system.name!r} has {system.machines}")
+    weighted = [layer for layer in workload.layers if layer.has_weights]
+    if weighted:
+        narrow = min(weighted, key=max_split)
+        limit = max_split(narrow)
+        if config.partitions > limit:
+            raise InputError("config.partitions", f"{config.partitions} is more than layer "
+                             f"{narrow.name!r} can be split into (at most {limit})")

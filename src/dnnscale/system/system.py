@@ -1,0 +1,75 @@
+"""The system: where training runs — devices, how many, the parameter-server hosts, the links.
+
+One class for CPU clusters (Project Adam's machines: nodes of one device, one NIC tier, PS
+machines that may differ from workers) and GPU clusters (nodes of several accelerators, a fast
+tier inside the node and a slower one between nodes). SI units throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from dnnscale.system.device import Device
+from dnnscale.system.topology import LinkTier, Topology
+
+COLLECTIVE_LIBRARIES = ("gloo", "nccl")
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    """Where a calibrated profile came from: its path, when and on what machine it was made."""
+
+    path: str
+    date: str
+    machine: dict[str, object]
+
+
+@dataclass(frozen=True)
+class System:
+    """Devices (`machines` of type `machine`), links (`network` between nodes, `intra_node`
+    inside one), and the parameter-server machines.
+
+    ps_machines: hosts dedicated to parameter-server shards (a testbed with PS hosts); 0 means
+    shards take machines from the same pool as workers (Project Adam's cluster, wave 1).
+    collective_library: whose collectives the model prices ('gloo' on CPUs, 'nccl' on GPUs).
+    """
+
+    name: str
+    machines: int
+    machine: Device
+    network: LinkTier
+    ps_machine: Device | None = None
+    ps_network: LinkTier | None = None
+    ps_machines: int = 0
+    devices_per_node: int = 1
+    intra_node: LinkTier | None = None
+    collective_library: str = "gloo"
+    overlap_gamma: float = math.inf
+    """γ of the γ-norm (a^γ + b^γ)^(1/γ) that combines overlapped phases; ∞ = perfect overlap."""
+    calibrated: bool = False
+    description: str = ""
+    profile_source: str = ""
+    profile: ProfileInfo | None = None
+    price_per_device_hour: float | None = None
+
+    @property
+    def ps(self) -> Device:
+        return self.ps_machine or self.machine
+
+    @property
+    def ps_net(self) -> LinkTier:
+        return self.ps_network or self.network
+
+    @property
+    def worker_machines(self) -> int:
+        """Machines that can hold workers: all of them, less dedicated PS hosts."""
+        return self.machines - self.ps_machines
+
+    @property
+    def topology(self) -> Topology:
+        return Topology(self.devices_per_node, self.network, self.intra_node)
+
+    def with_machines(self, machines: int) -> "System":
+        """The same system with a budget of `machines` (dedicated PS hosts kept)."""
+        return replace(self, machines=machines)

@@ -1,0 +1,93 @@
+"""Links between devices in tiers, and the placement rule that puts each parallel group on one.
+
+A system's devices sit in nodes of `devices_per_node`; devices inside a node share a fast tier
+(NVLink/NVSwitch on a GPU node), nodes are joined by a slower one (InfiniBand, Ethernet). A CPU
+cluster is nodes of one device and a single tier: its NIC.
+
+Parallel groups are laid out innermost first (tensor, then pipeline, then data, the Megatron
+order): a group of `size` members whose neighbours are `stride` devices apart spans
+ceil(size·stride / devices_per_node) nodes when it does not fit in one. `GroupSpan` says how
+many of its members share a node, which decides the tier (and, for a hierarchical collective,
+both tiers) it runs on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LinkTier:
+    """One tier of links: per-device bandwidth in each direction (full duplex) and per-message
+    latency. `allreduce_fits`: calibrated all-reduce α-β fits per group size, as
+    ((peers, bandwidth_bytes_per_s, latency_s), ...) — measured by `dnnscale calibrate`."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    name: str = "network"
+    allreduce_fits: tuple[tuple[int, float, float], ...] = ()
+
+    def allreduce_fit(self, peers: int) -> tuple[float, float] | None:
+        """The calibrated (bandwidth, latency) of an all-reduce among `peers`, if measured."""
+        for size, bandwidth, latency in self.allreduce_fits:
+            if size == peers:
+                return bandwidth, latency
+        return None
+
+
+
+@dataclass(frozen=True)
+class GroupSpan:
+    """Where a parallel group's members sit: `size` members, `per_node` of them in each node."""
+
+    size: int
+    per_node: int
+
+    @property
+    def nodes(self) -> int:
+        return math.ceil(self.size / self.per_node)
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.nodes > 1
+
+
+def group_span(size: int, stride: int, devices_per_node: int) -> GroupSpan:
+    """The span of a group of `size` devices, `stride` apart (1 for the innermost group).
+
+    Formula: members per node = max(1, min(size, floor(devices_per_node / stride))).
+    Units: counts.
+    Source: Megatron-LM's rank order (tensor innermost, then pipeline, then data; Narayanan et
+    al. SC'21 §3), which keeps a tensor-parallel group inside a node when t ≤ GPUs per node.
+    """
+    if size <= 1:
+        return GroupSpan(1, 1)
+    per_node = max(1, min(size, devices_per_node // max(1, stride)))
+    return GroupSpan(size, per_node)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Nodes of `devices_per_node` devices; `intra_node` joins devices inside a node (None for
+    one-device nodes), `inter_node` joins nodes."""
+
+    devices_per_node: int
+    inter_node: LinkTier
+    intra_node: LinkTier | None = None
+
+    def tier(self, span: GroupSpan) -> LinkTier:
+        """The slowest tier a group crosses: between nodes when it spans several, else inside."""
+        if span.crosses_nodes or self.intra_node is None:
+            return self.inter_node
+        return self.intra_node
+
+    def tier_for(self, size: int, stride: int) -> LinkTier:
+        """`tier(group_span(size, stride, devices_per_node))`, without building the span (the
+        optimizer asks this for every candidate replica count): a group stays inside a node
+        exactly when size · stride ≤ devices_per_node."""
+        if self.intra_node is None:
+            return self.inter_node
+        if size <= 1 or size * stride <= self.devices_per_node:
+            return self.intra_node
+        return self.inter_node

@@ -1,0 +1,141 @@
+"""Build a transformer workload (GPT, Llama, BERT shapes) as a chain of fine-grained layers.
+
+Layers, in order (pre-norm; kinds in workload/transformer_kinds.py):
+
+    embedding                                      (embedding_norm first when post-norm)
+    block{i}.attn_norm      layernorm | rmsnorm    (after attn_residual when post-norm)
+    block{i}.attn_qkv
+    block{i}.attn_scores, block{i}.attn_softmax, block{i}.attn_context   or block{i}.flash_attention
+    block{i}.attn_out
+    block{i}.attn_residual  residual_add
+    block{i}.mlp_norm       layernorm | rmsnorm    (after mlp_residual when post-norm)
+    block{i}.mlp_up, block{i}.mlp_act, block{i}.mlp_down
+    block{i}.mlp_residual   residual_add
+    final_norm              layernorm | rmsnorm    (pre-norm only)
+    logits
+    cross_entropy
+
+Each layer's name is its role (``block{i}.<role>`` inside block i, counted from 0).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from dnnscale.errors import InputError
+from dnnscale.workload.transformer_shape import TransformerShape
+from dnnscale.workload.workload import MAX_LAYERS, Workload, build_workload
+
+DEFAULT_SAMPLES_PER_EPOCH = 1_000_000
+
+
+def default_ffn(hidden: int, gated: bool) -> int:
+    """The MLP's inner width when none is given.
+
+    Formula: 4·h (Vaswani et al. 2017; GPT-2/3, BERT); gated (SwiGLU): 2/3 of 4·h, rounded up
+    to a multiple of 256, 256·⌈⌊8·h/3⌋/256⌉, which keeps the MLP's parameters near 8·h² (Llama's
+    reference code, Touvron et al. 2023; 11008 for h = 4096). Units: features.
+    """
+    if not gated:
+        return 4 * hidden
+    return 256 * math.ceil(int(8 * hidden / 3) / 256)
+
+
+def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: int, vocab: int,
+                         ffn: int | None = None, kv_heads: int | None = None,
+                         gated: bool = False, norm: str = "layernorm",
+                         flash_attention: bool = False, tied_embeddings: bool = True,
+                         causal: bool = True, positional: str = "learned",
+                         samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH, *,
+                         positions: int | None = None, token_types: int = 0,
+                         norm_position: str = "pre", bias: bool = True, dropout: bool = True,
+                         bytes_per_value: int = 2, description: str = "") -> Workload:
+    """A transformer as a `Workload` whose `transformer` field summarises its shape.
+
+    `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
+    (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
+    `dropout` the attention and residual dropouts. One sample is one sequence of `seq` tokens;
+    `bytes_per_value` 2 (bf16 activations; the model rescales for other precisions). Bad
+    values raise `InputError` naming ``transformer.<field>``.
+    """
+    shape = TransformerShape(
+        layers=layers, hidden=hidden, heads=heads,
+        kv_heads=heads if kv_heads is None else kv_heads,
+        ffn=default_ffn(hidden, gated) if ffn is None and isinstance(hidden, int) else ffn,
+        vocab=vocab, seq=seq, gated=gated, norm=norm, flash_attention=flash_attention,
+        tied_embeddings=tied_embeddings, causal=causal, positional=positional,
+        positions=(seq if positional == "learned" else 0) if positions is None else positions,
+        token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout)
+    # Blocks differ only in their names and `block` index: build the chain with block 0 once
+    # (through build_workload, as a YAML file of it would be) and copy its layers for the rest.
+    prefix, suffix = _prefix_specs(shape), _suffix_specs(shape)
+    block = _block_specs(shape, 0)
+    total = len(prefix) + len(block) * shape.layers + len(suffix)
+    if total > MAX_LAYERS:  # checked before the copies are made
+        raise InputError("transformer.layers", f"{shape.layers:,} blocks make {total:,} layers; "
+                         f"the limit is {MAX_LAYERS:,}")
+    one = build_workload(name, [seq], prefix + block + suffix, samples_per_epoch,
+                         bytes_per_value, description, transformer=shape)
+    head, first, tail = (one.layers[:len(prefix)], one.layers[len(prefix):-len(suffix)],
+                         one.layers[-len(suffix):])
+    copies = [layer.relabelled(f"block{i}.{layer.hyper['role']}", {**layer.hyper, "block": i})
+              for i in range(1, shape.layers) for layer in first]
+    return replace(one, layers=(*head, *first, *copies, *tail))
+
+
+def transformer_layer_specs(shape: TransformerShape) -> list[dict[str, object]]:
+    """The layer specs (kind, name and fields, as in a workload YAML) of `shape`'s chain."""
+    blocks = [spec for i in range(shape.layers) for spec in _block_specs(shape, i)]
+    return _prefix_specs(shape) + blocks + _suffix_specs(shape)
+
+
+def _spec(shape: TransformerShape, kind: str, role: str, block: int | None,
+          **options: object) -> dict[str, object]:
+    name = role if block is None else f"block{block}.{role}"
+    return {"kind": kind, "name": name, "block": block, "role": role, "hidden": shape.hidden,
+            "heads": shape.heads, "kv_heads": shape.kv_heads, "seq": shape.seq,
+            "ffn": shape.ffn, "vocab": shape.vocab, "gated": shape.gated, **options}
+
+
+def _norm(shape: TransformerShape, role: str, block: int | None) -> dict[str, object]:
+    options: dict[str, object] = {"bias": shape.bias} if shape.norm == "layernorm" else {}
+    return _spec(shape, shape.norm, role, block, **options)
+
+
+def _prefix_specs(shape: TransformerShape) -> list[dict[str, object]]:
+    specs = [_spec(shape, "embedding", "embedding", None, positional=shape.positional,
+                   positions=shape.positions, token_types=shape.token_types)]
+    if shape.norm_position == "post":
+        specs.append(_norm(shape, "embedding_norm", None))
+    return specs
+
+
+def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
+    post = shape.norm_position == "post"
+    specs = [] if post else [_norm(shape, "attn_norm", i)]
+    specs.append(_spec(shape, "attn_qkv", "attn_qkv", i, bias=shape.bias))
+    if shape.flash_attention:
+        specs.append(_spec(shape, "flash_attention", "flash_attention", i, causal=shape.causal))
+    else:
+        specs += [_spec(shape, "attn_scores", "attn_scores", i, causal=shape.causal),
+                  _spec(shape, "attn_softmax", "attn_softmax", i, causal=shape.causal,
+                        dropout=shape.dropout),
+                  _spec(shape, "attn_context", "attn_context", i)]
+    specs += [_spec(shape, "attn_out", "attn_out", i, bias=shape.bias),
+              _spec(shape, "residual_add", "attn_residual", i, dropout=shape.dropout),
+              _norm(shape, "attn_norm" if post else "mlp_norm", i),
+              _spec(shape, "mlp_up", "mlp_up", i, bias=shape.bias),
+              _spec(shape, "mlp_act", "mlp_act", i),
+              _spec(shape, "mlp_down", "mlp_down", i, bias=shape.bias),
+              _spec(shape, "residual_add", "mlp_residual", i, dropout=shape.dropout)]
+    if post:
+        specs.append(_norm(shape, "mlp_norm", i))
+    return specs
+
+
+def _suffix_specs(shape: TransformerShape) -> list[dict[str, object]]:
+    specs = [] if shape.norm_position == "post" else [_norm(shape, "final_norm", None)]
+    return specs + [_spec(shape, "logits", "logits", None, tied=shape.tied_embeddings,
+                          bias=False),
+                    _spec(shape, "cross_entropy", "cross_entropy", None)]

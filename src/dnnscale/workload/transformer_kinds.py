@@ -1,0 +1,517 @@
+"""Transformer layer kinds: one kind per role in a block, so tensor-parallel rules can tell them
+apart. Registered in the kinds registry (workload/kinds.py) when `dnnscale.workload` is imported.
+
+One sample is one sequence of s tokens; every count is per sequence. Notation: h hidden, a
+heads, k key/value heads (k = a for multi-head attention, k < a for grouped-query attention,
+Ainslie et al. 2023), d = h/a head width, h_kv = k·d, f the MLP's inner width, V vocabulary,
+b bytes per activation value (`Workload.bytes_per_value`; 2 for bf16).
+
+Conventions as in workload/kinds.py: 1 multiply-add = 2 FLOP and bias adds, norms, softmax,
+activations and dropout count 0 FLOP (torch.utils.flop_counter's convention: they are memory
+bound and costed by bytes); bytes are activation traffic per sample (parameters, read once per
+step, are costed elsewhere). A phase that is not computed (the input gradient of the embedding,
+whose input is token ids, or of any layer before the first weighted one) counts 0. Token ids and
+targets are int64 (8 bytes); a dropout mask is 1 byte per value (Korthikanti et al. 2022,
+"Reducing Activation Recomputation in Large Transformer Models", §4.1).
+
+Shape keys. Every layer's `hyper` holds the model's shape, so the model never re-derives it:
+``block`` (index from 0, None outside the blocks), ``role`` (the layer's place: attn_norm,
+attn_qkv, attn_scores, attn_softmax, attn_context, flash_attention, attn_out, attn_residual,
+mlp_norm, mlp_up, mlp_act, mlp_down, mlp_residual, embedding, embedding_norm, final_norm,
+logits, cross_entropy), ``hidden``, ``heads``, ``kv_heads``, ``seq``, ``ffn``, ``vocab``,
+``gated``, plus the kind's own options (``bias``, ``causal``, ``dropout``, ``tied``,
+``positional``, ``positions``, ``token_types``). A key the kind's formula does not need may be
+None (layers imported from PyTorch know only their own module's sizes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dnnscale.errors import MAX_COUNT, InputError, short_repr
+from dnnscale.workload.kinds import register_kind
+from dnnscale.workload.layer import Layer
+from dnnscale.workload.transformer_shape import POSITIONALS
+
+TOKEN_ID_BYTES = 8     # int64 token ids and targets
+MASK_BYTES = 1         # a dropout mask value
+STAT_BYTES = 4         # FlashAttention's per-row log-sum-exp is kept in fp32
+SHAPE_KEYS = ("block", "role", "hidden", "heads", "kv_heads", "seq", "ffn", "vocab", "gated")
+
+
+# --- the formulas, one place each --------------------------------------------------------------
+
+
+def token_linear_flops(seq: int, n_in: int, n_out: int) -> float:
+    """FLOPs of one phase (forward, input gradient or weight gradient) of a linear layer applied
+    to every token of a sequence.
+
+    Formula: 2·s·n_in·n_out (a [s, n_in] x [n_in, n_out] matrix product; the backward's two
+    products have the same size). Units: FLOP per sequence. Source: torch.utils.flop_counter's
+    mm formula; Narayanan et al. SC'21 §5.1 count the transformer's linears the same way.
+    """
+    return 2.0 * seq * n_in * n_out
+
+
+def attention_matmul_flops(seq: int, hidden: int) -> float:
+    """Forward FLOPs of one of attention's two products, Q·Kᵀ (scores) or P·V (context).
+
+    Formula: 2·s²·h: a heads, each an [s, d] x [d, s] (or [s, s] x [s, d]) product, a·d = h.
+    The full s x s square is counted even for causal attention: unfused kernels compute it and
+    mask afterwards. Each product's backward is two products of the same size (the gradients
+    of both operands), 4·s²·h. Units: FLOP per sequence. Source: Narayanan et al. SC'21 §5.1
+    ("attention ... 4·B·s²·h" forward for both); grouped-query attention does not change it (K
+    and V heads are shared, the products still run over all a query heads).
+    """
+    return 2.0 * seq * seq * hidden
+
+
+def flash_attention_flops(seq: int, hidden: int, causal: bool) -> tuple[float, float]:
+    """(forward, backward) FLOPs of a fused FlashAttention kernel.
+
+    Formula: forward 4·s²·h, halved with a causal mask (the kernel skips the masked blocks);
+    backward 2.5 x forward: 5 products (S = Q·Kᵀ recomputed from Q, K and the saved per-row
+    log-sum-exp, then dV, dP, dQ, dK) against the forward's 2. Units: FLOP per sequence.
+    Source: Dao 2023, "FlashAttention-2", §4.1 (the FLOP count used for its benchmarks: 4 ·
+    seqlen² · head dim · heads forward, /2 when causal, x2.5 backward because of recomputation);
+    Dao et al. 2022, "FlashAttention", §3.1 (the backward recomputes S and P instead of reading
+    an s x s tensor).
+    """
+    forward = 4.0 * seq * seq * hidden / (2.0 if causal else 1.0)
+    return forward, 2.5 * forward
+
+
+# --- shape keys ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Dims:
+    s: int
+    h: int | None
+    a: int | None
+    k: int | None
+    f: int | None
+    V: int | None
+    gated: bool
+
+    @property
+    def h_kv(self) -> int:
+        assert self.h is not None and self.a is not None and self.k is not None
+        return self.k * (self.h // self.a)
+
+
+def _positive(name: str, key: str, value: object, required: bool) -> int | None:
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        problem = "missing" if value is None else \
+            f"must be an integer in [1, {MAX_COUNT:,}], got {short_repr(value)}"
+        raise InputError(f"layers.{name}.{key}", problem)
+    return value
+
+
+def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
+          ) -> tuple[_Dims, dict[str, object]]:
+    """Validate the shape keys of a `kind` layer; `needs` are the keys its formula uses.
+
+    Returns the dimensions and the layer's hyper dict (every shape key, kv_heads resolved)."""
+    unknown = sorted(set(shape) - set(SHAPE_KEYS))
+    if unknown:
+        raise InputError(f"layers.{name}.{unknown[0]}", f"unknown field for a {kind} layer")
+    h = _positive(name, "hidden", shape.get("hidden"), "hidden" in needs)
+    a = _positive(name, "heads", shape.get("heads"), "heads" in needs)
+    k = _positive(name, "kv_heads", shape.get("kv_heads"), False)
+    k = a if k is None else k
+    s = _positive(name, "seq", shape.get("seq"), True)
+    f = _positive(name, "ffn", shape.get("ffn"), "ffn" in needs)
+    V = _positive(name, "vocab", shape.get("vocab"), "vocab" in needs)
+    gated = shape.get("gated", False)
+    if not isinstance(gated, bool):
+        raise InputError(f"layers.{name}.gated", f"must be true or false, got {short_repr(gated)}")
+    if h is not None and a is not None and h % a:
+        raise InputError(f"layers.{name}.heads", f"{a} heads do not divide hidden size {h}")
+    if a is not None and k is not None and a % k:
+        raise InputError(f"layers.{name}.kv_heads", f"{k} key/value heads do not divide {a} "
+                         f"heads")
+    block = shape.get("block")
+    if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 0):
+        raise InputError(f"layers.{name}.block", f"must be an integer >= 0 or null, got {short_repr(block)}")
+    hyper: dict[str, object] = {"block": block, "role": str(shape.get("role") or kind),
+                                "hidden": h, "heads": a, "kv_heads": k, "seq": s, "ffn": f,
+                                "vocab": V, "gated": gated}
+    assert s is not None
+    return _Dims(s=s, h=h, a=a, k=k, f=f, V=V, gated=gated), hyper
+
+
+def _flag(name: str, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"layers.{name}.{key}", f"must be true or false, got {short_repr(value)}")
+    return value
+
+
+def _expect(kind: str, name: str, input_shape: tuple[int, ...],
+            expected: tuple[int, ...], meaning: str) -> None:
+    if tuple(input_shape) != expected:
+        raise InputError(f"layers.{name}", f"a {kind} layer here needs a {meaning} input of shape "
+                         f"{list(expected)}, got {list(input_shape)}")
+
+
+def _layer(kind: str, name: str, input_shape: tuple[int, ...], output_shape: tuple[int, ...],
+           params: int, flops: tuple[float, float, float], moved: tuple[float, float, float],
+           needs_input_grad: bool, hyper: dict[str, object], in_features: int | None = None,
+           out_features: int | None = None) -> Layer:
+    fwd, input_grad, weight_grad = flops
+    fwd_bytes, input_grad_bytes, weight_grad_bytes = moved
+    if not needs_input_grad:
+        input_grad, input_grad_bytes = 0.0, 0.0
+    return Layer(name=name, kind=kind, input_shape=tuple(input_shape), output_shape=output_shape,
+                 params=params, fwd_flops=fwd, input_grad_flops=input_grad,
+                 weight_grad_flops=weight_grad, fwd_bytes=fwd_bytes,
+                 input_grad_bytes=input_grad_bytes, weight_grad_bytes=weight_grad_bytes,
+                 in_features=in_features, out_features=out_features, hyper=hyper)
+
+
+def _token_linear(kind: str, name: str, input_shape: tuple[int, ...], b: int,
+                  needs_input_grad: bool, dims: _Dims, hyper: dict[str, object], n_in: int,
+                  n_out: int, bias: bool, weights: bool = True) -> Layer:
+    """A linear n_in -> n_out on each of s tokens: FLOPs `token_linear_flops` per phase; bytes
+    as the `linear` kind (per phase (s·n_in + s·n_out)·b); params n_in·n_out (0 when the weight
+    is another layer's, see `logits`) + n_out bias."""
+    s = dims.s
+    _expect(kind, name, input_shape, (s, n_in), f"(seq, {n_in})")
+    hyper["bias"] = _flag(name, "bias", bias)
+    flops = token_linear_flops(s, n_in, n_out)
+    moved = float((s * n_in + s * n_out) * b)
+    params = (n_in * n_out if weights else 0) + (n_out if bias else 0)
+    return _layer(kind, name, input_shape, (s, n_out), params, (flops, flops, flops),
+                  (moved, moved, moved), needs_input_grad, hyper, in_features=n_in,
+                  out_features=n_out)
+
+
+# --- the kinds -----------------------------------------------------------------------------------
+
+
+@register_kind("embedding")
+def embedding(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+              needs_input_grad: bool, positional: str = "none", positions: int = 0,
+              token_types: int = 0, **shape: object) -> Layer:
+    """Token lookup in a V x h table (s ids -> s x h), plus a learned position table
+    (`positional: learned`, `positions` rows, GPT-2/3, BERT) and a token-type table (BERT's
+    segments, `token_types` rows) added in the same pass. RoPE positions have no table
+    (`positional: rope`; the rotation, memory bound, is not counted).
+
+    Params: (V + positions + token_types)·h. FLOPs: 0 (a gather; the backward scatter-adds
+    rows). Bytes, with r tables: forward s·8 (ids) + r·s·h·b (rows read) + s·h·b (written);
+    weight gradient s·8 + s·h·b (read grad_out) + 2·r·s·h·b (read-modify-write the touched
+    rows of each gradient table); no input gradient (the input is ids).
+    """
+    dims, hyper = _dims("embedding", name, shape, ("hidden", "vocab"))
+    s, h, V = dims.s, dims.h, dims.V
+    assert h is not None and V is not None
+    _expect("embedding", name, input_shape, (s,), "(seq,) token-id")
+    if positional not in POSITIONALS:
+        raise InputError(f"layers.{name}.positional", f"must be one of {', '.join(POSITIONALS)}, "
+                         f"got {short_repr(positional)}")
+    for key, value in (("positions", positions), ("token_types", token_types)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            raise InputError(f"layers.{name}.{key}", f"must be an integer in [0, {MAX_COUNT:,}], "
+                             f"got {short_repr(value)}")
+    if positional == "learned" and positions < s:
+        raise InputError(f"layers.{name}.positions", f"a learned position table needs at least "
+                         f"seq = {s} rows, got {positions}")
+    if positional != "learned" and positions:
+        raise InputError(f"layers.{name}.positions", "only a learned position table has rows")
+    hyper.update(positional=positional, positions=positions, token_types=token_types)
+    b = bytes_per_value
+    tables = 1 + (positions > 0) + (token_types > 0)
+    fwd = s * TOKEN_ID_BYTES + tables * s * h * b + s * h * b
+    wgrad = s * TOKEN_ID_BYTES + s * h * b + 2 * tables * s * h * b
+    return _layer("embedding", name, (s,), (s, h), (V + positions + token_types) * h,
+                  (0.0, 0.0, 0.0), (float(fwd), 0.0, float(wgrad)), False, hyper)
+
+
+def _norm(kind: str, name: str, input_shape: tuple[int, ...], b: int, needs_input_grad: bool,
+          shape: dict[str, object], gains: int, stats: int,
+          options: dict[str, object] | None = None) -> Layer:
+    dims, hyper = _dims(kind, name, shape, ("hidden",))
+    hyper.update(options or {})
+    s, h = dims.s, dims.h
+    assert h is not None
+    _expect(kind, name, input_shape, (s, h), "(seq, hidden)")
+    fwd = (2 * s * h + stats * s) * b
+    if needs_input_grad:  # the fused backward also forms the gain (and bias) gradients
+        moved = (float(fwd), float((3 * s * h + stats * s) * b), 0.0)
+    else:
+        moved = (float(fwd), 0.0, float((2 * s * h + stats * s) * b))
+    return _layer(kind, name, (s, h), (s, h), gains * h, (0.0, 0.0, 0.0), moved,
+                  needs_input_grad, hyper)
+
+
+@register_kind("layernorm")
+def layernorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+              needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
+    """LayerNorm over h for each token (Ba et al. 2016): memory bound, 0 FLOP.
+
+    Params 2h (gain and bias; h with `bias: false`). Bytes: forward reads x (s·h) and writes y
+    (s·h) plus the mean and 1/std kept for backward (2 per token): (2·s·h + 2·s)·b; input
+    gradient reads grad_y, x and the statistics and writes grad_x, (3·s·h + 2·s)·b, in the same
+    fused kernel that forms the gain/bias gradients (so the weight gradient adds no traffic per
+    sample; its write is per step). These are the bytes torch's native_layer_norm moves.
+    """
+    has_bias = _flag(name, "bias", bias)
+    return _norm("layernorm", name, input_shape, bytes_per_value, needs_input_grad, shape,
+                 2 if has_bias else 1, 2, {"bias": has_bias})
+
+
+@register_kind("rmsnorm")
+def rmsnorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+            needs_input_grad: bool, **shape: object) -> Layer:
+    """RMSNorm over h for each token (Zhang & Sennrich 2019; Llama): memory bound, 0 FLOP.
+
+    Params h (a gain). Bytes as `layernorm` with one statistic per token (1/rms): forward
+    (2·s·h + s)·b, input gradient (3·s·h + s)·b, weight gradient 0 (fused).
+    """
+    return _norm("rmsnorm", name, input_shape, bytes_per_value, needs_input_grad, shape, 1, 1)
+
+
+@register_kind("attn_qkv")
+def attn_qkv(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+             needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
+    """The fused Q, K, V projection h -> h + 2·h_kv (3h for multi-head attention; grouped-query
+    attention shares each K/V head among a/k query heads). Megatron splits it by heads
+    (column parallel, Shoeybi et al. 2019 §3).
+
+    FLOPs per phase 2·s·h·(h + 2·h_kv) (`token_linear_flops`); params h·(h + 2·h_kv) + bias.
+    """
+    dims, hyper = _dims("attn_qkv", name, shape, ("hidden", "heads"))
+    assert dims.h is not None
+    return _token_linear("attn_qkv", name, input_shape, bytes_per_value, needs_input_grad, dims,
+                         hyper, dims.h, dims.h + 2 * dims.h_kv, bias)
+
+
+def _qkv_input(kind: str, name: str, input_shape: tuple[int, ...], dims: _Dims) -> None:
+    assert dims.h is not None
+    _expect(kind, name, input_shape, (dims.s, dims.h + 2 * dims.h_kv), "(seq, hidden + 2·kv_hidden)"
+            " Q|K|V")
+
+
+@register_kind("attn_scores")
+def attn_scores(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                needs_input_grad: bool, causal: bool = True, **shape: object) -> Layer:
+    """Scores S = Q·Kᵀ/√d per head: (s, h + 2·h_kv) Q|K|V -> (a, s, s). No weights.
+
+    FLOPs: forward 2·s²·h (`attention_matmul_flops`), input gradient 4·s²·h (dQ = dS·K and
+    dK = dSᵀ·Q), weight gradient 0. The scaling and the causal mask are memory bound and
+    fused. Bytes: forward reads Q and K, writes S: (s·h + s·h_kv + a·s²)·b; input gradient
+    reads dS, Q, K and writes dQ, dK: (a·s² + 2·s·(h + h_kv))·b.
+    """
+    dims, hyper = _dims("attn_scores", name, shape, ("hidden", "heads"))
+    _qkv_input("attn_scores", name, input_shape, dims)
+    hyper["causal"] = _flag(name, "causal", causal)
+    s, h, a, h_kv = dims.s, dims.h, dims.a, dims.h_kv
+    assert h is not None and a is not None
+    fwd = attention_matmul_flops(s, h)
+    b = bytes_per_value
+    moved = (float((s * h + s * h_kv + a * s * s) * b),
+             float((a * s * s + 2 * s * (h + h_kv)) * b), 0.0)
+    return _layer("attn_scores", name, input_shape, (a, s, s), 0, (fwd, 2 * fwd, 0.0), moved,
+                  needs_input_grad, hyper)
+
+
+@register_kind("attn_softmax")
+def attn_softmax(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                 needs_input_grad: bool, causal: bool = True, dropout: bool = True,
+                 **shape: object) -> Layer:
+    """Softmax over each of the a·s score rows, then attention dropout: (a, s, s) -> (a, s, s).
+    Memory bound, 0 FLOP (Megatron fuses mask, scale and softmax in one kernel).
+
+    Bytes: forward reads S and writes P, (2·a·s²)·b; with dropout it also writes the dropped
+    P and the mask, + (b + 1)·a·s². Input gradient reads dP' and P and writes dS, 3·a·s²·b,
+    + a·s² (the mask) with dropout. (Korthikanti et al. 2022 §4.1 keep P, the mask and the
+    dropped P for backward: 5·a·s² bytes per block in bf16.)
+    """
+    dims, hyper = _dims("attn_softmax", name, shape, ("heads",))
+    s, a = dims.s, dims.a
+    assert a is not None
+    _expect("attn_softmax", name, input_shape, (a, s, s), "(heads, seq, seq) score")
+    hyper["causal"] = _flag(name, "causal", causal)
+    hyper["dropout"] = _flag(name, "dropout", dropout)
+    b, values = bytes_per_value, a * s * s
+    fwd = 2 * values * b + ((b + MASK_BYTES) * values if dropout else 0)
+    bwd = 3 * values * b + (MASK_BYTES * values if dropout else 0)
+    return _layer("attn_softmax", name, input_shape, (a, s, s), 0, (0.0, 0.0, 0.0),
+                  (float(fwd), float(bwd), 0.0), needs_input_grad, hyper)
+
+
+@register_kind("attn_context")
+def attn_context(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                 needs_input_grad: bool, **shape: object) -> Layer:
+    """Context O = P·V per head, heads concatenated: (a, s, s) probabilities -> (s, h). V comes
+    from the Q|K|V projection (outside the chain). No weights.
+
+    FLOPs: forward 2·s²·h (`attention_matmul_flops`), input gradient 4·s²·h (dP = dO·Vᵀ and
+    dV = Pᵀ·dO), weight gradient 0. Bytes: forward reads P and V, writes O:
+    (a·s² + s·h_kv + s·h)·b; input gradient reads dO, P, V and writes dP, dV:
+    (2·a·s² + s·h + 2·s·h_kv)·b.
+    """
+    dims, hyper = _dims("attn_context", name, shape, ("hidden", "heads"))
+    s, h, a, h_kv = dims.s, dims.h, dims.a, dims.h_kv
+    assert h is not None and a is not None
+    _expect("attn_context", name, input_shape, (a, s, s), "(heads, seq, seq) probability")
+    fwd = attention_matmul_flops(s, h)
+    b = bytes_per_value
+    moved = (float((a * s * s + s * h_kv + s * h) * b),
+             float((2 * a * s * s + s * h + 2 * s * h_kv) * b), 0.0)
+    return _layer("attn_context", name, input_shape, (s, h), 0, (fwd, 2 * fwd, 0.0), moved,
+                  needs_input_grad, hyper)
+
+
+@register_kind("flash_attention")
+def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                    needs_input_grad: bool, causal: bool = True, **shape: object) -> Layer:
+    """Fused attention (FlashAttention-2): Q|K|V (s, h + 2·h_kv) -> O (s, h), replacing
+    attn_scores + attn_softmax + attn_context. No weights.
+
+    FLOPs: `flash_attention_flops`: forward 4·s²·h (/2 causal); input gradient 2.5 x forward,
+    which includes recomputing S = Q·Kᵀ (one forward product); weight gradient 0.
+    Bytes: no s x s tensor reaches HBM. Forward reads Q, K, V and writes O and the per-row
+    log-sum-exp (a·s values, fp32): (2·s·h + 2·s·h_kv)·b + 4·a·s; input gradient reads Q, K,
+    V, O, dO and the log-sum-exp and writes dQ, dK, dV: (4·s·h + 4·s·h_kv)·b + 4·a·s. Each
+    tensor is counted once: the K/V tiles re-read for every block of queries (FlashAttention's
+    Θ(s²·d²/M) HBM accesses, Dao et al. 2022 Theorem 2) are assumed to hit the L2 cache.
+    """
+    dims, hyper = _dims("flash_attention", name, shape, ("hidden", "heads"))
+    _qkv_input("flash_attention", name, input_shape, dims)
+    hyper["causal"] = _flag(name, "causal", causal)
+    s, h, a, h_kv = dims.s, dims.h, dims.a, dims.h_kv
+    assert h is not None and a is not None
+    fwd, bwd = flash_attention_flops(s, h, causal)
+    b = bytes_per_value
+    moved = (float((2 * s * h + 2 * s * h_kv) * b + STAT_BYTES * a * s),
+             float((4 * s * h + 4 * s * h_kv) * b + STAT_BYTES * a * s), 0.0)
+    return _layer("flash_attention", name, input_shape, (s, h), 0, (fwd, bwd, 0.0), moved,
+                  needs_input_grad, hyper)
+
+
+@register_kind("attn_out")
+def attn_out(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+             needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
+    """Attention's output projection h -> h; Megatron splits it by rows (row parallel, its
+    all-reduce follows). FLOPs per phase 2·s·h²; params h² + bias."""
+    dims, hyper = _dims("attn_out", name, shape, ("hidden",))
+    assert dims.h is not None
+    return _token_linear("attn_out", name, input_shape, bytes_per_value, needs_input_grad, dims,
+                         hyper, dims.h, dims.h, bias)
+
+
+@register_kind("residual_add")
+def residual_add(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                 needs_input_grad: bool, dropout: bool = True, **shape: object) -> Layer:
+    """Dropout on a sub-layer's output, then the residual add (Megatron's fused bias-dropout-
+    add): (s, h) -> (s, h); the skip input is the block's stream, outside the chain. 0 FLOP.
+
+    Bytes: forward reads the branch and the skip and writes the sum, 3·s·h·b, + s·h mask bytes
+    with dropout. Input gradient: where the stream forks, its two gradients are summed (read 2,
+    write 1: 3·s·h·b); with dropout the branch's gradient also goes through the mask, + (2·b +
+    1)·s·h.
+    """
+    dims, hyper = _dims("residual_add", name, shape, ("hidden",))
+    s, h = dims.s, dims.h
+    assert h is not None
+    _expect("residual_add", name, input_shape, (s, h), "(seq, hidden)")
+    hyper["dropout"] = _flag(name, "dropout", dropout)
+    b, values = bytes_per_value, s * h
+    fwd = 3 * values * b + (MASK_BYTES * values if dropout else 0)
+    bwd = 3 * values * b + ((2 * b + MASK_BYTES) * values if dropout else 0)
+    return _layer("residual_add", name, (s, h), (s, h), 0, (0.0, 0.0, 0.0),
+                  (float(fwd), float(bwd), 0.0), needs_input_grad, hyper)
+
+
+def _mlp_inner(dims: _Dims) -> int:
+    assert dims.f is not None
+    return 2 * dims.f if dims.gated else dims.f
+
+
+@register_kind("mlp_up")
+def mlp_up(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+           needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
+    """The MLP's first linear, h -> f, or h -> 2f (gate and up projections fused) when `gated`
+    (SwiGLU, Shazeer 2020; Llama); column parallel. FLOPs per phase 2·s·h·f (x2 gated);
+    params h·f (x2 gated) + bias."""
+    dims, hyper = _dims("mlp_up", name, shape, ("hidden", "ffn"))
+    assert dims.h is not None
+    return _token_linear("mlp_up", name, input_shape, bytes_per_value, needs_input_grad, dims,
+                         hyper, dims.h, _mlp_inner(dims), bias)
+
+
+@register_kind("mlp_act")
+def mlp_act(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+            needs_input_grad: bool, **shape: object) -> Layer:
+    """The MLP's activation: GeLU (s, f) -> (s, f), or SwiGLU silu(gate)·up (s, 2f) -> (s, f)
+    when `gated`. Memory bound, 0 FLOP.
+
+    Bytes: GeLU forward reads and writes s·f, 2·s·f·b; input gradient reads grad and x and
+    writes grad_x, 3·s·f·b. SwiGLU forward reads 2·s·f and writes s·f, 3·s·f·b; input gradient
+    reads grad (s·f) and both inputs (2·s·f) and writes their gradients (2·s·f), 5·s·f·b.
+    """
+    dims, hyper = _dims("mlp_act", name, shape, ("ffn",))
+    s, f = dims.s, dims.f
+    assert f is not None
+    _expect("mlp_act", name, input_shape, (s, _mlp_inner(dims)), "(seq, ffn x 2 if gated)")
+    b = bytes_per_value
+    moved = ((3 * s * f * b, 5 * s * f * b) if dims.gated else (2 * s * f * b, 3 * s * f * b))
+    return _layer("mlp_act", name, input_shape, (s, f), 0, (0.0, 0.0, 0.0),
+                  (float(moved[0]), float(moved[1]), 0.0), needs_input_grad, hyper)
+
+
+@register_kind("mlp_down")
+def mlp_down(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+             needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
+    """The MLP's second linear f -> h; row parallel. FLOPs per phase 2·s·f·h; params f·h +
+    bias."""
+    dims, hyper = _dims("mlp_down", name, shape, ("hidden", "ffn"))
+    assert dims.h is not None and dims.f is not None
+    return _token_linear("mlp_down", name, input_shape, bytes_per_value, needs_input_grad, dims,
+                         hyper, dims.f, dims.h, bias)
+
+
+@register_kind("logits")
+def logits(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+           needs_input_grad: bool, tied: bool = True, bias: bool = False,
+           **shape: object) -> Layer:
+    """The output projection h -> V (the "LM head"); Megatron splits it by vocabulary.
+
+    FLOPs per phase 2·s·h·V. Params: V·h when untied; with `tied: true` the weight is the
+    embedding's table (Press & Wolf 2017; GPT-2/3, BERT), counted once, at the embedding, so
+    this layer holds 0 (its weight gradient is still computed, and summed into the table's).
+    Optional bias V (BERT's decoder).
+    """
+    dims, hyper = _dims("logits", name, shape, ("hidden", "vocab"))
+    assert dims.h is not None and dims.V is not None
+    hyper["tied"] = _flag(name, "tied", tied)
+    return _token_linear("logits", name, input_shape, bytes_per_value, needs_input_grad, dims,
+                         hyper, dims.h, dims.V, bias, weights=not tied)
+
+
+@register_kind("cross_entropy")
+def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                  needs_input_grad: bool, **shape: object) -> Layer:
+    """Softmax + cross-entropy loss over V logits for each of s tokens: (s, V) -> (s, V), the
+    log-probabilities kept for backward (as `softmax_loss`). Memory bound, 0 FLOP.
+
+    Bytes: forward reads the logits and the s targets and writes the log-probabilities,
+    2·s·V·b + s·8; input gradient reads them and the targets and writes grad_logits,
+    2·s·V·b + s·8.
+    """
+    dims, hyper = _dims("cross_entropy", name, shape, ("vocab",))
+    s, V = dims.s, dims.V
+    assert V is not None
+    _expect("cross_entropy", name, input_shape, (s, V), "(seq, vocab) logit")
+    moved = float(2 * s * V * bytes_per_value + s * TOKEN_ID_BYTES)
+    return _layer("cross_entropy", name, (s, V), (s, V), 0, (0.0, 0.0, 0.0),
+                  (moved, moved, 0.0), needs_input_grad, hyper)
+
+
+TRANSFORMER_KINDS = ("embedding", "layernorm", "rmsnorm", "attn_qkv", "attn_scores",
+                     "attn_softmax", "attn_context", "flash_attention", "attn_out",
+                     "residual_add", "mlp_up", "mlp_act", "mlp_down", "logits", "cross_entropy")
