@@ -38,8 +38,8 @@ from tests.fuzz_cases import FIFO, Case, all_cases
 DNNSCALE = str(Path(sys.executable).parent / "dnnscale")
 CASES = all_cases()
 TIME_CAP_S = 20.0
-"""Wall-time cap of one case (the slowest, a 4 MiB file, takes about a second; the machine is
-shared, so the cap is generous; a hang would hit it)."""
+"""Wall-time cap of one case (the slowest, a file of 500,000 values, takes about 5 s on a shared
+2-core machine; a hang hits the cap)."""
 IN_PROCESS_MEMORY_CAP_BYTES = 512 * 2**20
 """How much one in-process case may raise the test process's peak resident memory."""
 CHILD_ADDRESS_SPACE_BYTES = 2 * 2**30
