@@ -38,7 +38,10 @@ def problems(draw: st.DrawFn):
                   overlap=draw(st.booleans()),
                   optimizer=draw(st.sampled_from(["sgd", "momentum", "adam"])),
                   epoch_fraction=draw(st.sampled_from([1.0, 0.9])))
-    minibatch = draw(st.lists(st.integers(1, 128), min_size=1, max_size=2, unique=True))
+    # n at most one epoch (a larger n is an input error); small epochs also exercise the cap
+    # R·n <= samples per epoch in both searches
+    minibatch = draw(st.lists(st.integers(1, min(128, workload.samples_per_epoch)), min_size=1,
+                              max_size=2, unique=True))
     push = draw(st.lists(st.integers(1, 4), min_size=1, max_size=2, unique=True))
     pull = draw(st.lists(st.integers(1, 4), min_size=1, max_size=2, unique=True))
     probe = predict_config(workload, cluster, dataclasses.replace(base, minibatch=minibatch[0],

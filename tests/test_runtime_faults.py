@@ -40,6 +40,7 @@ def _run_and_hit_rank1(tmp_path: Path, sig: signal.Signals) -> tuple[int, str, f
     """Start a long 3-rank run, send `sig` to rank 1 once it has done 3 steps; return
     (exit code, stderr, seconds from the signal to the exit, pids of all ranks)."""
     out = tmp_path / "run.jsonl"
+    live = tmp_path / "run.jsonl.partial"  # where the records go while the run lasts
     launcher = subprocess.Popen(
         [DNNSCALE, "run", "-w", "mlp:32-16-4", "-P", "2", "-R", "1", "-S", "1", "--sync",
          "ps-async", "-n", "8", "--steps", "100000", "--timeout", str(TIMEOUT_S), "--local",
@@ -49,7 +50,7 @@ def _run_and_hit_rank1(tmp_path: Path, sig: signal.Signals) -> tuple[int, str, f
         deadline = time.monotonic() + 40
         victim = None
         while time.monotonic() < deadline and launcher.poll() is None:
-            records = _records(out)
+            records = _records(live)
             pids = [r["pid"] for r in records if r["type"] == "start"]
             starts = {r["rank"]: r["pid"] for r in records if r["type"] == "start"}
             if 1 in starts and sum(1 for r in records
@@ -67,6 +68,7 @@ def _run_and_hit_rank1(tmp_path: Path, sig: signal.Signals) -> tuple[int, str, f
 
 
 def _check_records_and_processes(path: Path, pids: list[int]) -> None:
+    assert not path.with_name(path.name + ".partial").exists()  # renamed into place
     lines = path.read_text().splitlines()
     records = [json.loads(line) for line in lines]  # every line is whole JSON
     assert len(pids) == 3
@@ -112,7 +114,8 @@ def test_killed_launcher_leaves_no_rank_behind(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline and len(pids) < 2:
-            pids = [r["pid"] for r in _records(out) if r["type"] == "start"]
+            pids = [r["pid"] for r in _records(tmp_path / "run.jsonl.partial")
+                    if r["type"] == "start"]
             time.sleep(0.05)
         assert len(pids) == 2
         launcher.kill()

@@ -98,7 +98,8 @@ def test_check_runnable_names_the_field() -> None:
         check_runnable(w, Config(fc_protocol="vectors"))
     with pytest.raises(InputError, match="config.overlap"):
         check_runnable(w, Config(overlap=True))
-    generic = build_workload("g", [4], [{"kind": "generic", "output_shape": [3]}], 10)
+    generic = build_workload("g", [4], [{"kind": "generic", "output_shape": [3], "fwd_flops": 24}],
+                             10)
     with pytest.raises(InputError, match=r"layers\[0\].kind"):
         check_runnable(generic, Config())
 

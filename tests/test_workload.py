@@ -70,7 +70,7 @@ def test_yaml_round_trip(tmp_path) -> None:
     ("input_shape: [3, 8, 8]\nsamples_per_epoch: 1\nlayers:\n  - {kind: conv2d, out_channels: 2, kernel: 9}\n",
      "layers.conv2d1.kernel"),
     ("input_shape: [3, 8, 8]\nsamples_per_epoch: 1\nlayers:\n  - {kind: relu, size: 3}\n",
-     "workload.layers[0]"),
+     "workload.layers[0].size"),
     ("input_shape: [3, 8, 8\nlayers: x\n", "workload"),
 ])
 def test_bad_workload_yaml_names_the_field(tmp_path, text, field) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dnnscale.boundary import finite_answers
 from dnnscale.plan import Config
 from dnnscale.optimize import optimize  # the function; shadows the subpackage name on purpose
 
@@ -29,12 +30,15 @@ __version__ = "0.1.0"
 __all__ = ["Config", "optimize", "predict", "__version__"]
 
 
+@finite_answers("predict")
 def predict(workload: "str | Path | Workload", cluster: "str | Path | System",
             config: "Config | str | Path") -> "Prediction":
     """Predict step time, throughput and epoch time of `config` for `workload` on `cluster`.
 
-    Raises dnnscale.errors.InputError (naming the field) for invalid inputs.
+    Every input is validated as if it came from YAML (objects too): raises
+    dnnscale.errors.InputError (naming the field) for invalid inputs.
     """
+    from dnnscale.boundary import check_prediction
     from dnnscale.system import load_system
     from dnnscale.plan import check_config, load_config
     from dnnscale.model import predict_config
@@ -42,4 +46,4 @@ def predict(workload: "str | Path | Workload", cluster: "str | Path | System",
 
     w, c, cfg = load_workload(workload), load_system(cluster), load_config(config)
     check_config(cfg, w, c)
-    return predict_config(w, c, cfg)
+    return check_prediction(predict_config(w, c, cfg))

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from dnnscale.cli_errors import OneLineErrors
 from dnnscale.errors import InputError, user_errors
+from dnnscale.jsonout import print_json
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True,
+                  pretty_exceptions_enable=False,
                   help="Predict DNN training time on a cluster and find the fastest configuration.")
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=_json_default))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and value == float("inf"):
-        return None
-    raise TypeError(f"not JSON serialisable: {value!r}")
+_print_json = print_json  # the name stage commands imported before jsonout existed
 
 
 def _console() -> Any:
@@ -54,6 +49,10 @@ def describe(workload: Optional[str] = typer.Argument(
                  None, "--seq", help="with --hf-config: sequence length (default: "
                  "max_position_embeddings)")) -> None:
     """Per-layer shapes, parameters, FLOPs per phase and activations of a workload."""
+    if output is not None:
+        from dnnscale.atomic import check_output_path
+
+        check_output_path(output, "--output")
     if seq is not None and hf_config is None:
         raise InputError("--seq", "only applies with --hf-config")
     if torch_factory is None and (input_shape is not None or loss is not None):
@@ -85,7 +84,7 @@ def describe(workload: Optional[str] = typer.Argument(
     if output is not None:
         from dnnscale.workload.spec import save_workload_yaml
 
-        save_workload_yaml(w, output)
+        save_workload_yaml(w, output, "--output")
     if as_json:
         _print_json(workload_json(w))
     else:
@@ -144,9 +143,11 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name
                               ps_shards=ps_shards, sync=sync, minibatch=minibatch,
                               push_every=push_every, pull_every=pull_every,
                               fc_protocol=fc_protocol, overlap=overlap)
+    from dnnscale.boundary import check_prediction, finite_answers
+
     w, c = load_workload(workload), load_system(cluster)
     check_config(cfg, w, c)
-    prediction = predict_config(w, c, cfg)
+    prediction = check_prediction(finite_answers("predict")(predict_config)(w, c, cfg))
     if as_json:
         _print_json(prediction.to_dict(with_layers=layers))
         return

@@ -49,19 +49,69 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+MAX_COUNT = 2**53
+"""The largest integer any count may be (exactly representable as a float, so no count loses
+precision or overflows when the model turns it into seconds or bytes)."""
+
+
 def require_positive(field: str, value: float) -> float:
     """Return `value` if it is a finite number > 0, else raise InputError naming `field`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(field, f"must be a number, got {value!r}")
-    if not value > 0 or value != value or value == float("inf"):
-        raise InputError(field, f"must be > 0, got {value!r}")
+        raise InputError(field, f"must be a number, got {short_repr(value)}")
+    if not _finite(value) or not value > 0:
+        raise InputError(field, f"must be > 0 and finite, got {short_repr(value)}")
     return value
 
 
-def require_int(field: str, value: object, minimum: int = 1) -> int:
-    """Return `value` if it is an integer >= `minimum`, else raise InputError naming `field`."""
+def _finite(value: float) -> bool:
+    """Whether `value` is a finite float or an int a float can hold."""
+    try:
+        return abs(float(value)) < float("inf")
+    except OverflowError:
+        return False
+
+
+def require_int(field: str, value: object, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """Return `value` if it is an integer in [`minimum`, `maximum`], else raise InputError
+    naming `field`."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(field, f"must be an integer, got {value!r}")
+        raise InputError(field, f"must be an integer, got {short_repr(value)}")
     if value < minimum:
         raise InputError(field, f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise InputError(field, f"must be <= {maximum:,}, got {short_repr(value)}")
     return value
+
+
+def require_count(field: str, value: object, minimum: int = 0) -> int:
+    """Return `value` if it is an integer count >= `minimum` (0 by default) and <= MAX_COUNT."""
+    return require_int(field, value, minimum=minimum)
+
+
+def require_nonnegative(field: str, value: object) -> float:
+    """Return `value` if it is a finite number >= 0, else raise InputError naming `field`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(field, f"must be a number, got {short_repr(value)}")
+    if not _finite(value) or not value >= 0:  # also false for NaN
+        raise InputError(field, f"must be a finite number >= 0, got {short_repr(value)}")
+    return value
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """repr(value) cut to `limit` characters (a user's value may be huge), on one line."""
+    try:
+        text = repr(value) if not isinstance(value, (list, dict, tuple, set)) else \
+            _bounded_repr(value, limit)
+    except Exception:  # noqa: BLE001 - a repr that fails still gives a message
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _bounded_repr(value: object, limit: int) -> str:
+    import reprlib
+
+    shortener = reprlib.Repr()
+    shortener.maxlevel, shortener.maxlist, shortener.maxdict = 3, 6, 6
+    shortener.maxstring = shortener.maxother = limit
+    return shortener.repr(value)

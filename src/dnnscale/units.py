@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e-3, "M": 1e6, "G": 1e9, "g": 1e9, "T": 1e12,
            "P": 1e15, "u": 1e-6, "µ": 1e-6, "n": 1e-9}
@@ -24,7 +24,10 @@ _UNITS: dict[str, dict[str, float]] = {
     "flop": {"flop": 1.0},
 }
 
-_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+# One way only to match each number (no nested choices), so a long bad string fails in linear time.
+_NUMBER = r"((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)"
+_LONGEST = 64
+"""Characters in a quantity string; '1.25GB/s' needs 8."""
 _PATTERN = re.compile(r"^\s*" + _NUMBER + r"\s*([A-Za-zµ/]*)\s*$")
 
 
@@ -34,20 +37,23 @@ def parse_quantity(value: object, dimension: str, field: str) -> float:
     Dimensions: bandwidth (-> bytes/s), bytes, time (-> s), flops (-> FLOP/s), flop (-> FLOP).
     """
     if isinstance(value, bool):
-        raise InputError(field, f"expected a {dimension}, got {value!r}")
+        raise InputError(field, f"expected a {dimension}, got {short_repr(value)}")
     if isinstance(value, (int, float)):
         return float(value)
     if not isinstance(value, str):
-        raise InputError(field, f"expected a {dimension} such as {_example(dimension)}, got {value!r}")
+        raise InputError(field, f"expected a {dimension} such as {_example(dimension)}, got {short_repr(value)}")
+    if len(value) > _LONGEST:
+        raise InputError(field, f"cannot read {short_repr(value)} as a {dimension} (more than "
+                         f"{_LONGEST} characters)")
     match = _PATTERN.match(value)
     if not match:
-        raise InputError(field, f"cannot read {value!r} as a {dimension} (e.g. {_example(dimension)})")
+        raise InputError(field, f"cannot read {short_repr(value)} as a {dimension} (e.g. {_example(dimension)})")
     number, unit = float(match.group(1)), match.group(2)
     if unit == "":
         return number
     factor = _unit_factor(unit, dimension)
     if factor is None:
-        raise InputError(field, f"unknown unit in {value!r} for a {dimension} (e.g. {_example(dimension)})")
+        raise InputError(field, f"unknown unit in {short_repr(value)} for a {dimension} (e.g. {_example(dimension)})")
     return number * factor
 
 

@@ -11,6 +11,10 @@ from typing import Any, Optional
 import typer
 
 
+MAX_PEERS = 64
+"""The largest all-reduce group calibrate measures (each peer is a process)."""
+
+
 def register(app: typer.Typer) -> None:
     """Add the `calibrate` command to the CLI."""
     from dnnscale.errors import user_errors
@@ -34,8 +38,11 @@ def register(app: typer.Typer) -> None:
         """Measure compute, memory and network rates and write a hardware profile (YAML)."""
         from dnnscale.errors import InputError
 
+        from dnnscale.atomic import check_output_path
+
         if local == (testbed is not None):
             raise InputError("calibrate", "give exactly one of --local or --testbed FILE")
+        check_output_path(output, "--output")
         grid_kinds = _kinds(kinds)
         peers = _peers(allreduce_peers)
         run_calibration(output, quick, not no_network, grid_kinds, peers,
@@ -67,6 +74,9 @@ def _peers(text: str) -> tuple[int, ...]:
         raise InputError("--allreduce-peers", f"must be integers like 2,4, got {text!r}") from None
     if any(p < 2 for p in peers):
         raise InputError("--allreduce-peers", f"group sizes must be >= 2, got {text!r}")
+    if any(p > MAX_PEERS for p in peers):
+        raise InputError("--allreduce-peers", f"group sizes must be <= {MAX_PEERS} (one "
+                         f"process each), got {text!r}")
     return peers
 
 

@@ -8,10 +8,11 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from dnnscale.boundary import check_prediction, finite_answers
 from dnnscale.errors import InputError, require_int
 from dnnscale.model.compose import StepContext
 from dnnscale.model.prediction import Prediction
-from dnnscale.optimize.exhaustive import exhaustive_result
+from dnnscale.optimize.exhaustive import EXHAUSTIVE_MAX_MACHINES, exhaustive_result
 from dnnscale.optimize.group import GroupSearch
 from dnnscale.optimize.problem import Problem, prepare
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, explain, rank_key
@@ -126,6 +127,7 @@ def _curve(problem: Problem, evaluators: list[GroupSearch], first: int,
     return points
 
 
+@finite_answers("optimize")
 def optimize(workload: str | Path | Workload, cluster: str | Path | System,
              machines: int | None = None, modes: str | Sequence[str] | None = None,
              top: int = 5, minibatch: int | Iterable[int] | None = None,
@@ -149,7 +151,13 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     start = time.perf_counter()
     problem = prepare(workload, cluster, machines, modes, minibatch, push_every, pull_every, base)
     if method == "exhaustive":
-        return exhaustive_result(problem, top, curve, start)
+        if problem.machines > EXHAUSTIVE_MAX_MACHINES:
+            raise InputError("machines", f"the exhaustive reference enumerates O(M²) "
+                             f"configurations: at most {EXHAUSTIVE_MAX_MACHINES:,} machines, got "
+                             f"{problem.machines:,}")
+        result = exhaustive_result(problem, top, curve, start)
+        check_prediction(result.best, "optimize")
+        return result
     groups = problem.groups()
     evaluators = _searches(problem, groups)
     ranked, search = _top(problem, evaluators, problem.machines, top)
@@ -170,7 +178,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     assert first is not None  # prepare() raised otherwise
     points = _curve(problem, evaluators, first, search.root_bound) if curve else []
     elapsed = time.perf_counter() - start
-    best = ranked[0]
+    best = check_prediction(ranked[0], "optimize")
     return OptimizeResult(
         workload=problem.workload.name, cluster=problem.cluster.name, machines=problem.machines,
         method="fast", best=best, top=ranked, curve=points, best_per_mode=per_mode,

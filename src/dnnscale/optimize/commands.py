@@ -50,6 +50,11 @@ def register(app: typer.Typer) -> None:
         from dnnscale.optimize.api import optimize as run_optimize
         from dnnscale.optimize.space import parse_int_list
 
+        if plot is not None:
+            from dnnscale.atomic import check_output_path
+
+            check_output_path(plot, "--plot")
+
         base = config_from_dict({"fc_protocol": fc_protocol, "overlap": overlap,
                                  "optimizer": optimizer, "epoch_fraction": epoch_fraction},
                                 where="optimize")
@@ -66,9 +71,9 @@ def register(app: typer.Typer) -> None:
                        title=f"{result.workload} on {result.cluster}: best predicted "
                        f"configuration per budget")
         if as_json:
-            from dnnscale.cli import _print_json
+            from dnnscale.jsonout import print_json
 
-            _print_json(result.to_dict())
+            print_json(result.to_dict())
             return
         _print_report(result, full_curve, plot)
 

@@ -2,7 +2,10 @@
 search variable, on top of the model's own composition (model/compose.py).
 
 For PS modes the variable is S, with R the most replicas the budget leaves, floor((M − S)/P)
-(or floor(M_workers/P) on a system with dedicated PS hosts); for all-reduce it is R. Why this
+(or floor(M_workers/P) on a system with dedicated PS hosts); for all-reduce it is R. Either way
+R is at most one epoch's worth, floor(samples per epoch / n) (plan/rules.py: a global step may
+not hold more samples than the epoch); X is nondecreasing in R for PS modes, so the capped R
+still maximises it and `bound` still bounds. Why this
 loses nothing, and why `bound` bounds, is in compose.py's docstring. No cost formula lives here:
 throughput and bound are compose's, on a StepContext priced once per group.
 """
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 
 from dnnscale.model.compose import StepContext, bound, throughput
 from dnnscale.optimize.space import Group
+from dnnscale.plan.rules import max_replicas
 
 
 @dataclass
@@ -29,11 +33,16 @@ class GroupSearch:
     def P(self) -> int:
         return self.group.partitions
 
+    @property
+    def most_replicas(self) -> int:
+        """R·n within one epoch."""
+        return max_replicas(self.context.workload, self.group.minibatch)
+
     def _replicas(self, shards: int, machines: int) -> int:
         system = self.context.system
         if system.ps_machines:
-            return (machines - system.ps_machines) // self.P
-        return (machines - shards) // self.P
+            return min((machines - system.ps_machines) // self.P, self.most_replicas)
+        return min((machines - shards) // self.P, self.most_replicas)
 
     def domain(self, machines: int) -> tuple[int, int] | None:
         """The search variable's range under a budget of `machines`: S for PS modes (each with
@@ -47,7 +56,7 @@ class GroupSearch:
                 hi = machines - self.P
                 fits = True
             return (self.min_shards, hi) if fits and hi >= self.min_shards else None
-        hi = (machines - system.ps_machines) // self.P
+        hi = min((machines - system.ps_machines) // self.P, self.most_replicas)
         return (1, hi) if hi >= 1 else None
 
     def replicas_and_shards(self, x: int, machines: int) -> tuple[int, int]:

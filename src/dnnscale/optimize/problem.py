@@ -3,20 +3,22 @@ stage costs per (P, n) priced once, and what fits in memory."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dnnscale.errors import require_int
+from dnnscale.errors import InputError, require_int
 from dnnscale.model.predict import predict_config
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.stage import StageCosts, stage_costs
 from dnnscale.optimize.feasibility import (Infeasible, min_ps_shards, ranges, too_small_error,
                                            worker_fits)
 from dnnscale.optimize.space import Group, SearchSpace, make_space
-from dnnscale.plan.config import Config
+from dnnscale.plan.config import Config, validate_config
 from dnnscale.plan.rules import max_partitions
 from dnnscale.system import System, load_system
+from dnnscale.system.load import MAX_MACHINES
 from dnnscale.units import format_si
 from dnnscale.workload import Workload, load_workload
 
@@ -71,14 +73,25 @@ def prepare(workload: str | Path | Workload, cluster: str | Path | System,
     False: the exhaustive reference uses that to confirm there is none).
     """
     w, c = load_workload(workload), load_system(cluster)
-    budget = require_int("machines", c.machines if machines is None else machines)
+    budget = require_int("machines", c.machines if machines is None else machines,
+                         maximum=MAX_MACHINES)
     if budget != c.machines:
         c = c.with_machines(budget)
-    space = make_space(modes, minibatch, push_every, pull_every, base)
+    space = make_space(modes, minibatch, push_every, pull_every,
+                       None if base is None else validate_config(base, "base"))
+    infeasible: list[Infeasible] = []
+    too_large = [n for n in space.minibatches if n > w.samples_per_epoch]
+    if too_large:  # a global step may not train on more samples than the epoch has
+        if len(too_large) == len(space.minibatches):
+            raise InputError("minibatch", f"{too_large[0]} is more than the "
+                             f"{w.samples_per_epoch} samples of one epoch")
+        space = dataclasses.replace(space, minibatches=tuple(
+            n for n in space.minibatches if n <= w.samples_per_epoch))
+        infeasible.append(Infeasible(f"n={ranges(too_large)}", f"more than the "
+                                     f"{w.samples_per_epoch} samples of one epoch"))
     p_max = min(max_partitions(w), budget)
     stages: dict[tuple[int, int], StageCosts] = {}
     fitting: dict[tuple[int, int], bool] = {}
-    infeasible: list[Infeasible] = []
     for n in space.minibatches:
         too_big: list[int] = []
         needs: list[float] = []

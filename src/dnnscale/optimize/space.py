@@ -20,6 +20,10 @@ DEFAULT_MINIBATCH = 32
 minibatches). The model does not price statistical efficiency, so a larger n always looks faster;
 the optimizer varies n only when asked (--minibatch 16,32,64)."""
 
+MAX_CHOICES = 64
+"""The most values a varied field (minibatch, push/pull interval) may list: the search space
+grows with their product."""
+
 CURVE_DENSE_UP_TO = 256
 """The scalability curve has every budget 1..CURVE_DENSE_UP_TO, then log-spaced budgets."""
 CURVE_POINTS_PER_DECADE = 48
@@ -81,6 +85,8 @@ def _int_choices(values: int | Iterable[int] | None, default: int, field: str) -
     items = [values] if isinstance(values, int) else list(values)
     if not items:
         raise InputError(field, "must list at least one value")
+    if len(items) > MAX_CHOICES:
+        raise InputError(field, f"lists {len(items)} values; the limit is {MAX_CHOICES}")
     for item in items:
         require_int(field, item)
     return tuple(sorted(set(items)))

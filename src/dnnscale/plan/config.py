@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from dnnscale.errors import InputError, require_int
+from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.plan.plan import (FC_PROTOCOLS, OPTIMIZERS, Batch, Collective, DataParallel,
                                 ParallelPlan, ParameterServer, TensorSplit)
 
@@ -78,14 +78,17 @@ class Config:
 
 def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
     """Validate a mapping (YAML or flags) into a Config; errors name the field."""
+    if not isinstance(data, dict):
+        raise InputError(where, f"must be a mapping of fields, got {type(data).__name__}")
     known = {f.name for f in fields(Config)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(str(key) for key in set(data) - known)
     if unknown:
-        raise InputError(f"{where}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(known))})")
+        raise InputError(f"{where}.{unknown[0][:60]}", f"unknown field (known: {', '.join(sorted(known))})")
     values = {k: v for k, v in data.items() if v is not None}
     sync = values.get("sync", "ps-async")
     if sync not in SYNC_MODES:
-        raise InputError(f"{where}.sync", f"must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
+        raise InputError(f"{where}.sync", f"must be one of {', '.join(SYNC_MODES)}, got "
+                         f"{short_repr(sync)}")
     if sync == "allreduce":
         values.setdefault("ps_shards", 0)
     for name in ("partitions", "replicas", "minibatch", "push_every", "pull_every"):
@@ -100,15 +103,28 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
             raise InputError(f"{where}.ps_shards", f"must be >= 1 with sync {sync}, got {shards}")
     if values.get("fc_protocol", "weights") not in FC_PROTOCOLS:
         raise InputError(f"{where}.fc_protocol", f"must be one of {', '.join(FC_PROTOCOLS)}, "
-                         f"got {values['fc_protocol']!r}")
+                         f"got {short_repr(values['fc_protocol'])}")
     if values.get("fc_protocol") == "vectors" and sync == "allreduce":
         raise InputError(f"{where}.fc_protocol", "'vectors' needs a parameter server, not allreduce")
-    if values.get("optimizer", "sgd") not in OPTIMIZERS:
+    if not isinstance(values.get("optimizer", "sgd"), str) or \
+            values.get("optimizer", "sgd") not in OPTIMIZERS:
         raise InputError(f"{where}.optimizer", f"must be one of "
-                         f"{', '.join(OPTIMIZERS)}, got {values['optimizer']!r}")
+                         f"{', '.join(OPTIMIZERS)}, got {short_repr(values['optimizer'])}")
     if "overlap" in values and not isinstance(values["overlap"], bool):
-        raise InputError(f"{where}.overlap", f"must be true or false, got {values['overlap']!r}")
+        raise InputError(f"{where}.overlap", f"must be true or false, got "
+                         f"{short_repr(values['overlap'])}")
     fraction = values.get("epoch_fraction", 1.0)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise InputError(f"{where}.epoch_fraction", f"must be in (0, 1], got {fraction!r}")
+        raise InputError(f"{where}.epoch_fraction", f"must be in (0, 1], got "
+                         f"{short_repr(fraction)}")
     return Config(**values)
+
+
+def validate_config(config: object, where: str = "config") -> Config:
+    """Re-validate a Config object (e.g. one a Python caller built) through the same rules as
+    YAML and flags: `Config(replicas=-2)` or `Config(sync="gossip")` raise InputError naming the
+    field. Returns the config."""
+    if not isinstance(config, Config):
+        raise InputError(where, f"must be a Config, a YAML path or a mapping, got "
+                         f"{type(config).__name__}")
+    return config_from_dict(config.to_dict(), where)

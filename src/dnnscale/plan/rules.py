@@ -15,9 +15,25 @@ def max_partitions(workload: Workload, rules: str = "adam") -> int:
     return min(limits) if limits else 1
 
 
+def max_replicas(workload: Workload, minibatch: int) -> int:
+    """The most replicas whose global step R·n still fits in one epoch: floor(samples / n).
+
+    An epoch shorter than one global step would mean a step that trains on more samples than
+    the epoch has, so configurations with R·n > samples_per_epoch are not valid."""
+    return workload.samples_per_epoch // minibatch
+
+
 def check_config(config: Config, workload: Workload, system: System) -> None:
-    """Adam's flags against the workload and the system: machines, and P within the narrowest
-    weighted layer's widest split."""
+    """Adam's flags against the workload and the system: a global step within one epoch,
+    machines, and P within the narrowest weighted layer's widest split."""
+    if config.minibatch > workload.samples_per_epoch:
+        raise InputError("config.minibatch", f"{config.minibatch} is more than the "
+                         f"{workload.samples_per_epoch} samples of one epoch")
+    if config.replicas > max_replicas(workload, config.minibatch):
+        raise InputError("config.replicas", f"R·n = {config.replicas}·{config.minibatch} = "
+                         f"{config.replicas * config.minibatch} samples per global step is more "
+                         f"than one epoch ({workload.samples_per_epoch} samples); at most "
+                         f"{max_replicas(workload, config.minibatch)} replicas")
     if system.ps_machines and config.uses_ps:
         if config.ps_shards > system.ps_machines:
             raise InputError("config.ps_shards", f"{config.ps_shards} shards but cluster "

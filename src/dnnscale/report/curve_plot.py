@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from dnnscale.atomic import atomic_output
 from dnnscale.errors import InputError
 
 
@@ -49,10 +50,12 @@ def plot_curve(machines: Sequence[int], epoch_time_s: Sequence[float], speedup: 
         speedup_axis.legend(loc="upper left")
         figure.suptitle(title)
         figure.tight_layout()
-        try:
-            figure.savefig(out, format="png", dpi=110)
-        except OSError as exc:
-            raise InputError("plot", f"cannot write {str(out)!r}: {exc.strerror or exc}") from None
+        with atomic_output(out, "plot") as temporary:  # an existing plot stays until done
+            try:
+                figure.savefig(temporary, format="png", dpi=110)
+            except OSError as exc:
+                raise InputError("plot", f"cannot write {str(out)!r}: "
+                                 f"{exc.strerror or exc}") from None
     finally:
         plt.close(figure)
     return out

@@ -5,7 +5,6 @@ Cheap to import (no torch): the command imports the runtime when it runs.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -14,6 +13,10 @@ from typing import Any, Optional
 import typer
 
 from dnnscale.errors import InputError, require_int, require_positive, user_errors
+
+
+MAX_LOCAL_RANKS = 64
+"""The most ranks `run --local` starts (each is a process with its own copy of the model)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -64,33 +67,50 @@ def run(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or 
         raise InputError("run.warmup", f"must be less than --steps ({steps}), got {warmup}")
     require_positive("run.timeout", timeout)
     require_positive("run.lr", lr)
-    if output is not None and not output.parent.is_dir():
-        raise InputError("run.output", f"folder {str(output.parent)!r} does not exist")
+    if output is not None:
+        from dnnscale.atomic import check_output_path
+
+        check_output_path(output, "--output")
     cfg = config_from_options(config, partitions=partitions, replicas=replicas,
                               ps_shards=ps_shards, sync=sync, minibatch=minibatch,
                               push_every=push_every, pull_every=pull_every)
     w = load_workload(workload)
+    from dnnscale.runtime.layout import world_size
     from dnnscale.runtime.netplan import check_runnable, weighted_schemes
+
+    if local and world_size(cfg) > MAX_LOCAL_RANKS:
+        raise InputError("config", f"--local runs each of the P·R + S = {world_size(cfg):,} "
+                         f"ranks as a process on this machine; at most {MAX_LOCAL_RANKS}")
 
     split = _conv_split(conv_split, cluster, w, cfg)
     check_runnable(w, cfg, weighted_schemes(w, split))
-    with tempfile.TemporaryDirectory(prefix="dnnscale-out-") as tmp:
-        out = str(output) if output is not None else os.path.join(tmp, "run.jsonl")
-        from dnnscale.runtime.job import RunSpec
+    from dnnscale.runtime.job import RunSpec
 
-        spec = RunSpec(workload=workload, config=cfg.to_dict(), steps=steps, warmup=warmup,
-                       timeout_s=float(timeout), output=out, lr=lr, seed=seed,
-                       conv_split=split)
-        if rank_from_env:
-            summary = _run_from_env(spec)
-            if summary is None:
-                return
+    def spec_for(out: str) -> Any:
+        return RunSpec(workload=workload, config=cfg.to_dict(), steps=steps, warmup=warmup,
+                       timeout_s=float(timeout), output=out, lr=lr, seed=seed, conv_split=split)
+
+    if rank_from_env:
+        summary = _run_from_env(spec_for, output)
+        if summary is None:
+            return
+    else:
+        from dnnscale.runtime.launch import RunFailed, launch
+        from dnnscale.runtime.layout import rank_roles
+
+        placements = _placements(testbed, [role.kind for role in rank_roles(cfg)])
+        if output is None:
+            with tempfile.TemporaryDirectory(prefix="dnnscale-out-") as tmp:
+                summary = launch(spec_for(os.path.join(tmp, "run.jsonl")), placements)
         else:
-            from dnnscale.runtime.launch import launch
-            from dnnscale.runtime.layout import rank_roles
+            # The records go to OUTPUT.partial while the run lasts (follow it live); it
+            # replaces OUTPUT when the run ends, or fails with its error record last. Ctrl-C
+            # or any other failure removes it: an existing OUTPUT is never truncated or
+            # half-written.
+            from dnnscale.atomic import atomic_output
 
-            placements = _placements(testbed, [role.kind for role in rank_roles(cfg)])
-            summary = launch(spec, placements)
+            with atomic_output(output, "--output", partial=True, keep_on=(RunFailed,)) as temp:
+                summary = launch(spec_for(str(temp)), placements)
     _print_summary(summary, as_json)
 
 
@@ -126,10 +146,12 @@ def _placements(testbed: Optional[Path], roles: list[str]) -> list[Any]:
     return list(rank_placements(testbed, len(roles), roles=roles))
 
 
-def _run_from_env(spec: Any) -> dict[str, Any] | None:
-    """One rank under an external launcher; rank 0 returns the summary."""
-    from dnnscale.runtime.launch import RunFailed
-    from dnnscale.runtime.rank import run_rank
+def _run_from_env(spec_for: Any, output: Optional[Path]) -> dict[str, Any] | None:
+    """One rank under an external launcher; rank 0 returns the summary.
+
+    Every rank appends to OUTPUT.partial (emptied by each node's local rank 0 first); after
+    the run's last barrier, when nobody writes any more, local rank 0 renames it to OUTPUT."""
+    from dnnscale.atomic import partial_path
 
     try:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -137,22 +159,35 @@ def _run_from_env(spec: Any) -> dict[str, Any] | None:
     except (KeyError, ValueError) as exc:
         raise InputError("run.rank-from-env", f"needs RANK, WORLD_SIZE, MASTER_ADDR and "
                          f"MASTER_PORT in the environment ({exc} missing or bad)") from None
+    local_zero = os.environ.get("LOCAL_RANK", "0") == "0"
+    with tempfile.TemporaryDirectory(prefix="dnnscale-out-") as tmp:
+        out = partial_path(output) if output is not None else Path(tmp) / "run.jsonl"
+        summary = _env_rank(spec_for(str(out)), rank, world, local_zero or output is None)
+        if output is not None and local_zero:
+            os.replace(out, output)
+    return summary
+
+
+def _env_rank(spec: Any, rank: int, world: int, truncate: bool) -> dict[str, Any] | None:
+    from dnnscale.runtime.launch import RunFailed
     from dnnscale.runtime.layout import world_size
+    from dnnscale.runtime.rank import run_rank
 
     needed = world_size(spec.config_obj())
     if world != needed:
         raise InputError("run.rank-from-env", f"WORLD_SIZE is {world} but the config needs "
                          f"{needed} ranks (P·R + S)")
     try:
-        return run_rank(spec, rank, world, "env://",
-                        truncate_output=os.environ.get("LOCAL_RANK", "0") == "0")
+        return run_rank(spec, rank, world, "env://", truncate_output=truncate)
     except Exception as exc:  # noqa: BLE001 - becomes a one-line error and exit 1
         raise RunFailed(f"rank {rank} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        print(json.dumps(summary, indent=2))
+        from dnnscale.jsonout import print_json
+
+        print_json(summary)
         return
     phases = ", ".join(f"{name} {seconds * 1e3:.2f} ms"
                        for name, seconds in summary["per_phase_s"].items() if seconds)

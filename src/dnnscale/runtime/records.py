@@ -15,6 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dnnscale.jsonout import dumps
+
 PHASES = ("compute", "partition_comm", "ps_push", "ps_pull", "allreduce")
 
 
@@ -26,7 +28,8 @@ class JsonlWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def write(self, record: dict[str, Any]) -> None:
-        os.write(self._fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        """One record as one line of strict JSON (a NaN loss is written as null)."""
+        os.write(self._fd, (dumps(record, indent=None) + "\n").encode())
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -51,11 +54,17 @@ def worker_totals(step_records: list[dict[str, Any]], warmup: int) -> dict[str, 
     window_s = (timed[-1]["t_end_s"] - timed[0]["t_start_s"]) if timed else 0.0
     return {
         "rank": first["rank"], "replica": first["replica"], "partition": first["partition"],
-        "loss_first": step_records[0]["loss"], "loss_last": step_records[-1]["loss"],
+        "loss_first": _loss(step_records[0]), "loss_last": _loss(step_records[-1]),
         "timed_steps": len(timed), "timed_samples": sum(r["samples"] for r in timed),
         "window_s": window_s,
         "phase_sums_s": {phase: sum(r[f"{phase}_s"] for r in timed) for phase in PHASES + ("step",)},
     }
+
+
+def _loss(record: dict[str, Any]) -> float:
+    """A step's loss; null in the file (a diverged, non-finite loss) reads as NaN."""
+    loss = record["loss"]
+    return float("nan") if loss is None else loss
 
 
 def summarize(workers: list[dict[str, Any]], *, config: dict[str, Any], workload: str,

@@ -133,15 +133,7 @@ def load_gpu_profile(path: str | Path) -> GpuProfile:
 
 def save_gpu_profile(profile: GpuProfile, path: Path) -> None:
     """Write atomically (temp file in the same folder, then rename)."""
-    import os
-    import tempfile
+    from dnnscale.atomic import atomic_write_text
 
-    path = Path(path)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as out:
-            yaml.safe_dump(gpu_profile_to_dict(profile), out, sort_keys=False)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, yaml.safe_dump(gpu_profile_to_dict(profile), sort_keys=False),
+                      "gpu_profile")

@@ -33,7 +33,8 @@ from typing import Any
 
 import yaml
 
-from dnnscale.errors import InputError, require_int, require_positive
+from dnnscale.errors import (InputError, require_int, require_nonnegative, require_positive,
+                             short_repr)
 from dnnscale.system.curve import RateCurve
 from dnnscale.system.device import PHASES, Device
 from dnnscale.system.gpu import gpu_system, node_preset_names, parse_gpu_cluster
@@ -42,13 +43,16 @@ from dnnscale.system.profile import (HardwareProfile, load_profile, machine_over
 from dnnscale.system.system import ProfileInfo, System
 from dnnscale.system.topology import LinkTier
 from dnnscale.units import parse_quantity
-from dnnscale.yamlio import load_yaml_file
+from dnnscale.yamlio import is_yaml_source, load_yaml_file
 
 _MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
 _NETWORK_FIELDS = {"bandwidth", "latency"}
 _TOP_FIELDS = {"name", "machines", "calibrated", "machine", "ps_machine", "network", "ps_network",
                "ps_machines", "overlap_gamma", "description", "profile"}
 _RATE_KINDS = {"default", "conv2d", "linear", "generic"}
+MAX_MACHINES = 1_000_000
+"""The largest cluster (and optimizer budget): ten times the largest training clusters built so
+far; the optimizer answers within seconds there."""
 
 
 PRESET_FOLDERS = ("cpu",)
@@ -118,7 +122,7 @@ def _rates(value: Any, where: str) -> dict[str, RateCurve]:
 
 def machine_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> Device:
     if not isinstance(data, dict):
-        raise InputError(where, f"must be a mapping, got {data!r}")
+        raise InputError(where, f"must be a mapping, got {short_repr(data)}")
     _check_fields(data, _MACHINE_FIELDS, where)
     merged = {**(base or {}), **data}
     return Device(
@@ -136,7 +140,7 @@ def _cores(merged: dict[str, Any], where: str) -> float:
         raise InputError(f"{where}.cores", "missing")
     value = merged["cores"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{where}.cores", f"must be a number of cores (e.g. 16 or 0.5), got {value!r}")
+        raise InputError(f"{where}.cores", f"must be a number of cores (e.g. 16 or 0.5), got {short_repr(value)}")
     return float(require_positive(f"{where}.cores", value))
 
 
@@ -148,12 +152,12 @@ def _required(data: dict[str, Any], key: str, where: str) -> Any:
 
 def network_from_dict(data: Any, where: str, base: dict[str, Any] | None = None) -> LinkTier:
     if not isinstance(data, dict):
-        raise InputError(where, f"must be a mapping, got {data!r}")
+        raise InputError(where, f"must be a mapping, got {short_repr(data)}")
     _check_fields(data, _NETWORK_FIELDS, where)
     merged = {**(base or {}), **data}
     latency = parse_quantity(merged.get("latency", 0), "time", f"{where}.latency")
     if latency < 0 or not math.isfinite(latency):
-        raise InputError(f"{where}.latency", f"must be >= 0, got {merged.get('latency')!r}")
+        raise InputError(f"{where}.latency", f"must be >= 0, got {short_repr(merged.get('latency'))}")
     return LinkTier(bandwidth_bytes_per_s=_positive(merged, "bandwidth", "bandwidth", where),
                     latency_s=latency)
 
@@ -167,7 +171,7 @@ def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Hardwa
     if not path.is_absolute() and source and Path(source).is_file():
         path = Path(source).parent / path
     if not path.is_file():
-        raise InputError("cluster.profile", f"no profile file {str(path)!r} (make one with "
+        raise InputError("cluster.profile", f"no profile file {short_repr(str(path))} (make one with "
                          f"`dnnscale calibrate --local -o {path.name}`)")
     profile = load_profile(path)
     merged = dict(data)
@@ -207,11 +211,13 @@ def system_from_dict(data: dict[str, Any], source: str = "") -> System:
     gamma = data.get("overlap_gamma", "inf")
     try:
         gamma = float(gamma)
-    except (TypeError, ValueError):
-        raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got {gamma!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got "
+                         f"{short_repr(gamma)}") from None
     if not gamma >= 1:
-        raise InputError("cluster.overlap_gamma", f"must be >= 1 (1 = no overlap), got {gamma!r}")
-    machines = require_int("cluster.machines", data["machines"])
+        raise InputError("cluster.overlap_gamma", f"must be >= 1 (1 = no overlap), got "
+                         f"{short_repr(gamma)}")
+    machines = require_int("cluster.machines", data["machines"], maximum=MAX_MACHINES)
     ps_machines = require_int("cluster.ps_machines", data.get("ps_machines", 0), minimum=0)
     if ps_machines >= machines:
         raise InputError("cluster.ps_machines", f"must leave machines for workers: {ps_machines} "
@@ -233,19 +239,61 @@ def profile_machine(profile: HardwareProfile, cores: float = 1.0,
     return with_profile_curves(machine_from_dict(data, "profile"), profile)
 
 
+def check_system(system: System) -> System:
+    """Re-validate a System object (e.g. one a Python caller built) by the YAML rules:
+    InputError names the field. Returns the system."""
+    machines = require_int("cluster.machines", system.machines, maximum=MAX_MACHINES)
+    ps_machines = require_int("cluster.ps_machines", system.ps_machines, minimum=0)
+    if ps_machines >= machines:
+        raise InputError("cluster.ps_machines", f"must leave machines for workers: {ps_machines} "
+                         f"of {machines} machines")
+    for where, machine in (("cluster.machine", system.machine),
+                           ("cluster.ps_machine", system.ps_machine)):
+        if machine is None:
+            continue
+        if not isinstance(machine, Device):
+            raise InputError(where, f"must be a Device, got {type(machine).__name__}")
+        for name in ("cores", "memory_bytes", "memory_bandwidth_bytes_per_s"):
+            require_positive(f"{where}.{name}", getattr(machine, name))
+        if machine.is_accelerator:  # the optimizer step is priced from HBM traffic instead
+            require_nonnegative(f"{where}.update_time_per_param", machine.update_s_per_param)
+        else:
+            require_positive(f"{where}.update_time_per_param", machine.update_s_per_param)
+        if "default" not in machine.flops_per_s_per_core:
+            raise InputError(f"{where}.flops_per_core.default", "missing")
+    for where, network in (("cluster.network", system.network),
+                           ("cluster.ps_network", system.ps_network),
+                           ("cluster.intra_node", system.intra_node)):
+        if network is None:
+            continue
+        if not isinstance(network, LinkTier):
+            raise InputError(where, f"must be a LinkTier, got {type(network).__name__}")
+        require_positive(f"{where}.bandwidth", network.bandwidth_bytes_per_s)
+        require_nonnegative(f"{where}.latency", network.latency_s)
+    require_int("cluster.devices_per_node", system.devices_per_node)
+    gamma = system.overlap_gamma
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma >= 1:
+        raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got "
+                         f"{short_repr(gamma)}")
+    return system
+
+
 def load_system(source: "str | Path | System") -> System:
-    """A preset name, a YAML file, or a System (returned as is)."""
+    """A preset name, a YAML file, or a System (re-validated)."""
     if isinstance(source, System):
-        return source
+        return check_system(source)
+    if not isinstance(source, (str, Path)):
+        raise InputError("cluster", f"must be a preset name, a YAML path or a System, got "
+                         f"{type(source).__name__}")
     path = Path(source)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
+    if is_yaml_source(source, "cluster"):
         return system_from_dict(load_yaml_file(path, "cluster"), str(path))
     name = str(source)
     gpu = parse_gpu_cluster(name)
     if gpu is not None:
         return gpu_system(*gpu)
     if name not in preset_names():
-        raise InputError("cluster", f"unknown cluster {name!r}: not a preset "
+        raise InputError("cluster", f"unknown cluster {short_repr(name)}: not a preset "
                          f"({', '.join(preset_names())}), a GPU node preset as NAME:NODES "
                          f"({', '.join(node_preset_names())}) nor an existing YAML file")
     text = _preset_files()[name].read_text()

@@ -24,8 +24,6 @@ missing or malformed field (``profile.compute.flops_per_s_per_core.linear.forwar
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -208,20 +206,13 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
 def save_profile(profile: HardwareProfile, path: Path) -> None:
     """Write the profile as YAML atomically (a temporary file in the same folder, then
     os.replace), so a reader never sees half a profile."""
+    from dnnscale.atomic import atomic_write_text
+
     path = Path(path)
     text = yaml.safe_dump(profile_to_dict(profile), sort_keys=False)
     folder = path.parent if str(path.parent) else Path(".")
     folder.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text, "--output")
 
 
 def load_profile(path: "str | Path") -> HardwareProfile:

@@ -5,7 +5,6 @@ Cheap to import: everything heavy is imported inside the commands.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -20,7 +19,9 @@ testbed_app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2))
+    from dnnscale.jsonout import print_json
+
+    print_json(data)
 
 
 def _rate(bytes_per_s: float | None) -> str:
@@ -69,6 +70,10 @@ def up(hosts: int = typer.Option(..., "--hosts", "-n", help="number of worker ho
     from dnnscale.testbed.build import Interrupted, up as build_up
     from dnnscale.testbed.spec import cpu_budget_warning, make_spec
 
+    if output is not None:
+        from dnnscale.atomic import check_output_path
+
+        check_output_path(output, "--output")
     spec = make_spec(name, hosts, rate, latency, cpu, ps_hosts, ps_rate, ps_latency, ps_cpu)
     warning = cpu_budget_warning(spec)
     if warning:
@@ -175,6 +180,10 @@ def check(name: str = typer.Option("tb", "--name", help=NAME_HELP),
     require_int("--tries", tries)
     if not 0 < tolerance < 1:
         raise InputError("--tolerance", f"must be between 0 and 1, got {tolerance}")
+    if output is not None:
+        from dnnscale.atomic import check_output_path
+
+        check_output_path(output, "--output")
     desc = load_description(description if description is not None else name)
     options = CheckOptions(seconds_per_flow=seconds, tries=tries, cpu_seconds=cpu_seconds,
                            network=network, cpu=cpu)

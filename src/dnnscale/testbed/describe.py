@@ -43,7 +43,6 @@ import ipaddress
 import os
 import shlex
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -174,30 +173,22 @@ def resolve_description(ref: "str | Path") -> Path:
 
 # --- reading and writing ------------------------------------------------------------------------
 
-def save_description(desc: TestbedDescription, path: Path) -> None:
-    """Write `desc` to `path` atomically (a reader never sees half a file)."""
+def save_description(desc: TestbedDescription, path: Path, field: str = "testbed") -> None:
+    """Write `desc` to `path` atomically (a reader never sees half a file); a failure raises
+    InputError naming `field`."""
     import yaml
+
+    from dnnscale.atomic import atomic_write_text
 
     text = ("# dnnscale testbed description, written by `dnnscale testbed up`/`check`.\n"
             "# SI units; the unit is in every key. Read by run --testbed, calibrate, validate.\n"
             + yaml.safe_dump(desc.to_dict(), sort_keys=False))
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text, field)
 
 
 def save_copy(desc: TestbedDescription, path: Path, field: str) -> None:
     """Write a copy where the user asked (`field` names the flag if that fails)."""
-    try:
-        save_description(desc, path)
-    except OSError as exc:
-        raise InputError(field, f"cannot write {path}: {exc.strerror}") from None
+    save_description(desc, path, field)
 
 
 def load_description(ref: "str | Path") -> TestbedDescription:

@@ -39,7 +39,6 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
               output: Path, repeats: Optional[int], steps: Optional[int], no_optimizer: bool,
               as_json: bool, reuse_runs: bool = False) -> None:
     import dataclasses
-    import json
 
     from rich.console import Console
 
@@ -50,6 +49,10 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
     from dnnscale.validate.profile import apply_profile
     from dnnscale.validate.report import markdown, write_outputs
 
+    from dnnscale.atomic import check_output_path
+    from dnnscale.jsonout import print_json
+
+    check_output_path(output, "--output", folder=True)
     grid = load_grid(configs)
     overrides = {k: v for k, v in (("repeats", repeats), ("steps", steps)) if v is not None}
     grid = dataclasses.replace(grid, **overrides)
@@ -73,6 +76,6 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
                       f"{' with profile ' + str(profile) if profile else ' (uncalibrated)'}.")
     write_outputs(result, output)
     if as_json:
-        print(json.dumps(result["summary"], indent=2))
+        print_json(result["summary"])
     else:
         sys.stdout.write(markdown(result))

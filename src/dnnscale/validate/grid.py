@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnscale.plan import Config, config_from_dict
-from dnnscale.errors import InputError, require_int, require_positive
+from dnnscale.errors import InputError, require_int, require_positive, short_repr
 from dnnscale.units import parse_quantity
 from dnnscale.yamlio import load_yaml_file
 
@@ -48,7 +48,7 @@ def _configs(items: Any, defaults: dict[str, Any], where: str) -> tuple[Config, 
     configs = []
     for index, item in enumerate(items):
         if not isinstance(item, dict):
-            raise InputError(f"{where}[{index}]", f"must be a mapping, got {item!r}")
+            raise InputError(f"{where}[{index}]", f"must be a mapping, got {short_repr(item)}")
         configs.append(config_from_dict({**defaults, **item}, f"{where}[{index}]"))
     return tuple(configs)
 

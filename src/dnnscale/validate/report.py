@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +45,13 @@ def markdown(result: dict[str, Any]) -> str:
 
 def write_outputs(result: dict[str, Any], out_dir: Path) -> list[Path]:
     """results.json, table.md, scatter.png, curves.png under `out_dir`."""
+    from dnnscale.atomic import atomic_write_text
+    from dnnscale.jsonout import dumps
+
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "results.json", out_dir / "table.md"]
-    paths[0].write_text(json.dumps(result, indent=2))
-    paths[1].write_text(markdown(result))
+    atomic_write_text(paths[0], dumps(result), "--output")
+    atomic_write_text(paths[1], markdown(result), "--output")
     paths += plot(result, out_dir)
     return paths
 
@@ -80,7 +82,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
            title=f"{result['workload']}, {result['network']}")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(scatter, dpi=110)
+    _save(fig, scatter)
     plt.close(fig)
 
     curves = out_dir / "curves.png"
@@ -102,6 +104,14 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.set(xlabel="machines used", ylabel="best samples/s", title="scalability: measured vs predicted")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(curves, dpi=110)
+    _save(fig, curves)
     plt.close(fig)
     return [scatter, curves]
+
+
+def _save(figure: Any, path: Path) -> None:
+    """Save a PNG atomically (an existing one stays until the new one is whole)."""
+    from dnnscale.atomic import atomic_output
+
+    with atomic_output(path, "--output") as temporary:
+        figure.savefig(temporary, format="png", dpi=110)

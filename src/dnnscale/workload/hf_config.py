@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer import DEFAULT_SAMPLES_PER_EPOCH, transformer_workload
 from dnnscale.workload.transformer_zoo import parse_options
 from dnnscale.workload.workload import Workload
@@ -55,7 +55,7 @@ def _integer(config: dict[str, Any], keys: tuple[str, ...], default: int | None 
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(_field(key), f"must be a positive integer, got {value!r}")
+            raise InputError(_field(key), f"must be a positive integer, got {short_repr(value)}")
         return value
     if default is None:
         raise InputError(_field(keys[0]), "missing" + (f" (nor {', '.join(keys[1:])})"
@@ -66,23 +66,30 @@ def _integer(config: dict[str, Any], keys: tuple[str, ...], default: int | None 
 def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
     value = config.get(key, default)
     if not isinstance(value, bool):
-        raise InputError(_field(key), f"must be true or false, got {value!r}")
+        raise InputError(_field(key), f"must be true or false, got {short_repr(value)}")
     return value
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
     """The JSON object of a config file; errors name the file."""
+    from dnnscale.safe_yaml import read_limited
+
     path = Path(path)
+    text = read_limited(path, "--hf-config")  # a regular UTF-8 file within the size limit
+
+    def refuse(constant: str) -> None:
+        raise InputError("--hf-config", f"{path.name} holds {constant}, which is not JSON")
+
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError("--hf-config", f"cannot read {str(path)!r}: {exc.strerror or exc}") \
-            from None
-    try:
-        config = json.loads(text)
+        config = json.loads(text, parse_constant=refuse)
     except json.JSONDecodeError as exc:
         raise InputError("--hf-config", f"{path.name} is not JSON: {exc.msg} at line "
                          f"{exc.lineno}") from None
+    except RecursionError:
+        raise InputError("--hf-config", f"{path.name} nests too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InputError("--hf-config", f"{path.name}: {' '.join(str(exc).split())[:120]}") \
+            from None
     if not isinstance(config, dict):
         raise InputError("--hf-config", f"{path.name} must hold a JSON object, got "
                          f"{type(config).__name__}")
@@ -97,7 +104,7 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
     if model_type is None:
         raise InputError(_field("model_type"), f"missing (known: {', '.join(FAMILIES)})")
     if model_type not in FAMILIES:
-        raise InputError(_field("model_type"), f"{model_type!r} is not supported (known: "
+        raise InputError(_field("model_type"), f"{short_repr(model_type)} is not supported (known: "
                          f"{', '.join(FAMILIES)})")
     for key in _MOE_KEYS:
         if config.get(key):
@@ -123,7 +130,7 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
     if seq is None:
         seq = max_positions
     elif isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-        raise InputError("--seq", f"must be a positive integer, got {seq!r}")
+        raise InputError("--seq", f"must be a positive integer, got {short_repr(seq)}")
     elif family["positional"] == "learned" and seq > max_positions:
         raise InputError("--seq", f"{seq} is longer than the learned position table "
                          f"({max_positions} rows, max_position_embeddings)")
@@ -136,7 +143,7 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
     for key in _DROPOUT_KEYS:
         value = config.get(key, 0.0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise InputError(_field(key), f"must be a probability in [0, 1), got {value!r}")
+            raise InputError(_field(key), f"must be a probability in [0, 1), got {short_repr(value)}")
         dropouts.append(value)
     token_types = (_integer(config, ("type_vocab_size",), 2) if model_type == "bert" else 0)
     positions = max_positions if family["positional"] == "learned" else 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from dnnscale.errors import InputError
+from dnnscale.errors import MAX_COUNT, InputError, require_count, require_nonnegative, short_repr
 from dnnscale.workload.layer import Layer
 
 LayerBuilder = Callable[..., Layer]
@@ -46,13 +46,17 @@ def build_layer(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_va
     """Build one layer of `kind` on `input_shape`; errors name `field`."""
     if kind not in LAYER_KINDS:
         known = ", ".join(sorted(LAYER_KINDS))
-        raise InputError(f"{field}.kind", f"unknown layer kind {kind!r} (known: {known})")
+        raise InputError(f"{field}.kind", f"unknown layer kind {short_repr(kind)} (known: "
+                         f"{known})")
+    _check_fields(LAYER_KINDS[kind], kind, hyper, field)
     try:
         layer = LAYER_KINDS[kind](name=name, input_shape=tuple(input_shape),
                                   bytes_per_value=bytes_per_value,
                                   needs_input_grad=needs_input_grad, **hyper)
     except TypeError as exc:  # an unexpected or missing hyper-parameter
-        raise InputError(field, f"bad fields for a {kind} layer: {exc}") from None
+        raise InputError(field, f"bad fields for a {kind} layer: {short_repr(str(exc), 120)}") \
+            from None
+    check_layer(layer, field)
     # A kind may record its fields resolved (defaults filled in: transformer kinds do); those win.
     merged = {**hyper, **layer.hyper}
     if merged == layer.hyper:
@@ -60,14 +64,76 @@ def build_layer(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_va
     return Layer(**{**layer.__dict__, "hyper": merged})
 
 
-def _pair(value: object, field: str) -> tuple[int, int]:
+_BUILDER_ARGUMENTS = ("name", "input_shape", "bytes_per_value", "needs_input_grad")
+
+
+def _check_fields(builder: LayerBuilder, kind: str, hyper: dict[str, object], field: str) -> None:
+    """Unknown or missing hyper-parameters of a `kind` layer, named, before it is built."""
+    import inspect
+
+    parameters = inspect.signature(builder).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    known = [p for p in parameters if p not in _BUILDER_ARGUMENTS]
+    unknown = sorted(str(key) for key in hyper if key not in known)
+    if unknown:
+        raise InputError(f"{field}.{unknown[0][:60]}", f"unknown field for a {kind} layer "
+                         f"(known: {', '.join(known) or 'none'})")
+    required = [p for p in known if parameters[p].default is inspect.Parameter.empty]
+    missing = [p for p in required if p not in hyper]
+    if missing:
+        raise InputError(f"{field}.{missing[0]}", f"missing (a {kind} layer needs "
+                         f"{', '.join(required)})")
+
+
+def check_shape(shape: object, field: str, allow_scalar: bool = False) -> tuple[int, ...]:
+    """A per-sample shape: positive integers (none for a scalar, where allowed) whose product,
+    the values per sample, is at most MAX_COUNT."""
+    if not isinstance(shape, (list, tuple)) or (not shape and not allow_scalar) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape):
+        raise InputError(field, f"must be a list of positive integers, got {short_repr(shape)}")
+    if math.prod(shape) > MAX_COUNT:
+        raise InputError(field, f"{short_repr(list(shape))} holds more than {MAX_COUNT:,} values "
+                         f"per sample")
+    return tuple(shape)
+
+
+def check_layer(layer: Layer, field: str) -> Layer:
+    """Physical sanity of a built layer (any kind, however made): shapes as `check_shape`,
+    parameters a count >= 0, FLOPs and bytes per phase finite and >= 0."""
+    check_shape(layer.input_shape, f"{field}.input_shape", allow_scalar=True)
+    check_shape(layer.output_shape, f"{field}.output_shape", allow_scalar=True)
+    require_count(f"{field}.params", layer.params)
+    for name in ("fwd_flops", "input_grad_flops", "weight_grad_flops", "fwd_bytes",
+                 "input_grad_bytes", "weight_grad_bytes"):
+        require_nonnegative(f"{field}.{name}", getattr(layer, name))
+    return layer
+
+
+def _count(value: object, field: str, minimum: int = 1) -> int:
+    """A layer's integer hyper-parameter (channels, features, groups) >= `minimum`."""
+    return require_count(field, value, minimum)
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(field, f"must be true or false, got {short_repr(value)}")
+    return value
+
+
+def _pair(value: object, field: str, minimum: int = 1) -> tuple[int, int]:
+    """An integer or a pair of integers (height, width), each in [minimum, MAX_COUNT]."""
     if isinstance(value, int) and not isinstance(value, bool):
         pair = (value, value)
     elif isinstance(value, (list, tuple)) and len(value) == 2 and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value):
         pair = (int(value[0]), int(value[1]))
     else:
-        raise InputError(field, f"must be an integer or a pair of integers, got {value!r}")
+        raise InputError(field, f"must be an integer or a pair of integers, got "
+                         f"{short_repr(value)}")
+    if min(pair) < minimum or max(pair) > MAX_COUNT:
+        raise InputError(field, f"must be >= {minimum}" + (f" and <= {MAX_COUNT:,}" if max(pair)
+                         > MAX_COUNT else "") + f", got {short_repr(value)}")
     return pair
 
 
@@ -99,8 +165,11 @@ def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_
     c_in, h_in, w_in = _need_3d(input_shape, "conv2d", name)
     kh, kw = _pair(kernel, f"layers.{name}.kernel")
     sh, sw = _pair(stride, f"layers.{name}.stride")
-    ph, pw = _pair(padding, f"layers.{name}.padding")
-    if out_channels < 1 or groups < 1 or c_in % groups or out_channels % groups:
+    ph, pw = _pair(padding, f"layers.{name}.padding", minimum=0)
+    _count(out_channels, f"layers.{name}.out_channels")
+    _count(groups, f"layers.{name}.groups")
+    _flag(bias, f"layers.{name}.bias")
+    if c_in % groups or out_channels % groups:
         raise InputError(f"layers.{name}.groups", f"channels {c_in}->{out_channels} are not "
                          f"divisible into {groups} groups")
     h_out, w_out = _conv_output(h_in, kh, sh, ph), _conv_output(w_in, kw, sw, pw)
@@ -134,8 +203,8 @@ def linear(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_
         raise InputError(f"layers.{name}", f"a linear layer needs a flat input, got shape "
                          f"{list(input_shape)} (add a flatten layer before it)")
     n_in = input_shape[0]
-    if out_features < 1:
-        raise InputError(f"layers.{name}.out_features", f"must be >= 1, got {out_features}")
+    _count(out_features, f"layers.{name}.out_features")
+    _flag(bias, f"layers.{name}.bias")
     macs = n_in * out_features
     b = bytes_per_value
     return Layer(name=name, kind="linear", input_shape=(n_in,), output_shape=(out_features,),
@@ -153,7 +222,10 @@ def _pool(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_value: i
     c, h_in, w_in = _need_3d(input_shape, kind, name)
     kh, kw = _pair(kernel, f"layers.{name}.kernel")
     sh, sw = _pair(kernel if stride is None else stride, f"layers.{name}.stride")
-    ph, pw = _pair(padding, f"layers.{name}.padding")
+    ph, pw = _pair(padding, f"layers.{name}.padding", minimum=0)
+    if 2 * ph > kh or 2 * pw > kw:  # PyTorch's rule: the padding is at most half the window
+        raise InputError(f"layers.{name}.padding", f"must be at most half the kernel "
+                         f"{kh}x{kw}, got {ph}x{pw}")
     h_out, w_out = _conv_output(h_in, kh, sh, ph), _conv_output(w_in, kw, sw, pw)
     if h_out < 1 or w_out < 1:
         raise InputError(f"layers.{name}.kernel", f"pool {kh}x{kw} does not fit the "
@@ -232,9 +304,18 @@ def generic(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs
     """A layer whose costs were measured or counted elsewhere (e.g. a PyTorch import).
 
     Nothing is derived: every count is given. It is split by features (its flattened output).
+    Shapes are positive integers (an empty shape is a scalar), params a count >= 0, FLOPs and
+    bytes finite numbers >= 0.
     """
+    out_shape = check_shape(output_shape, f"layers.{name}.output_shape", allow_scalar=True)
+    require_count(f"layers.{name}.params", params)
+    for field, value in (("fwd_flops", fwd_flops), ("input_grad_flops", input_grad_flops),
+                         ("weight_grad_flops", weight_grad_flops), ("fwd_bytes", fwd_bytes),
+                         ("input_grad_bytes", input_grad_bytes),
+                         ("weight_grad_bytes", weight_grad_bytes)):
+        require_nonnegative(f"layers.{name}.{field}", value)
     return Layer(name=name, kind="generic", input_shape=input_shape,
-                 output_shape=tuple(int(v) for v in output_shape), params=int(params),
+                 output_shape=out_shape, params=int(params),
                  fwd_flops=float(fwd_flops),
                  input_grad_flops=float(input_grad_flops) if needs_input_grad else 0.0,
                  weight_grad_flops=float(weight_grad_flops), fwd_bytes=float(fwd_bytes),

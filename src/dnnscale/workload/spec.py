@@ -38,9 +38,11 @@ _TOP_FIELDS = {"name", "input_shape", "samples_per_epoch", "bytes_per_value", "l
 
 def workload_from_dict(data: dict[str, Any]) -> Workload:
     """Build a workload from the YAML mapping described in this module's docstring."""
+    if not isinstance(data, dict):
+        raise InputError("workload", f"must be a mapping, got {type(data).__name__}")
     unknown = set(data) - _TOP_FIELDS
     if unknown:
-        raise InputError(f"workload.{sorted(unknown)[0]}", f"unknown field (known: "
+        raise InputError(f"workload.{sorted(map(str, unknown))[0][:60]}", f"unknown field (known: "
                          f"{', '.join(sorted(_TOP_FIELDS))})")
     for required in ("input_shape", "layers", "samples_per_epoch"):
         if required not in data:
@@ -75,5 +77,8 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
     return data
 
 
-def save_workload_yaml(workload: Workload, path: Path) -> None:
-    path.write_text(yaml.safe_dump(workload_to_dict(workload), sort_keys=False))
+def save_workload_yaml(workload: Workload, path: Path, field: str = "output") -> None:
+    """Write the workload's YAML to `path` atomically; a failure raises InputError(field)."""
+    from dnnscale.atomic import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(workload_to_dict(workload), sort_keys=False), field)

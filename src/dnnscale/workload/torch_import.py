@@ -48,7 +48,7 @@ from dnnscale.workload.layer import Layer
 from dnnscale.workload.torch_counting import CountingMode
 from dnnscale.workload.torch_transformer import (AttentionCall, AttentionRecorder, LayerSpec,
                                                  position_table, transformer_specs)
-from dnnscale.workload.workload import Workload
+from dnnscale.workload.workload import Workload, check_workload
 
 PHASES = ("fwd", "input_grad", "weight_grad")
 TRACE_BATCHES = (2, 4)
@@ -103,15 +103,28 @@ def load_factory(spec: str) -> Callable[[], nn.Module]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InputError("--torch", f"cannot import {module_name!r}: {exc}") from None
+        raise InputError("--torch", f"cannot import {module_name!r}: {_one_line(exc)}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed to load
+        raise InputError("--torch", f"importing {module_name!r} failed: "
+                         f"{type(exc).__name__}: {_one_line(exc)}") from None
     target: Any = module
     for part in attr.split("."):
-        if not hasattr(target, part):
-            raise InputError("--torch", f"{module_name!r} has no attribute {attr!r}")
-        target = getattr(target, part)
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise InputError("--torch", f"{module_name!r} has no attribute {attr!r}") from None
+        except Exception as exc:  # noqa: BLE001 - a module __getattr__ that fails
+            raise InputError("--torch", f"reading {attr!r} of {module_name!r} failed: "
+                             f"{type(exc).__name__}: {_one_line(exc)}") from None
     if not callable(target):
         raise InputError("--torch", f"{spec!r} is not callable")
     return target
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception's message on one line, cut to `limit` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def parse_input_shapes(text: str) -> tuple[list[tuple[int, ...]], list[torch.dtype]]:
@@ -165,8 +178,14 @@ def _normalise_dtypes(input_dtypes: Any, count: int) -> list[torch.dtype]:
 def _meta_model(module: nn.Module | Callable[[], nn.Module]) -> tuple[nn.Module, bool]:
     """The model on the meta device, and whether it is the caller's own object (already meta)."""
     if not isinstance(module, nn.Module):
-        with torch.device("meta"):
-            built = module()
+        try:
+            with torch.device("meta"):
+                built = module()
+        except InputError:
+            raise
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's factory failed
+            raise InputError("torch", f"the factory raised {type(exc).__name__}: "
+                             f"{_one_line(exc)}") from None
         if not isinstance(built, nn.Module):
             raise InputError("torch", f"the factory returned {type(built).__name__}, not an "
                              f"nn.Module")
@@ -572,12 +591,12 @@ def _build_workload(model: nn.Module, traces: list[_Trace], shapes: list[tuple[i
             layers.append(layer)
             seen_weights = seen_weights or layer.has_weights
             chain_shape = layer.output_shape
-    return Workload(name=name or type(model).__name__, input_shape=shapes[0],
+    return check_workload(Workload(name=name or type(model).__name__, input_shape=shapes[0],
                     layers=tuple(layers), samples_per_epoch=samples_per_epoch,
                     bytes_per_value=bytes_per_value,
                     description=f"imported from PyTorch {type(model).__name__} with input "
                                 f"shapes {[list(s) for s in shapes]} "
-                                f"({', '.join(str(d).removeprefix('torch.') for d in dtypes)})")
+                                f"({', '.join(str(d).removeprefix('torch.') for d in dtypes)})"))
 
 
 def _as_counted(candidates: list[Layer], specs: list[LayerSpec], chain_shape: tuple[int, ...],

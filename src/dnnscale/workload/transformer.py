@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from dnnscale.errors import InputError
 from dnnscale.workload.transformer_shape import TransformerShape
-from dnnscale.workload.workload import Workload, build_workload
+from dnnscale.workload.workload import MAX_LAYERS, Workload, build_workload
 
 DEFAULT_SAMPLES_PER_EPOCH = 1_000_000
 
@@ -70,6 +71,10 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
     # (through build_workload, as a YAML file of it would be) and copy its layers for the rest.
     prefix, suffix = _prefix_specs(shape), _suffix_specs(shape)
     block = _block_specs(shape, 0)
+    total = len(prefix) + len(block) * shape.layers + len(suffix)
+    if total > MAX_LAYERS:  # checked before the copies are made
+        raise InputError("transformer.layers", f"{shape.layers:,} blocks make {total:,} layers; "
+                         f"the limit is {MAX_LAYERS:,}")
     one = build_workload(name, [seq], prefix + block + suffix, samples_per_epoch,
                          bytes_per_value, description, transformer=shape)
     head, first, tail = (one.layers[:len(prefix)], one.layers[len(prefix):-len(suffix)],

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dnnscale.errors import InputError
+from dnnscale.errors import MAX_COUNT, InputError, short_repr
 from dnnscale.workload.kinds import register_kind
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.transformer_shape import POSITIONALS
@@ -103,8 +103,9 @@ class _Dims:
 def _positive(name: str, key: str, value: object, required: bool) -> int | None:
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        problem = "missing" if value is None else f"must be an integer >= 1, got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        problem = "missing" if value is None else \
+            f"must be an integer in [1, {MAX_COUNT:,}], got {short_repr(value)}"
         raise InputError(f"layers.{name}.{key}", problem)
     return value
 
@@ -126,7 +127,7 @@ def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
     V = _positive(name, "vocab", shape.get("vocab"), "vocab" in needs)
     gated = shape.get("gated", False)
     if not isinstance(gated, bool):
-        raise InputError(f"layers.{name}.gated", f"must be true or false, got {gated!r}")
+        raise InputError(f"layers.{name}.gated", f"must be true or false, got {short_repr(gated)}")
     if h is not None and a is not None and h % a:
         raise InputError(f"layers.{name}.heads", f"{a} heads do not divide hidden size {h}")
     if a is not None and k is not None and a % k:
@@ -134,7 +135,7 @@ def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
                          f"heads")
     block = shape.get("block")
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 0):
-        raise InputError(f"layers.{name}.block", f"must be an integer >= 0 or null, got {block!r}")
+        raise InputError(f"layers.{name}.block", f"must be an integer >= 0 or null, got {short_repr(block)}")
     hyper: dict[str, object] = {"block": block, "role": str(shape.get("role") or kind),
                                 "hidden": h, "heads": a, "kv_heads": k, "seq": s, "ffn": f,
                                 "vocab": V, "gated": gated}
@@ -144,7 +145,7 @@ def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
 
 def _flag(name: str, key: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise InputError(f"layers.{name}.{key}", f"must be true or false, got {value!r}")
+        raise InputError(f"layers.{name}.{key}", f"must be true or false, got {short_repr(value)}")
     return value
 
 
@@ -210,10 +211,11 @@ def embedding(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     _expect("embedding", name, input_shape, (s,), "(seq,) token-id")
     if positional not in POSITIONALS:
         raise InputError(f"layers.{name}.positional", f"must be one of {', '.join(POSITIONALS)}, "
-                         f"got {positional!r}")
+                         f"got {short_repr(positional)}")
     for key, value in (("positions", positions), ("token_types", token_types)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"layers.{name}.{key}", f"must be an integer >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            raise InputError(f"layers.{name}.{key}", f"must be an integer in [0, {MAX_COUNT:,}], "
+                             f"got {short_repr(value)}")
     if positional == "learned" and positions < s:
         raise InputError(f"layers.{name}.positions", f"a learned position table needs at least "
                          f"seq = {s} rows, got {positions}")

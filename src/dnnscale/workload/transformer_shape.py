@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from dnnscale.errors import InputError
+from dnnscale.errors import MAX_COUNT, InputError, short_repr
 
 NORMS = ("layernorm", "rmsnorm")
 POSITIONALS = ("learned", "rope", "none")
@@ -97,14 +97,15 @@ REQUIRED_FIELDS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq
 
 
 def _require_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"transformer.{name}", f"must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+        raise InputError(f"transformer.{name}", f"must be an integer in [{minimum}, "
+                         f"{MAX_COUNT:,}], got {short_repr(value)}")
 
 
 def transformer_shape_from_dict(data: object) -> TransformerShape:
     """A `TransformerShape` from a YAML mapping of its fields; errors name the field."""
     if not isinstance(data, dict):
-        raise InputError("workload.transformer", f"must be a mapping, got {data!r}")
+        raise InputError("workload.transformer", f"must be a mapping, got {short_repr(data)}")
     unknown = sorted(set(data) - set(TRANSFORMER_FIELDS))
     if unknown:
         raise InputError(f"workload.transformer.{unknown[0]}", f"unknown field (known: "

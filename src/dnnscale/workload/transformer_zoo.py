@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer import transformer_workload
 from dnnscale.workload.workload import Workload
 
@@ -129,21 +129,21 @@ def parse_options(text: str, field: str, ints: tuple[str, ...], bools: dict[str,
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = (v.strip() for v in part.partition("="))
         if not sep or not key:
-            raise InputError(field, f"expected key=value, got {part!r}")
+            raise InputError(field, f"expected key=value, got {short_repr(part)}")
         where = f"{field}.{key}"
         if key in ints:
             try:
                 options[key] = int(value)
             except ValueError:
-                raise InputError(where, f"must be an integer, got {value!r}") from None
+                raise InputError(where, f"must be an integer, got {short_repr(value)}") from None
         elif key in bools:
             if value.lower() not in (*_TRUE, *_FALSE):
-                raise InputError(where, f"must be true or false, got {value!r}")
+                raise InputError(where, f"must be true or false, got {short_repr(value)}")
             options[bools[key]] = value.lower() in _TRUE
         elif key in choices:
             if value not in choices[key]:
                 raise InputError(where, f"must be one of {', '.join(choices[key])}, got "
-                                 f"{value!r}")
+                                 f"{short_repr(value)}")
             options[key] = value
         else:
             raise InputError(where, f"unknown key (known: {', '.join(known)})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer_zoo import TRANSFORMER_ZOO, gpt_from_name
 from dnnscale.workload.workload import Workload, build_workload
 
@@ -185,17 +185,18 @@ def zoo_workload(name: str) -> Workload:
                              f"gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200")
         return PARAMETRIC[base](argument)
     if base not in ZOO:
-        raise InputError("workload", f"unknown workload {name!r}: not a zoo name "
+        raise InputError("workload", f"unknown workload {short_repr(name)}: not a zoo name "
                          f"({', '.join(sorted([*ZOO, *(f'{p}:...' for p in PARAMETRIC)]))}) "
                          f"nor an existing YAML file")
     if not argument:
         return ZOO[base]()
     if base != "mlp":
-        raise InputError("workload", f"{base} takes no arguments, got {name!r}")
+        raise InputError("workload", f"{base} takes no arguments, got {short_repr(name)}")
     try:
         widths = tuple(int(part) for part in argument.split("-"))
     except ValueError:
-        raise InputError("workload", f"mlp widths must be integers joined by '-', got {argument!r}") from None
+        raise InputError("workload", f"mlp widths must be integers joined by '-', got "
+                         f"{short_repr(argument)}") from None
     if any(width < 1 for width in widths):
-        raise InputError("workload", f"mlp widths must be >= 1, got {argument!r}")
+        raise InputError("workload", f"mlp widths must be >= 1, got {short_repr(argument)}")
     return mlp(widths)
