@@ -115,39 +115,89 @@ def config_from_options(config_file: Optional[Path], **flags: Any) -> Any:
     return config_from_dict(data)
 
 
+def plan_from_options(config_file: Optional[Path], adam: dict[str, Any],
+                      modern: dict[str, Any]) -> Any:
+    """Adam's flags (-P -R -S --sync ...) build a Config; the GPU flags (--tp --pp --dp ...) a
+    Megatron-style plan; a --config file may hold either kind, and flags of its kind override
+    it. Mixing the kinds is an error naming the first flag of the other kind."""
+    from dnnscale.plan.modern import is_modern, modern_plan_from_dict
+    from dnnscale.yamlio import load_yaml_file
+
+    data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
+    given_adam = {k: v for k, v in adam.items() if v is not None}
+    given_modern = {k: v for k, v in modern.items() if v is not None}
+    if given_modern or is_modern(data):
+        if given_adam:
+            first = next(iter(given_adam))
+            raise InputError(f"--{first.replace('_', '-')}", "is one of Project Adam's flags; "
+                             "give either those or the GPU plan's (--tp, --pp, --dp, ...)")
+        return modern_plan_from_dict({**data, **given_modern})
+    return config_from_options(config_file, **given_adam)
+
+
 @app.command()
 @user_errors
-def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or YAML"),
-            cluster: str = typer.Option(..., "--cluster", "-c", help="preset name or YAML"),
-            config: Optional[Path] = typer.Option(None, "--config", help="config YAML"),
-            partitions: Optional[int] = typer.Option(None, "--partitions", "-P"),
-            replicas: Optional[int] = typer.Option(None, "--replicas", "-R"),
-            ps_shards: Optional[int] = typer.Option(None, "--ps-shards", "-S"),
+def predict(workload: str = typer.Option(..., "--workload", "-w",
+                                         help="zoo name, YAML, hf:config.json"),
+            cluster: str = typer.Option(..., "--cluster", "-c",
+                                        help="preset name, GPU preset as NAME:NODES, or YAML"),
+            config: Optional[Path] = typer.Option(None, "--config",
+                                                  help="config or plan YAML"),
+            partitions: Optional[int] = typer.Option(None, "--partitions", "-P",
+                                                     help="Adam: workers per replica"),
+            replicas: Optional[int] = typer.Option(None, "--replicas", "-R",
+                                                   help="Adam: data-parallel replicas"),
+            ps_shards: Optional[int] = typer.Option(None, "--ps-shards", "-S",
+                                                    help="Adam: parameter-server shards"),
             sync: Optional[str] = typer.Option(None, "--sync",
                                                help="ps-async | ps-sync | allreduce"),
-            minibatch: Optional[int] = typer.Option(None, "--minibatch", "-n"),
+            minibatch: Optional[int] = typer.Option(None, "--minibatch", "-n",
+                                                    help="Adam: samples per replica and step"),
             push_every: Optional[int] = typer.Option(None, "--push-every"),
             pull_every: Optional[int] = typer.Option(None, "--pull-every"),
             fc_protocol: Optional[str] = typer.Option(None, "--fc-protocol",
                                                       help="weights | vectors"),
             overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap"),
+            tp: Optional[int] = typer.Option(None, "--tp", help="GPU: tensor-parallel degree"),
+            pp: Optional[int] = typer.Option(None, "--pp", help="GPU: pipeline stages"),
+            dp: Optional[int] = typer.Option(None, "--dp", help="GPU: data-parallel replicas"),
+            micro_batch: Optional[int] = typer.Option(None, "--micro-batch",
+                                                      help="GPU: samples per micro-batch"),
+            global_batch: Optional[int] = typer.Option(None, "--global-batch",
+                                                       help="GPU: samples per step"),
+            schedule: Optional[str] = typer.Option(None, "--schedule",
+                                                   help="gpipe | 1f1b | interleaved"),
+            virtual_stages: Optional[int] = typer.Option(None, "--virtual-stages",
+                                                         help="interleaved: chunks per device"),
+            zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 0-3"),
+            recompute: Optional[str] = typer.Option(None, "--recompute",
+                                                    help="none | selective | full"),
+            precision: Optional[str] = typer.Option(None, "--precision",
+                                                    help="fp32 | tf32 | bf16 | fp16 | fp8"),
+            sequence_parallel: Optional[bool] = typer.Option(
+                None, "--sequence-parallel/--no-sequence-parallel"),
+            overlap_dp: Optional[bool] = typer.Option(
+                None, "--overlap-dp/--no-overlap-dp",
+                help="overlap data-parallel gradients with the backward pass"),
             layers: bool = typer.Option(False, "--layers", help="include per-layer costs"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Predict step time, throughput, epoch time and bottleneck of one configuration."""
+    """Predict step time, throughput, epoch time and bottleneck of one plan."""
+    from dnnscale.boundary import check_prediction, finite_answers
+    from dnnscale.model.predict import predict as predict_any
+    from dnnscale.plan import check_plan
     from dnnscale.system import load_system
-    from dnnscale.plan import check_config
-    from dnnscale.model import predict_config
     from dnnscale.workload import load_workload
 
-    cfg = config_from_options(config, partitions=partitions, replicas=replicas,
-                              ps_shards=ps_shards, sync=sync, minibatch=minibatch,
-                              push_every=push_every, pull_every=pull_every,
-                              fc_protocol=fc_protocol, overlap=overlap)
-    from dnnscale.boundary import check_prediction, finite_answers
-
+    plan = plan_from_options(
+        config, dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards, sync=sync,
+                     minibatch=minibatch, push_every=push_every, pull_every=pull_every,
+                     fc_protocol=fc_protocol, overlap=overlap),
+        dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
+             schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
+             precision=precision, sequence_parallel=sequence_parallel, overlap_dp=overlap_dp))
     w, c = load_workload(workload), load_system(cluster)
-    check_config(cfg, w, c)
-    prediction = check_prediction(finite_answers("predict")(predict_config)(w, c, cfg))
+    check_plan(plan, w, c)
+    prediction = check_prediction(finite_answers("predict")(predict_any)(w, c, plan))
     if as_json:
         _print_json(prediction.to_dict(with_layers=layers))
         return
@@ -156,7 +206,10 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help="zoo name
     console = _console()
     console.print(prediction_table(prediction, w.name, c.name))
     if not c.calibrated:
-        console.print(f"[yellow]note:[/yellow] cluster {c.name!r} uses uncalibrated compute rates")
+        console.print(f"[yellow]note:[/yellow] cluster {c.name!r} uses uncalibrated "
+                      f"{'efficiencies' if c.machine.is_accelerator else 'compute rates'}")
+    if not prediction.fits:
+        console.print(f"[red]does not fit:[/red] {prediction.overflow()}")
 
 
 # Each stage that has commands of its own keeps them in `<stage>/commands.py`, which defines

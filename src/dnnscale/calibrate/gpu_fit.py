@@ -52,11 +52,11 @@ class FitSpace:
 
     names: tuple[str, ...] = ("gemm_max", "gemm_half_log10_flop", "attention_max",
                               "attention_half_log10_flop", "memory_max",
-                              "memory_half_log10_bytes", "kernel_overhead_us",
-                              "collective_call_us", "intra_node_efficiency")
-    lower: tuple[float, ...] = (0.2, 5.0, 0.05, 5.0, 0.2, 3.0, 0.0, 0.0, 0.1)
-    upper: tuple[float, ...] = (0.95, 12.0, 0.95, 12.0, 1.0, 9.0, 100.0, 3000.0, 1.0)
-    start: tuple[float, ...] = (0.75, 9.0, 0.5, 9.0, 0.8, 6.0, 10.0, 30.0, 0.8)
+                              "memory_half_log10_bytes", "launch_us", "launch_contention",
+                              "pipeline_step_us", "collective_call_us", "intra_node_efficiency")
+    lower: tuple[float, ...] = (0.2, 5.0, 0.05, 5.0, 0.2, 3.0, 0.0, 0.0, 0.0, 0.0, 0.1)
+    upper: tuple[float, ...] = (0.95, 12.0, 0.95, 12.0, 1.0, 9.0, 200.0, 1.0, 1e5, 3000.0, 1.0)
+    start: tuple[float, ...] = (0.75, 9.0, 0.5, 9.0, 0.8, 6.0, 20.0, 0.05, 100.0, 20.0, 0.8)
     flop_range: tuple[float, float] = (1e6, 1e13)
     byte_range: tuple[float, float] = (1e3, 1e11)
     fixed: tuple[tuple[str, float], ...] = ()
@@ -84,14 +84,15 @@ class FitSpace:
     def profile(self, x: Sequence[float], base: GpuProfile) -> GpuProfile:
         """The profile of free parameter vector `x` (see `names`; fixed ones added)."""
         full = self.full(x)
-        (gemm_max, gemm_half, att_max, att_half, mem_max, mem_half, kernel_us, call_us,
-         intra) = full
+        (gemm_max, gemm_half, att_max, att_half, mem_max, mem_half, launch_us, contention,
+         pipeline_us, call_us, intra) = full
         gemm = sampled(gemm_max, 10 ** gemm_half, *self.flop_range)
         attention = sampled(att_max, 10 ** att_half, *self.flop_range)
         memory = sampled(mem_max, 10 ** mem_half, *self.byte_range)
         return replace(base, efficiency={"gemm": gemm, "attention": attention,
                                          "flash": attention},
-                       memory_efficiency=memory, kernel_overhead_s=kernel_us * 1e-6,
+                       memory_efficiency=memory, launch_s=launch_us * 1e-6,
+                       launch_contention=contention, pipeline_step_s=pipeline_us * 1e-6,
                        collective_latency_s=call_us * 1e-6, intra_node_efficiency=intra,
                        extra={**base.extra,
                               "fitted": {n: v for n, v in zip(self.names, full)

@@ -92,9 +92,16 @@ class StepContext:
         self.param_bytes_per_value = precision.param_bytes or b
         self.state_bytes_per_param = optimizer_state_bytes_per_param(plan, b)
         self.p2p_s = tuple(self._p2p_s(index) for index in range(len(self.stages)))
-        self.stage_seconds = tuple(
-            stage.compute_s + stage.partition_s + stage.recompute_s(plan.memory.recompute) + p2p
-            for stage, p2p in zip(self.stages, self.p2p_s))
+        launch_s = system.machine.launch_time_s(min(system.devices_per_node, plan.workers))
+        recompute = plan.memory.recompute
+        self.device_s = tuple(stage.compute_s + stage.partition_s + stage.recompute_s(recompute)
+                              for stage in self.stages)
+        pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
+        self.host_s = tuple(stage.launches(recompute) * launch_s + pipeline_step_s
+                            for stage in self.stages)
+        # A micro-batch takes the longer of its kernels' device time and their launch time.
+        self.stage_seconds = tuple(max(device, host) + p2p for device, host, p2p
+                                   in zip(self.device_s, self.host_s, self.p2p_s))
         self.busy_s = pipeline_time_s(self.stage_seconds, self.micro_batches,
                                       plan.pipeline.virtual_stages)
         self.member_params = tuple(s.stored_params(s.params or workload.params) / self.P
@@ -137,8 +144,7 @@ class StepContext:
             moved = optimizer_step_bytes(params / shard, self.grad_bytes_per_value,
                                          self.param_bytes_per_value, self.state_bytes_per_param)
             eta = device.memory_efficiency.at(moved) if device.memory_efficiency else 1.0
-            seconds = max(seconds, moved / (device.memory_bandwidth_bytes_per_s * eta)
-                          + device.kernel_overhead_s)
+            seconds = max(seconds, moved / (device.memory_bandwidth_bytes_per_s * eta))
         return seconds
 
     def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
@@ -388,12 +394,14 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
               "weight_grad": m * stage.weight_grad_s}
     compute_s = sum(phases.values())
     tp_s, pp_s = m * stage.partition_s, m * ctx.p2p_s[slowest]
+    launch_s = m * max(0.0, ctx.host_s[slowest] - ctx.device_s[slowest])
     bubble_s = max(0.0, busy_s - m * ctx.stage_seconds[slowest])
     parts = [StepPart(name, seconds, "compute") for name, seconds in phases.items()]
     parts += [StepPart("compute", compute_s, "sum", tuple(phases)),
               StepPart("recompute", recompute_s, "compute"),
               StepPart("tp_comm", tp_s, "communication"),
               StepPart("pp_comm", pp_s, "communication"),
+              StepPart("launch_wait", launch_s, "wait"),
               StepPart("bubble", bubble_s, "wait"),
               StepPart("dp_comm", dp_s, "communication"),
               StepPart("optimizer_step", update_s, "update"),
@@ -401,6 +409,7 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
     bottleneck = _largest({"compute": compute_s + recompute_s,
                            "tensor-parallel communication": tp_s,
                            "pipeline communication": pp_s, "pipeline bubble": bubble_s,
+                           "kernel launches (host bound)": launch_s,
                            "data-parallel communication": dp_s, "optimizer step": update_s})
     utilization = {"compute": (compute_s + recompute_s) / step_s, "tp_network": tp_s / step_s,
                    "pp_network": pp_s / step_s, "dp_network": dp_s / step_s}

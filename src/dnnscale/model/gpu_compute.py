@@ -1,10 +1,13 @@
 """Compute time of a layer's phases on an accelerator (performance-model.md §9).
 
-Each phase of a layer is one kernel (or none when it does no work). Its time is the roofline of
-its FLOPs at the achieved fraction of the device's peak for its precision, and of its bytes at
-the achieved fraction of HBM bandwidth, plus a fixed cost per kernel:
+Each phase of a layer is one kernel (or none when it does no work). Its time on the device is
+the roofline of its FLOPs at the achieved fraction of the device's peak for its precision, and
+of its bytes at the achieved fraction of HBM bandwidth:
 
-    t = max(F / (peak(precision) · η_class(F)), Q / (B_HBM · η_mem(Q))) + t_kernel
+    t = max(F / (peak(precision) · η_class(F)), Q / (B_HBM · η_mem(Q)))
+
+The host must also launch it; a stage's micro-batch takes the longer of its kernels' device time
+and their launch time (compose.py), so small models are launch bound.
 
 η are the device's calibrated size-dependent efficiency curves (system/gpu_profile.py): small
 GEMMs run far below peak, which is why one efficiency constant fitted on small models is far
@@ -29,11 +32,11 @@ KERNEL_CLASS = {
 @cost_formula
 def kernel_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float,
                   flop_efficiency: float, memory_bandwidth_bytes_per_s: float,
-                  memory_efficiency: float, kernel_overhead_s: float) -> float:
+                  memory_efficiency: float) -> float:
     """Time of one kernel on an accelerator.
 
-    Formula: t = max(F / (peak · η_F), Q / (B · η_Q)) + t_kernel; 0 for a kernel with no work.
-    Units: FLOP, bytes, FLOP/s, fractions, bytes/s, s -> s.
+    Formula: t = max(F / (peak · η_F), Q / (B · η_Q)); 0 for a kernel with no work.
+    Units: FLOP, bytes, FLOP/s, fractions, bytes/s -> s.
     Source: the roofline (Williams et al., CACM 2009) with achieved efficiencies per kernel size
     (performance-model.md §9; Calculon, Isaev et al. SC'23, uses the same size-dependent form).
     """
@@ -42,7 +45,7 @@ def kernel_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float,
     compute_s = flops / (peak_flops_per_s * flop_efficiency) if flops > 0 else 0.0
     memory_s = (bytes_moved / (memory_bandwidth_bytes_per_s * memory_efficiency)
                 if bytes_moved > 0 else 0.0)
-    return max(compute_s, memory_s) + kernel_overhead_s
+    return max(compute_s, memory_s)
 
 
 def peak_flops_per_s(device: Device, precision: str) -> float:
@@ -85,6 +88,5 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
         flop_eta = efficiency(device, kernel_class, work_flops) if work_flops > 0 else 1.0
         memory_eta = memory_curve.at(work_bytes) if memory_curve and work_bytes > 0 else 1.0
         times.append(kernel_time_s(work_flops, work_bytes, peak, flop_eta,
-                                   device.memory_bandwidth_bytes_per_s, memory_eta,
-                                   device.kernel_overhead_s))
+                                   device.memory_bandwidth_bytes_per_s, memory_eta))
     return times[0], times[1], times[2]

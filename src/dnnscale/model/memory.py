@@ -47,7 +47,7 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
                                        flash_attention: bool) -> float:
     """Activation bytes one transformer block keeps for its backward, per micro-batch.
 
-    Formula (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
+    Formula: (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
     h_kv key/value width, f_in/f_out the MLP activation's input/output width, t tensor degree):
       kept whole on each member: 10·s·b·h (two norm inputs 4sbh, the attention and MLP inputs
         4sbh, two dropout masks 2sbh) — divided by t under sequence parallelism;

@@ -62,6 +62,13 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
                       tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu)
 
 
+def predict(workload: Workload, system: System, plan: Config | ParallelPlan) -> Prediction:
+    """Predict Adam's flags (a Config) or a plan."""
+    if isinstance(plan, Config):
+        return predict_config(workload, system, plan)
+    return predict_plan(workload, system, plan)
+
+
 def predict_config(workload: Workload, system: System, config: Config,
                    stage: StageCosts | None = None) -> Prediction:
     """Predict the plan that Adam's flags `config` describe."""

@@ -87,6 +87,28 @@ class Prediction:
         totals.update({part.name: part.bytes for part in self.memory if part.role == "worker"})
         return totals
 
+    def label(self) -> str:
+        """The plan in a few words: Adam's flags, or TP/PP/DP, batch and options."""
+        if self.config is not None:
+            return self.config.label()
+        from dnnscale.plan.modern import plan_label
+
+        return plan_label(self.plan)
+
+    def overflow(self) -> str:
+        """Which role's memory exceeds its device and by which parts (empty when it fits)."""
+        for role, capacity in self.memory_capacity_bytes.items():
+            need = self.memory_of(role)
+            if need > capacity:
+                from dnnscale.units import format_si
+
+                parts = sorted((p for p in self.memory if p.role == role), key=lambda p: -p.bytes)
+                listed = ", ".join(f"{p.name.replace('_', ' ')} {format_si(p.bytes, 'B')}"
+                                   for p in parts)
+                return (f"a {role} needs {format_si(need, 'B')} > {format_si(capacity, 'B')} "
+                        f"({listed})")
+        return ""
+
     @property
     def fits(self) -> bool:
         """Every role's memory within its device's capacity."""

@@ -45,6 +45,9 @@ class LayerCost(NamedTuple):
     comm_forward_s: float = 0.0
     """The part of comm_s spent in the forward phase (recomputed with the forward)."""
     block: int | None = None
+    forward_launches: int = 0
+    """Kernels (compute and collectives) the host launches for the forward phase."""
+    backward_launches: int = 0
 
     @property
     def compute_s(self) -> float:
@@ -97,6 +100,17 @@ class StageCosts:
         pull, all-reduce and the shards store (every stripe worker keeps the whole kernel)."""
         return params + (self.partitions - 1) * self.replicated_params
 
+    def launches(self, recompute: str) -> int:
+        """Kernels the host launches per micro-batch: forward, backward and recomputed ones."""
+        total = sum(layer.forward_launches + layer.backward_launches for layer in self.layers)
+        if recompute == "full":
+            total += sum(layer.forward_launches for layer in self.layers
+                         if layer.block is not None)
+        elif recompute == "selective":
+            total += sum(layer.forward_launches for layer in self.layers
+                         if layer.kind in ATTENTION_CORE)
+        return total
+
     def recompute_s(self, recompute: str) -> float:
         """Forward work recomputed in the backward pass: 'full' every block layer's forward
         (with its tensor-parallel communication), 'selective' the attention core, else 0."""
@@ -118,8 +132,10 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, degr
         fwd, ing, wg = cpu_phase_times_s(layer, shard.work_fraction, minibatch, device,
                                          skip_weight_grad)
     comm_bytes = comm_messages = comm_s = comm_forward_s = 0.0
+    launches = [int(fwd > 0), int(ing > 0) + int(wg > 0)]
     library, topology = system.collective_library, system.topology
     for event in shard.events:
+        launches[event.phase != PHASE_FORWARD] += 1
         transfer = collective_transfer(event.operation, library, event.payload_bytes,
                                        event.members)
         comm_bytes += transfer.bytes
@@ -132,7 +148,7 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, degr
     block = layer.hyper.get("block")
     return LayerCost(layer.name, layer.kind, shard.scheme, shard.work_fraction, fwd, ing, wg,
                      comm_bytes, comm_messages, comm_s, shard.replicated_params, comm_forward_s,
-                     block if isinstance(block, int) else None)
+                     block if isinstance(block, int) else None, launches[0], launches[1])
 
 
 def stage_costs(workload: Workload, system: System, partitions: int, minibatch: int,

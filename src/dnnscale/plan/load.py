@@ -1,4 +1,5 @@
-"""Config YAML: the fields of `Config` (partitions, replicas, ps_shards, sync, minibatch, ...)."""
+"""Plans from YAML, mappings or objects: Adam's `Config` fields (partitions, replicas, ps_shards,
+sync, minibatch, ...) or the Megatron-style fields of plan/modern.py (tp, pp, dp, ...)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from pathlib import Path
 
 from dnnscale.errors import InputError
 from dnnscale.plan.config import Config, config_from_dict, validate_config
+from dnnscale.plan.modern import is_modern, modern_plan_from_dict, modern_plan_to_dict
+from dnnscale.plan.plan import ParallelPlan
 from dnnscale.yamlio import load_yaml_file
 
 
@@ -19,3 +22,20 @@ def load_config(source: "str | Path | Config | dict") -> Config:
         raise InputError("config", f"must be a Config, a YAML path or a mapping, got "
                          f"{type(source).__name__}")
     return config_from_dict(load_yaml_file(Path(source), "config"))
+
+
+def load_plan(source: "str | Path | Config | ParallelPlan | dict") -> "Config | ParallelPlan":
+    """Adam's flags (a Config, or a mapping/YAML of its fields) or a Megatron-style plan (a
+    ParallelPlan with Megatron's rules, or a mapping/YAML of plan/modern.py's fields), each
+    re-validated; Adam's stay a Config so that they report under their own flags."""
+    if isinstance(source, ParallelPlan):
+        if source.tensor.rules != "megatron":
+            raise InputError("plan", "give Project Adam's plans as a Config (its flags build "
+                             "the plan)")
+        return modern_plan_from_dict(modern_plan_to_dict(source))
+    if isinstance(source, (str, Path)) and not isinstance(source, Config):
+        data = load_yaml_file(Path(source), "config")
+        return modern_plan_from_dict(data) if is_modern(data) else config_from_dict(data)
+    if isinstance(source, dict) and is_modern(source):
+        return modern_plan_from_dict(source)
+    return load_config(source)

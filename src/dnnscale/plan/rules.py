@@ -5,6 +5,7 @@ from __future__ import annotations
 from dnnscale.errors import InputError
 from dnnscale.model.sharding import max_split
 from dnnscale.plan.config import Config
+from dnnscale.plan.plan import ParallelPlan
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
@@ -53,3 +54,42 @@ def check_config(config: Config, workload: Workload, system: System) -> None:
         if config.partitions > limit:
             raise InputError("config.partitions", f"{config.partitions} is more than layer "
                              f"{narrow.name!r} can be split into (at most {limit})")
+
+
+def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) -> None:
+    """A Megatron-style plan against the workload and the system: devices, head and layer
+    divisibility, the device's precision."""
+    devices = plan.workers
+    if devices > system.machines:
+        raise InputError("plan", f"needs {devices} devices (tp·pp·dp = {plan.tensor.degree}·"
+                         f"{plan.pipeline.stages}·{plan.data.replicas}) but cluster "
+                         f"{system.name!r} has {system.machines}")
+    shape = workload.transformer
+    t = plan.tensor.degree
+    if shape is not None:
+        for field, count in (("heads", shape.heads), ("kv_heads", shape.kv_heads)):
+            if count % t:
+                raise InputError("plan.tp", f"{t} does not divide the model's {count} "
+                                 f"{'attention heads' if field == 'heads' else 'key/value heads'}")
+        chunks = plan.pipeline.stages * plan.pipeline.virtual_stages
+        if shape.layers % chunks:
+            raise InputError("plan.pp", f"{shape.layers} layers do not divide into "
+                             f"{plan.pipeline.stages} stages"
+                             + (f" × {plan.pipeline.virtual_stages} chunks"
+                                if plan.pipeline.virtual_stages > 1 else ""))
+    elif plan.pipeline.stages > len(workload.layers):
+        raise InputError("plan.pp", f"{plan.pipeline.stages} stages for {len(workload.layers)} "
+                         f"layers")
+    if system.machine.is_accelerator and plan.precision.compute not in \
+            system.machine.peak_flops_per_s:
+        raise InputError("plan.precision", f"{system.machine.name} has no "
+                         f"{plan.precision.compute} units (it has "
+                         f"{', '.join(sorted(system.machine.peak_flops_per_s))})")
+
+
+def check_plan(plan: "Config | ParallelPlan", workload: Workload, system: System) -> None:
+    """Adam's flags or a Megatron-style plan against the workload and the system."""
+    if isinstance(plan, Config):
+        check_config(plan, workload, system)
+    else:
+        check_modern_plan(plan, workload, system)

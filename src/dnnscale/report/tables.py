@@ -33,12 +33,15 @@ def workload_table(workload: Workload) -> Table:
 
 
 def prediction_table(prediction: Prediction, workload_name: str, cluster_name: str) -> Table:
-    cfg = prediction.config
-    table = Table(title=f"{workload_name} on {cluster_name}: {cfg.label()}", title_justify="left",
-                  show_header=False)
+    table = Table(title=f"{workload_name} on {cluster_name}: {prediction.label()}",
+                  title_justify="left", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("throughput", f"{prediction.throughput_samples_per_s:,.1f} samples/s")
+    if prediction.tokens_per_s is not None:
+        table.add_row("tokens", f"{prediction.tokens_per_s:,.0f} tokens/s")
+    if prediction.mfu is not None:
+        table.add_row("MFU", f"{100 * prediction.mfu:.1f} %")
     table.add_row("time per step", format_seconds(prediction.step_time_s))
     table.add_row("time per epoch", format_seconds(prediction.epoch_time_s))
     table.add_row("bottleneck", prediction.bottleneck)
@@ -58,5 +61,8 @@ def add_breakdown_rows(table: Table, prediction: Prediction) -> None:
         table.add_row(f"  utilization {name.replace('_', ' ')}", f"{100 * value:.1f} %")
     table.add_section()
     table.add_row("memory per worker", format_si(prediction.memory_bytes["worker"], "B"))
-    if prediction.config.uses_ps:
+    if prediction.plan.data.uses_ps:
         table.add_row("memory per PS machine", format_si(prediction.memory_bytes["ps"], "B"))
+    elif prediction.plan.tensor.rules == "megatron" or prediction.mfu is not None:
+        for part in prediction.memory:
+            table.add_row(f"  {part.name.replace('_', ' ')}", format_si(part.bytes, "B"))

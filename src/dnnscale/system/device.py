@@ -44,8 +44,20 @@ class Device:
     over the FLOPs of one call."""
     memory_efficiency: RateCurve | None = None
     """Accelerators: achieved fraction of HBM bandwidth, a curve over the bytes of one call."""
-    kernel_overhead_s: float = 0.0
-    """Accelerators: fixed time per kernel (launch and framework), on top of its work."""
+    launch_s: float = 0.0
+    """Accelerators: host time to launch one kernel (framework and driver); a micro-batch takes
+    at least its kernels' launch time, however small the kernels (eager execution)."""
+    launch_contention: float = 0.0
+    """Accelerators: extra host time per launch for each other training process on the node
+    (they share the host's CPUs): launch time × (1 + c · (processes − 1))."""
+
+    pipeline_step_s: float = 0.0
+    """Accelerators: host time the pipeline engine spends per micro-batch and stage on its own
+    schedule (send/receive bookkeeping, buffers), beyond the kernels it launches."""
+
+    def launch_time_s(self, processes_per_node: int) -> float:
+        """Host time per kernel launch with `processes_per_node` training processes."""
+        return self.launch_s * (1 + self.launch_contention * max(0, processes_per_node - 1))
 
     @property
     def is_accelerator(self) -> bool:

@@ -32,10 +32,10 @@ MAX_NODES = 1_000_000
 DEFAULT_EFFICIENCY = GpuProfile(
     device="(default)", efficiency={"gemm": RateCurve.constant(0.6),
                                     "attention": RateCurve.constant(0.4)},
-    memory_efficiency=RateCurve.constant(0.7), kernel_overhead_s=5e-6,
+    memory_efficiency=RateCurve.constant(0.7), launch_s=1e-5, launch_contention=0.0,
     intra_node_efficiency=0.8, inter_node_efficiency=0.9, collective_latency_s=1e-5,
     source="UNCALIBRATED defaults: 60 % of peak for GEMMs, 40 % for attention matmuls, 70 % of "
-           "HBM bandwidth, 5 us per kernel, 80 % / 90 % of the NVLink / NIC rate in collectives")
+           "HBM bandwidth, 10 us to launch a kernel, 80 % / 90 % of the NVLink / NIC rate in collectives")
 """What an uncalibrated device achieves: round figures, flagged wherever they are used."""
 
 
@@ -60,9 +60,13 @@ def _node(name: str) -> dict[str, Any]:
 
 
 def default_profile_path(device: str) -> Path | None:
-    """The packaged GPU profile of `device`, if one was fitted or measured."""
-    item = _presets() / "profiles" / f"{device}.yaml"
-    return Path(str(item)) if item.is_file() else None
+    """The packaged GPU profile of `device` (e.g. A100-SXM4-80GB), else of its family (the name
+    up to its last '-': A100-SXM4, the same chip in either memory size), if one exists."""
+    for name in (device, device.rpartition("-")[0]):
+        item = _presets() / "profiles" / f"{name}.yaml"
+        if name and item.is_file():
+            return Path(str(item))
+    return None
 
 
 def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
@@ -84,7 +88,8 @@ def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
                   flops_per_s_per_core={"default": RateCurve.constant(peaks.get("fp32", 1.0))},
                   update_s_per_param=0.0, kind="gpu", name=device_name, peak_flops_per_s=peaks,
                   efficiency=dict(eff.efficiency), memory_efficiency=eff.memory_efficiency,
-                  kernel_overhead_s=eff.kernel_overhead_s)
+                  launch_s=eff.launch_s, launch_contention=eff.launch_contention,
+                  pipeline_step_s=eff.pipeline_step_s)
 
 
 def _link(key: str, where: str, efficiency: float, share: float = 1.0) -> LinkTier:

@@ -13,7 +13,8 @@ published runs (benchmarks/vtrain.py fits vTrain's single-node A100 rows) or by
       gemm: [[1e8, 0.35], [1e10, 0.7], [1e12, 0.8]]
       attention: [[...]]
     memory_efficiency: [[1e5, 0.2], [1e8, 0.8]]   # fraction of HBM bandwidth, over bytes/call
-    kernel_overhead_s: 5e-6          # per kernel
+    launch_s: 5e-6                   # host time per kernel launch
+    launch_contention: 0.05          # extra launch time per other process on the node
     intra_node_efficiency: 0.8       # achieved fraction of the intra-node link in collectives
     inter_node_efficiency: 0.96      # ... of the inter-node link
     collective_latency_s: 1e-5       # fixed cost per collective call
@@ -41,7 +42,9 @@ class GpuProfile:
     device: str
     efficiency: dict[str, RateCurve]
     memory_efficiency: RateCurve
-    kernel_overhead_s: float = 0.0
+    launch_s: float = 0.0
+    launch_contention: float = 0.0
+    pipeline_step_s: float = 0.0
     intra_node_efficiency: float = 1.0
     inter_node_efficiency: float = 1.0
     collective_latency_s: float = 0.0
@@ -91,13 +94,15 @@ def gpu_profile_from_dict(data: Any) -> GpuProfile:
         raise InputError("gpu_profile.efficiency", "must map kernel classes to curves, gemm "
                          "included")
     known = {"format", "device", "date", "source", "efficiency", "memory_efficiency",
-             "kernel_overhead_s", "intra_node_efficiency", "inter_node_efficiency",
+             "launch_s", "launch_contention", "pipeline_step_s", "intra_node_efficiency", "inter_node_efficiency",
              "collective_latency_s"}
     return GpuProfile(
         device=str(data.get("device", "")),
         efficiency={str(k): _curve(v, f"gpu_profile.efficiency.{k}") for k, v in curves.items()},
         memory_efficiency=_curve(data.get("memory_efficiency"), "gpu_profile.memory_efficiency"),
-        kernel_overhead_s=_seconds(data, "kernel_overhead_s"),
+        launch_s=_seconds(data, "launch_s"),
+        launch_contention=_seconds(data, "launch_contention"),
+        pipeline_step_s=_seconds(data, "pipeline_step_s"),
         intra_node_efficiency=_fraction(data, "intra_node_efficiency", 1.0),
         inter_node_efficiency=_fraction(data, "inter_node_efficiency", 1.0),
         collective_latency_s=_seconds(data, "collective_latency_s"),
@@ -120,7 +125,9 @@ def gpu_profile_to_dict(profile: GpuProfile) -> dict[str, Any]:
             "source": profile.source,
             "efficiency": {k: points(c) for k, c in profile.efficiency.items()},
             "memory_efficiency": points(profile.memory_efficiency),
-            "kernel_overhead_s": float(profile.kernel_overhead_s),
+            "launch_s": float(profile.launch_s),
+            "launch_contention": float(profile.launch_contention),
+            "pipeline_step_s": float(profile.pipeline_step_s),
             "intra_node_efficiency": float(profile.intra_node_efficiency),
             "inter_node_efficiency": float(profile.inter_node_efficiency),
             "collective_latency_s": float(profile.collective_latency_s),

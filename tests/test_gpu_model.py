@@ -1,0 +1,193 @@
+"""The GPU/transformer model (issue 13): memory formulas by hand on named cases, hierarchical
+collectives, pipeline schedules, Megatron's tensor-parallel events, plan rules, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from dnnscale.cli import app
+from dnnscale.errors import InputError
+from dnnscale.model import predict_plan
+from dnnscale.model.collectives import group_collective_time_s
+from dnnscale.model.megatron_rules import megatron_shard
+from dnnscale.model.memory import sharded_state_parts, transformer_block_activation_bytes
+from dnnscale.model.schedule import in_flight_micro_batches, pipeline_time_s, stage_layers
+from dnnscale.model.sharding import SplitContext
+from dnnscale.plan import check_modern_plan, modern_plan_from_dict, modern_plan_to_dict
+from dnnscale.system import LinkTier, Topology, load_system
+from dnnscale.validate.vtrain import load_rows, padded_vocab
+from dnnscale.workload import load_workload
+
+GB = 1e9
+
+
+@pytest.mark.parametrize("stage, expected_gb", [(0, 120.0), (1, 31.40625), (2, 16.640625),
+                                                (3, 1.875)])
+def test_zero_stages_reproduce_rajbhandari_figure_1(stage: int, expected_gb: float) -> None:
+    """ZeRO (SC'20) Figure 1: Ψ = 7.5B, N_d = 64, K = 12 — 120 GB, 31.4 GB, 16.6 GB, 1.9 GB:
+    (2+2+K)Ψ; 2Ψ + 2Ψ + KΨ/N_d; 2Ψ + (2+K)Ψ/N_d; (2+2+K)Ψ/N_d."""
+    parts = sharded_state_parts(7.5e9, 2, 2, 12, stage, 64)
+    assert sum(p.bytes for p in parts) / GB == pytest.approx(expected_gb)
+    assert [p.name for p in parts] == ["weights", "gradients", "optimizer_state"]
+
+
+def test_korthikanti_activation_formulas_gpt3() -> None:
+    """Korthikanti et al. 2022 eq. 1-2 and §5 for GPT-3 175B (s 2048, h 12288, a 96), b = 1,
+    t = 8, in bytes: 34·sbh + 5·a·s²·b without TP; sbh·(10 + 24/t + 5as/(ht)) with TP;
+    (34 + 5as/h)·sbh/t with sequence parallel; selective drops 5as/h; full keeps 2sbh."""
+    s, b, h, a, t = 2048, 1, 12288, 96, 8
+    sbh = s * b * h
+    common = dict(seq=s, micro_batch=b, hidden=h, heads=a, kv_hidden=h, ffn_in=4 * h,
+                  ffn_out=4 * h, flash_attention=False)
+    no_tp = transformer_block_activation_bytes(tensor=1, sequence_parallel=False,
+                                               recompute="none", **common)
+    assert no_tp == pytest.approx(sbh * (34 + 5 * a * s / h))            # 2.87 GB per layer
+    assert no_tp / GB == pytest.approx(2.869, rel=1e-3)
+    assert transformer_block_activation_bytes(tensor=t, sequence_parallel=False, recompute="none",
+                                              **common) == pytest.approx(
+        sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert transformer_block_activation_bytes(tensor=t, sequence_parallel=True, recompute="none",
+                                              **common) == pytest.approx(
+        sbh * (34 + 5 * a * s / h) / t)
+    assert transformer_block_activation_bytes(tensor=t, sequence_parallel=True,
+                                              recompute="selective", **common) == pytest.approx(
+        sbh * 34 / t)
+    assert transformer_block_activation_bytes(tensor=t, sequence_parallel=False,
+                                              recompute="full", **common) == pytest.approx(2 * sbh)
+
+
+def test_hierarchical_allreduce_by_hand() -> None:
+    """TP 16 over two nodes of 8 (NVLink 100 GB/s, IB 10 GB/s, no latency), 16 MB: reduce-
+    scatter in the node 7/8·16 MB, all-reduce of 2 MB between 2 nodes 2·1/2·2 MB, all-gather
+    7/8·16 MB: 0.14 ms + 0.2 ms + 0.14 ms."""
+    topology = Topology(8, LinkTier(10e9, 0.0, "ib"), LinkTier(100e9, 0.0, "nvlink"))
+    x = 16e6
+    expected = 7 / 8 * x / 100e9 + 2 * 1 / 2 * (x / 8) / 10e9 + 7 / 8 * x / 100e9
+    assert group_collective_time_s("allreduce", "nccl", x, 16, 1, topology) == \
+        pytest.approx(expected)
+    # inside one node: a plain ring on NVLink; one member per node: a ring on IB
+    assert group_collective_time_s("allreduce", "nccl", x, 8, 1, topology) == \
+        pytest.approx(2 * 7 / 8 * x / 100e9)
+    assert group_collective_time_s("allreduce", "nccl", x, 4, 8, topology) == \
+        pytest.approx(2 * 3 / 4 * x / 10e9)
+    assert group_collective_time_s("allreduce", "nccl", x, 1, 1, topology) == 0.0
+
+
+def test_pipeline_time_and_in_flight_micro_batches() -> None:
+    # stages of 1, 1 and 2 s, 4 micro-batches: 4·2 + (1 + 1 + 2 − 2) = 10 s (bubble 2 s)
+    assert pipeline_time_s((1.0, 1.0, 2.0), 4) == 10.0
+    # equal stages: (m + (p−1)/v)·t — 8 micro-batches, 4 stages, v = 2: (8 + 1.5)·1
+    assert pipeline_time_s((1.0,) * 4, 8, 2) == 9.5
+    assert pipeline_time_s((3.0,), 1) == 3.0
+    assert in_flight_micro_batches("1f1b", 0, 4, 16) == 4
+    assert in_flight_micro_batches("1f1b", 3, 4, 16) == 1
+    assert in_flight_micro_batches("gpipe", 3, 4, 16) == 16
+    assert in_flight_micro_batches("interleaved", 0, 4, 16, 2) == pytest.approx(4 * (1 + 3 / 8))
+
+
+def test_stage_layers_put_embedding_first_and_head_last() -> None:
+    w = load_workload("gpt:layers=4,hidden=64,heads=4,seq=16,vocab=100")
+    stages = stage_layers(w.layers, 2)
+    names = [[w.layers[i].name for i in stage] for stage in stages]
+    assert names[0][0] == "embedding" and names[-1][-1] == "cross_entropy"
+    assert {w.layers[i].hyper["block"] for i in stages[0] if w.layers[i].hyper.get("block")
+            is not None} == {0, 1}
+
+
+def test_megatron_events_per_block() -> None:
+    """Per block, forward 2 all-reduces of b·s·h (after attention and MLP), backward 2 (before
+    QKV and the MLP's first linear); with sequence parallel each is a reduce-scatter plus an
+    all-gather. b = 2, s = 16, h = 64, 2 bytes: 4096 bytes."""
+    w = load_workload("gpt:layers=1,hidden=64,heads=4,seq=16,vocab=100")
+    by_kind = {layer.kind: layer for layer in w.layers}
+    context = SplitContext("tensor", False, 2, 2)
+    events = [e for kind in ("attn_qkv", "attn_out", "mlp_up", "mlp_down")
+              for e in megatron_shard(by_kind[kind], 4, context, False).events]
+    assert [(e.operation, e.phase, e.payload_bytes) for e in events] == [
+        ("allreduce", "backward", 4096), ("allreduce", "forward", 4096),
+        ("allreduce", "backward", 4096), ("allreduce", "forward", 4096)]
+    sp = megatron_shard(by_kind["attn_out"], 4, context, True).events
+    assert [(e.operation, e.phase) for e in sp] == [("reduce_scatter", "forward"),
+                                                    ("allgather", "backward")]
+    norm = megatron_shard(by_kind["layernorm"], 4, context, False)
+    assert norm.work_fraction == 1.0 and norm.replicated_params == by_kind["layernorm"].params
+    assert megatron_shard(by_kind["layernorm"], 4, context, True).work_fraction == 0.25
+
+
+def test_plan_fields_round_trip_and_rules() -> None:
+    fields = {"tp": 8, "pp": 8, "dp": 8, "micro_batch": 1, "global_batch": 1536,
+              "recompute": "full", "precision": "bf16"}
+    plan = modern_plan_from_dict(fields)
+    assert plan.batch.accumulation == 192 and plan.workers == 512
+    assert modern_plan_from_dict(modern_plan_to_dict(plan)) == plan
+    w, c = load_workload("gpt3-175b"), load_system("dgx-a100-80g:64")
+    check_modern_plan(plan, w, c)
+    bad = [({"tp": 5}, "plan.tp: 5 does not divide the model's 96 attention heads"),
+           ({"pp": 5}, "plan.pp: 96 layers do not divide into 5 stages"),
+           ({"dp": 16}, "plan: needs 1024 devices"),
+           ({"global_batch": 1001}, "plan.global_batch: 1001 is not a multiple"),
+           ({"zero": 2}, "plan.zero: ZeRO-2 shards gradients"),
+           ({"schedule": "interleaved", "virtual_stages": 1}, "interleaved needs"),
+           ({"precision": "fp9"}, "plan.precision: must be one of")]
+    for change, message in bad:
+        with pytest.raises(InputError, match=message.replace("(", r"\(")):
+            check_modern_plan(modern_plan_from_dict({**fields, **change}), w, c)
+    with pytest.raises(InputError, match="has no fp8 units"):
+        check_modern_plan(modern_plan_from_dict({**fields, "precision": "fp8"}), w, c)
+
+
+def test_gpt3_175b_prediction_has_every_part_and_fits() -> None:
+    w, c = load_workload("gpt3-175b"), load_system("dgx-a100-80g:64")
+    plan = modern_plan_from_dict({"tp": 8, "pp": 8, "dp": 8, "micro_batch": 1,
+                                  "global_batch": 1536, "recompute": "full"})
+    p = predict_plan(w, c, plan)
+    names = [part.name for part in p.parts]
+    for name in ("compute", "recompute", "tp_comm", "pp_comm", "bubble", "dp_comm",
+                 "optimizer_step", "step"):
+        assert name in names
+    device = [part for part in p.parts if part.kind != "total" and part.kind != "sum"]
+    assert sum(part.seconds for part in device) == pytest.approx(p.step_time_s, rel=1e-9)
+    assert p.fits and p.overflow() == ""
+    assert p.tokens_per_s == pytest.approx(p.throughput_samples_per_s * 2048)
+    assert 0 < p.mfu < 1
+    # The fullest device is stage 0: 12 blocks of 12h² + 13h parameters and the embedding
+    # (V + s)·h, split 8 ways, its norms (4h per block) held whole: Ψ = W/8 + 7/8·W_norms;
+    # ZeRO-0 mixed precision: weights 2Ψ, gradients 2Ψ, optimizer state 12Ψ.
+    h, blocks = 12288, 12
+    stage = blocks * (12 * h * h + 13 * h) + (50257 + 2048) * h
+    psi = stage / 8 + 7 / 8 * blocks * 4 * h
+    memory = p.memory_bytes
+    assert (memory["weights"], memory["gradients"], memory["optimizer_state"]) == \
+        pytest.approx((2 * psi, 2 * psi, 12 * psi))
+
+
+def test_a_plan_that_does_not_fit_says_which_part() -> None:
+    w, c = load_workload("gpt3-175b"), load_system("dgx-a100-80g:8")
+    p = predict_plan(w, c, modern_plan_from_dict({"tp": 8, "dp": 8, "global_batch": 64}))
+    assert not p.fits
+    assert p.overflow().startswith("a worker needs") and "optimizer state" in p.overflow()
+
+
+def test_cli_predict_gpu_plan_json_and_errors() -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["predict", "-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp",
+                                 "8", "--pp", "8", "--dp", "8", "--global-batch", "1536",
+                                 "--recompute", "full", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["config"] is None and data["plan"]["tensor"]["degree"] == 8
+    assert {"tokens_per_s", "mfu"} <= set(data)
+    assert {"weights", "gradients", "optimizer_state", "activations"} <= set(data["memory_bytes"])
+    mixed = runner.invoke(app, ["predict", "-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp",
+                                "8", "-R", "2"])
+    assert mixed.exit_code == 2 and "--replicas: is one of Project Adam's flags" in mixed.output
+    bad = runner.invoke(app, ["predict", "-w", "gpt3-175b", "-c", "dgx-a100-80g:x", "--tp", "8"])
+    assert bad.exit_code == 2 and "cluster" in bad.output
+
+
+def test_vtrain_rows_load() -> None:
+    assert len(load_rows("single")) == 1440 and len(load_rows("multi")) == 109
+    assert padded_vocab(1) == 50304 and padded_vocab(8) == 51200
