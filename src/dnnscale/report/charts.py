@@ -38,7 +38,7 @@ def _legend(names: Sequence[str], y: float, width: float) -> tuple[list[str], fl
     body, x, row = [], 10.0, 0
     for name in names:
         label = human(name)
-        span = 22 + 7 * len(label)
+        span = 30 + 7.5 * len(label)
         if x + span > width and x > 10:
             x, row = 10.0, row + 1
         top = y + row * 18

@@ -21,7 +21,7 @@ PART_TEXT: dict[str, str] = {
     "weight_grad": "backward pass: the gradient of each layer's weights",
     "compute": "the sum of forward, input_grad and weight_grad (not a separate activity)",
     "recompute": "forward work done again in the backward pass because activation "
-                 "recomputation dropped those activations (--recompute selective | full)",
+                 "recomputation dropped those activations (--recompute selective or full)",
     # communication
     "partition_comm": "traffic between the P workers of one replica caused by splitting the "
                       "layers across them (activations gathered, input gradients reduced; Adam's "

@@ -32,8 +32,8 @@ def _key_figures(prediction: Prediction) -> list[tuple[str, str]]:
 
 
 def plan_sections(prediction: Prediction, workload: Any, system: Any) -> list[str]:
-    """The sections every page with a plan shows: figures, step parts, timeline, memory,
-    utilisation, per-layer costs."""
+    """The sections every page with a plan shows, in this order: figures, step parts,
+    timeline, memory, utilisation, per-layer costs (when the prediction has them)."""
     overflow = "" if prediction.fits else para(f"Does not fit: {prediction.overflow()}",
                                                "band none")
     out = [section("plan", f"Plan: {prediction.label()}", figures(_key_figures(prediction)),
@@ -170,7 +170,7 @@ def optimize_page(result: Any, workload: Any, system: Any,
     plan = plan_sections(best, workload, system)
     return page(f"{result.workload} on {result.cluster}: the fastest plan within "
                 f"{result.machines} machines", f"Chosen by dnnscale: {best.label()}",
-                plan[:1] + head + plan[1:] + tail)
+                plan[:1] + head + plan[1:4] + tail[:2] + plan[4:] + tail[2:])
 
 
 def _escape(text: str) -> str:
