@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 import dnnscale
 from dnnscale.model.prediction import Prediction
-from dnnscale.plan import modern_plan_from_dict
 from dnnscale.report import explain
 from dnnscale.report.csv_out import COLUMNS, ranked_csv
 from dnnscale.report.pages import change_points, family, outliers, prediction_page
@@ -272,3 +271,44 @@ def test_page_is_self_contained() -> None:
     assert "<script" not in page and "http://" not in page.replace(
         'xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
     assert page.count('class="chart timeline"') >= 1 and 'class="chart memory"' in page
+
+
+def test_curve_png_marks_changes_and_the_chosen_plan(tmp_path: Path) -> None:
+    from dnnscale.report.curve_plot import plot_result_curve
+
+    result = dnnscale.optimize("adam-cifar10", "adam-2014", machines=24)
+    out = plot_result_curve(result, tmp_path / "curve.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_validation_plots_name_what_they_show(tmp_path: Path) -> None:
+    """Titles carry the workload, testbed and network; machine counts are whole numbers."""
+    from dnnscale.validate import report as validation
+
+    rows = [{"id": i, "set": "grid", "config": {"sync": "allreduce"}, "machines": m,
+             "predicted_throughput_samples_per_s": 10.0 * m,
+             "measured": {"throughput_samples_per_s": 9.0 * m}} for i, m in enumerate((1, 2, 3))]
+    result = {"workload": "adam-cifar10", "testbed": "tb", "network": "100 Mbit/s", "rows": rows}
+    figures = []
+    with mock.patch.object(validation, "_save", lambda figure, path: figures.append(figure)):
+        validation.plot(result, tmp_path)
+    scatter, curves = (figure.axes[0] for figure in figures)
+    for axis in (scatter, curves):
+        assert "adam-cifar10 on testbed tb (100 Mbit/s)" in axis.get_title()
+    curves.figure.canvas.draw()
+    ticks = [t for t in curves.get_xticks() if 1 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_report_of_a_missing_validation_folder_is_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from dnnscale.cli import app
+
+    result = CliRunner().invoke(app, ["report", "--validation", str(tmp_path / "none"), "-o",
+                                      str(tmp_path / "v.html")])
+    assert result.exit_code == 2 and "--validation" in result.output
+    (tmp_path / "results.json").write_text('{"rows": 3}')
+    result = CliRunner().invoke(app, ["report", "--validation", str(tmp_path), "-o",
+                                      str(tmp_path / "v.html")])
+    assert result.exit_code == 2 and "results.json of dnnscale validate" in result.output

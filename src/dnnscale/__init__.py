@@ -26,7 +26,6 @@ from dnnscale.optimize import optimize as _search
 if TYPE_CHECKING:
     from dnnscale.system import System
     from dnnscale.model import Prediction
-    from dnnscale.workload import Workload
 
 __version__ = "0.1.0"
 __all__ = ["Config", "ParallelPlan", "optimize", "predict", "__version__"]

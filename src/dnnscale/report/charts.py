@@ -4,7 +4,6 @@ SVG string; elements carry classes (`seg`, `mem-part`, `curve-line`, ...) a test
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -336,7 +335,3 @@ def bars_svg(values: Sequence[tuple[str, float]], width: int = 1000) -> str:
                          class_="util-bar", data_part=name))
         body.append(text(scale(shown) + 4, y + 12, f"{100 * value:.1f} %", class_="tick"))
     return svg(width, 12 + len(values) * (bar_h + 6), body, class_="chart utilization", **_font())
-
-
-def finite(value: float) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -44,8 +44,15 @@ def plot_curve(machines: Sequence[int], epoch_time_s: Sequence[float], speedup: 
     import matplotlib.pyplot as plt
 
     out = Path(path)
-    rows = min(len(changes), 8)
-    figure, (time_axis, speedup_axis) = plt.subplots(1, 2, figsize=(11, 4.6 + 0.18 * rows))
+    key = ""
+    if changes:
+        key = "best plan changes — " + "; ".join(
+            f"{i}: from {b}, {f}" for i, (b, f) in enumerate(changes[:24], 1))
+        if len(changes) > 24:
+            key += f"; … {len(changes) - 24} more"
+    key_lines = -(-len(key) // 190)  # about 190 characters of 7-point text per 11-inch line
+    key_in = 0.12 + 0.13 * key_lines if key else 0.0
+    figure, (time_axis, speedup_axis) = plt.subplots(1, 2, figsize=(11, 4.2 + key_in))
     try:
         hours = [seconds / 3600 for seconds in epoch_time_s]
         time_axis.plot(machines, hours, marker="." if len(machines) < 60 else None,
@@ -79,14 +86,10 @@ def plot_curve(machines: Sequence[int], epoch_time_s: Sequence[float], speedup: 
                            markeredgecolor="tab:red", markeredgewidth=2, label=f"chosen: {label}")
             time_axis.legend(loc="upper right", fontsize=8)
         speedup_axis.legend(loc="upper left")
-        if changes:
-            key = "; ".join(f"{i}: from {b}, {f}" for i, (b, f) in enumerate(changes[:24], 1))
-            if len(changes) > 24:
-                key += f"; … {len(changes) - 24} more"
-            figure.text(0.01, 0.01, "best plan changes — " + key, fontsize=7, wrap=True,
-                        va="bottom")
+        if key:
+            figure.text(0.01, 0.04 / (4.2 + key_in), key, fontsize=7, wrap=True, va="bottom")
         figure.suptitle(title)
-        figure.tight_layout(rect=(0, 0.04 + 0.03 * rows if changes else 0, 1, 1))
+        figure.tight_layout(rect=(0, key_in / (4.2 + key_in), 1, 1))
         with atomic_output(out, "plot") as temporary:  # an existing plot stays until done
             try:
                 figure.savefig(temporary, format="png", dpi=110)

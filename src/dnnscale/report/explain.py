@@ -82,13 +82,6 @@ UTILIZATION_TEXT: dict[str, str] = {
     "dp_network": "fraction of the step in data-parallel communication",
 }
 
-KIND_TEXT: dict[str, str] = {
-    "compute": "computation", "sum": "a sum of the rows under it", "communication":
-    "communication", "wait": "waiting (idle)", "update": "applying the update",
-    "total": "the step",
-}
-
-
 def part_text(name: str) -> str:
     """The sentence for a step part (a plain fallback for a name without one)."""
     return PART_TEXT.get(name, "(no description yet)")

@@ -63,8 +63,10 @@ def resolve_workload(source: Any, input_shape: Any = None, loss: str | None = No
     if input_shape is None:
         example = "--input-shape 3,224,224" if shape_field.startswith("-") \
             else "input_shape=(3, 224, 224)"
-        raise InputError(shape_field, f"a PyTorch model needs the shape of one input sample "
-                         f"without the batch, e.g. {example}")
+        named = f"{source!r} is no zoo name or file; as package.module:factory, " \
+            if isinstance(source, str) else ""
+        raise InputError(shape_field, f"{named}a PyTorch model needs the shape of one input "
+                         f"sample without the batch, e.g. {example}")
     from dnnscale.workload.torch_import import from_torch, load_factory, parse_input_shapes
 
     dtypes = None
