@@ -121,9 +121,11 @@ def test_html_flags_write_pages(tmp_path: Path) -> None:
 def test_report_chooses_predict_or_optimize(tmp_path: Path) -> None:
     from dnnscale.report.commands import command_for
 
-    assert command_for(["-w", "x", "-P", "4"]) == "predict"
-    assert command_for(["--tp=8", "-w", "x"]) == "predict"
-    assert command_for(["-w", "x", "--machines", "64", "-n", "16,32"]) == "optimize"
+    root = typer.main.get_command(app)
+    assert command_for(["-w", "x", "-P", "4"], root) == "predict"
+    assert command_for(["--tp", "8", "--pp", "8", "--dp=8", "-w", "x"], root) == "predict"
+    assert command_for(["--tp", "8", "--pp", "8", "--global-batch", "64"], root) == "optimize"
+    assert command_for(["-w", "x", "--machines", "64", "-n", "16,32"], root) == "optimize"
     result = runner.invoke(app, ["report", "-w", "adam-cifar10", "-c", "adam-2014", "-P", "0",
                                  "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2 and "config.partitions" in result.output
@@ -138,3 +140,20 @@ def test_help_does_not_load_heavy_modules() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60)
     assert result.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_gpu_search_writes_its_report_and_csv(tmp_path: Path) -> None:
+    """The GPU-plan search (a transformer on GPUs) gets the same --html and --csv: its chosen
+    plan's timeline per stage, its curve over GPU counts, the best plan of each family."""
+    page, table = tmp_path / "gpu.html", tmp_path / "gpu.csv"
+    result = runner.invoke(app, ["optimize", "-w",
+                                 "gpt:layers=8,hidden=256,heads=8,seq=128,vocab=1000",
+                                 "-c", "dgx-a100-80g:2", "--global-batch", "64", "--top", "3",
+                                 "--html", str(page), "--csv", str(table), "-q"])
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    assert 'class="chart curve"' in html and 'class="chart timeline"' in html
+    assert 'id="families"' in html and "within 16 GPUs" in html
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    assert len(rows) == 3 and all(r["aggregation"].startswith(("allreduce", "zero")) for r in rows)
+    assert float(rows[0]["step_time_s"]) <= float(rows[1]["step_time_s"])

@@ -70,7 +70,8 @@ def test_report_of_make_runs_plan(tmp_path: Path) -> None:
         assert _count(browser, "svg.memory .mem-part") == len(result.best.memory) == 4
         assert _count(browser, "svg.curve .curve-line") == 1 + len(result.best_per_mode) == 4
         assert _count(browser, "svg.curve .chosen") == 1
-        assert _count(browser, "svg.curve .change-point") == len(change_points(result.curve))
+        assert _count(browser, "svg.curve .change-point") == len(change_points(
+            [(p.machines, p.prediction) for p in result.curve]))
         assert _count(browser, "#top tbody tr") == len(result.top)
         for chart in ("svg.timeline", "svg.memory", "svg.curve", "svg.step-bar"):
             assert _drawn_width(browser, chart) > 600, chart

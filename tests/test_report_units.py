@@ -233,16 +233,13 @@ def test_ranked_csv_rows() -> None:
 def test_families_and_change_points() -> None:
     """A family is the plan without its replica and shard counts; a change point is a budget
     whose best plan's family differs from the budget before."""
-    from types import SimpleNamespace
-
     a = _adam(sync="ps-async", partitions=2, replicas=5, ps_shards=3)
     b = _adam(sync="ps-async", partitions=2, replicas=7, ps_shards=1)
     c = _adam(sync="allreduce", partitions=1, replicas=9)
     assert family(a) == family(b) == "ps-async P=2 n=32"
     assert family(c) == "allreduce P=1 n=32"
     assert family(_gpu()[0]) == "TP2 PP4 mb1 1f1b bf16"
-    points = [SimpleNamespace(machines=m, prediction=p)
-              for m, p in ((4, a), (5, b), (9, c), (10, c), (12, a))]
+    points = [(4, a), (5, b), (9, c), (10, c), (12, a)]
     assert change_points(points) == [(9, "allreduce P=1 n=32"), (12, "ps-async P=2 n=32")]
 
 

@@ -52,9 +52,28 @@ def register(app: typer.Typer) -> None:
                                                 help="write the scalability curve as a PNG"),
             full_curve: bool = typer.Option(False, "--full-curve",
                                             help="print every budget of the curve"),
+            global_batch: Optional[int] = typer.Option(
+                None, "--global-batch", help="GPU plans: samples (sequences) per step"),
+            tp: Optional[str] = typer.Option(None, "--tp", help="GPU: tensor degrees, e.g. 1,2,4,8"),
+            pp: Optional[str] = typer.Option(None, "--pp", help="GPU: pipeline stages, e.g. 1,2,4"),
+            micro_batch: Optional[str] = typer.Option(None, "--micro-batch",
+                                                      help="GPU: micro-batch choices"),
+            zero: Optional[str] = typer.Option(None, "--zero", help="GPU: ZeRO stages, e.g. 0,1"),
+            recompute: Optional[str] = typer.Option(
+                None, "--recompute", help="GPU: none,selective,full (choices)"),
+            schedule: Optional[str] = typer.Option(None, "--schedule",
+                                                   help="GPU: 1f1b,interleaved,gpipe (choices)"),
+            precision: str = typer.Option("bf16", "--precision", help="GPU: bf16 | fp16 | fp8 ..."),
+            objective: str = typer.Option("time", "--objective", help="time | cost"),
+            price: Optional[float] = typer.Option(
+                None, "--price", help="USD per device-hour (for --objective cost)"),
+            pareto: bool = typer.Option(False, "--pareto",
+                                        help="list the plans no other beats on time and GPUs"),
+            tokens: Optional[float] = typer.Option(
+                None, "--tokens", help="GPU: also report the time to train this many tokens"),
             html: Optional[Path] = typer.Option(
-                None, "--html", help="also write the HTML report (timeline, memory, curve "
-                "per mode) to FILE"),
+                None, "--html", help="also write the HTML report (timeline, memory, curve) to "
+                "FILE"),
             csv: Optional[str] = typer.Option(None, "--csv",
                                               help="also write the ranked plans as CSV to "
                                                    "FILE ('-': stdout)"),
@@ -68,6 +87,7 @@ def register(app: typer.Typer) -> None:
         from dnnscale.optimize.space import parse_int_list
 
         from dnnscale.atomic import check_output_path
+        from dnnscale.optimize.api import is_gpu_problem
         from dnnscale.system import load_system
         from dnnscale.workload.source import resolve_workload
 
@@ -75,12 +95,21 @@ def register(app: typer.Typer) -> None:
                            (None if csv == "-" else csv, "--csv")):
             if path is not None:
                 check_output_path(path, name)
+        w = resolve_workload(workload, input_shape, field="--workload")
+        c = load_system(cluster)
+        silent = quiet or csv == "-"
+        if is_gpu_problem(w, c):
+            from dnnscale.optimize.modern_commands import run_modern
+
+            found = run_modern(w, c, machines, global_batch, top, tp, pp, micro_batch, zero,
+                               recompute, schedule, precision, objective, price, pareto, tokens,
+                               plot, as_json, quiet=silent)
+            _write_outputs(found, w, c, html, csv, None, silent)
+            return
 
         base = config_from_dict({"fc_protocol": fc_protocol, "overlap": overlap,
                                  "optimizer": optimizer, "epoch_fraction": epoch_fraction},
                                 where="optimize")
-        w = resolve_workload(workload, input_shape, field="--workload")
-        c = load_system(cluster)
 
         def search(chosen_modes: Any, how_many: int) -> Any:
             return run_optimize(w, c, machines=machines, modes=chosen_modes, top=how_many,
@@ -94,16 +123,8 @@ def register(app: typer.Typer) -> None:
             from dnnscale.report.curve_plot import plot_result_curve
 
             plot_result_curve(result, plot)
-        if html is not None:
-            from dnnscale.report.build import optimize_report
-            from dnnscale.report.pages import write_html
-
-            write_html(optimize_report(result, w, c, lambda mode: search(mode, 1)), html)
-        if csv is not None:
-            from dnnscale.report.csv_out import write_ranked_csv
-
-            write_ranked_csv(result.top, csv)
-        if quiet or csv == "-":
+        _write_outputs(result, w, c, html, csv, lambda mode: search(mode, 1), True)
+        if silent:
             return
         if as_json:
             from dnnscale.jsonout import print_json
@@ -111,6 +132,22 @@ def register(app: typer.Typer) -> None:
             print_json(result.to_dict())
             return
         _print_report(result, full_curve, plot, html)
+
+
+def _write_outputs(result: Any, workload: Any, system: Any, html: Optional[Path],
+                   csv: Optional[str], rerun: Any, silent: bool) -> None:
+    """The HTML report and the CSV of the ranked plans, when asked for."""
+    if html is not None:
+        from dnnscale.report.build import optimize_report
+        from dnnscale.report.pages import write_html
+
+        write_html(optimize_report(result, workload, system, rerun), html)
+        if not silent:
+            print(f"report written to {html}")
+    if csv is not None:
+        from dnnscale.report.csv_out import write_ranked_csv
+
+        write_ranked_csv(result.top, csv)
 
 
 def _print_report(result: Any, full_curve: bool, plot: Optional[Path],

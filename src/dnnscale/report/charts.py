@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from dnnscale.model.prediction import Prediction
 from dnnscale.report.explain import activities, human, memory_text, part_text
-from dnnscale.report.svg import (LinearScale, LogScale, duration_ticks, line, number_label, rect,
+from dnnscale.report.svg import (LinearScale, LogScale, duration_label, duration_ticks, line,
+                                 number_label, rect,
                                  seconds_ticks, svg, text)
 from dnnscale.report.timeline import Timeline
 from dnnscale.units import format_seconds, format_si
@@ -190,10 +191,13 @@ class CurveSeries:
 
 
 def _log_axes(x: LogScale, y: LogScale, x_label: str, y_label: str, y_format: object,
-              plot: tuple[float, float, float, float]) -> list[str]:
+              plot: tuple[float, float, float, float],
+              x_values: Sequence[float] = ()) -> list[str]:
+    """Frame, grid and labels; `x_values`, when given, are the labelled x ticks (a curve's own
+    budgets where they are few)."""
     left, top, right, bottom = plot
     body = [rect(left, top, right - left, bottom - top, "#fcfcfc", stroke="#bbb")]
-    labelled, minor = x.ticks()
+    labelled, minor = (list(x_values), []) if x_values else x.ticks()
     for value in minor:
         body.append(line(x(value), top, x(value), bottom, stroke="#f0f0f0"))
     for value in labelled:
@@ -202,6 +206,7 @@ def _log_axes(x: LogScale, y: LogScale, x_label: str, y_label: str, y_format: ob
                          class_="tick"))
     if y_format is format_seconds:
         labelled, minor = duration_ticks(y.lo, y.hi), []
+        y_format = duration_label
     else:
         labelled, minor = y.ticks()
     for value in minor:
@@ -212,25 +217,27 @@ def _log_axes(x: LogScale, y: LogScale, x_label: str, y_label: str, y_format: ob
                          class_="tick"))
     body.append(text((left + right) / 2, bottom + 34, x_label, text_anchor="middle",
                      class_="axis-label"))
-    body.append(text(14, (top + bottom) / 2, y_label, text_anchor="middle",
-                     transform=f"rotate(-90 14 {(top + bottom) / 2:.0f})", class_="axis-label"))
+    body.append(text(12, (top + bottom) / 2, y_label, text_anchor="middle",
+                     transform=f"rotate(-90 12 {(top + bottom) / 2:.0f})", class_="axis-label"))
     return body
 
 
 def curve_svg(series: Sequence[CurveSeries], chosen: tuple[int, float, str] | None,
-              changes: Sequence[tuple[int, str]], width: int = 1000, height: int = 420) -> str:
+              changes: Sequence[tuple[int, str]], width: int = 1000, height: int = 420,
+              x_label: str = "machine budget", y_label: str = "best predicted epoch time") -> str:
     """Best predicted epoch time per machine budget (log-log), one line per series; the chosen
     plan as a ring with its label; each budget where the best plan's family changes as a
     dashed line labelled with the new family."""
     points = [pt for s in series for pt in s.points]
     if not points:
         return svg(width, 40, [text(10, 24, "no scalability curve")], class_="chart curve")
-    plot = (70.0, 24.0, width - 20.0, height - 50.0)
+    plot = (84.0, 24.0, width - 20.0, height - 50.0)
     x = LogScale(min(p[0] for p in points), max(p[0] for p in points) * 1.02, plot[0], plot[2])
     y = LogScale(min(p[1] for p in points) / 1.15, max(p[1] for p in points) * 1.15, plot[3],
                  plot[1])
-    body = _log_axes(x, y, "machine budget", "best predicted epoch time",
-                     format_seconds, plot)
+    budgets = sorted({p[0] for p in points})
+    body = _log_axes(x, y, x_label, y_label, format_seconds, plot,
+                     budgets if len(budgets) <= 12 else ())
     last_label_end = -1e9
     for index, (budget, family) in enumerate(changes):
         cx = x(budget)
@@ -254,8 +261,8 @@ def curve_svg(series: Sequence[CurveSeries], chosen: tuple[int, float, str] | No
         if len(item.points) <= 150 and not overall:
             for budget, seconds, label in item.points:
                 body.append(f'<circle cx="{x(budget):.1f}" cy="{y(seconds):.1f}" r="2.5" '
-                            f'fill="{stroke}" class="curve-point"><title>{item.name}, budget '
-                            f'{budget}: {format_seconds(seconds)} per epoch with '
+                            f'fill="{stroke}" class="curve-point"><title>{item.name}, '
+                            f'{x_label} {budget}: {format_seconds(seconds)} with '
                             f'{label}</title></circle>')
         body.append(rect(plot[2] - 230, plot[1] + 24 + 18 * index, 14, 7 if overall else 3,
                          stroke, fill_opacity=0.3 if overall else None))
@@ -290,7 +297,7 @@ def scatter_svg(points: Sequence[ScatterPoint], title_unit: str = "samples/s",
         return svg(width, 40, [text(10, 24, "no validated configurations")], class_="chart scatter")
     values = [v for p in points for v in (p.measured, p.predicted)]
     lo, hi = min(values) / 1.3, max(values) * 1.3
-    plot = (70.0, 20.0, width - 20.0, height - 50.0)
+    plot = (84.0, 20.0, width - 20.0, height - 50.0)
     x, y = LogScale(lo, hi, plot[0], plot[2]), LogScale(lo, hi, plot[3], plot[1])
     body = _log_axes(x, y, f"measured {title_unit}", f"predicted {title_unit}", number_label, plot)
     band = (f"M{x(lo):.1f},{y(lo * 0.9):.1f} L{x(hi):.1f},{y(hi * 0.9):.1f} "

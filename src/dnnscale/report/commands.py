@@ -1,9 +1,10 @@
 """`dnnscale report`: the HTML report of a plan, of the optimizer's best plan, or of a
 validation run. Imported at CLI start-up: only typer here.
 
-With a plan's shape among the flags (-P/-R/-S/--sync/--config, or --tp/--pp/--dp) it is
-`predict ... --html OUTPUT`; without one, `optimize ... --html OUTPUT` (the chosen plan with its
-curve); with --validation DIR, the page of DIR/results.json written by `dnnscale validate`.
+With any flag that only `predict` has (a plan's shape: -P/-R/-S/--sync/--config, --dp, ...)
+it is `predict ... --html OUTPUT`; otherwise `optimize ... --html OUTPUT` (the chosen plan with
+its curve; --tp/--pp there are choices for the GPU search); with --validation DIR, the page of
+DIR/results.json written by `dnnscale validate`.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ from typing import Optional
 
 import typer
 
-PLAN_FLAGS = ("-P", "--partitions", "-R", "--replicas", "-S", "--ps-shards", "--sync",
-              "--config", "--tp", "--pp", "--dp")
-"""Flags that give a plan's shape: with any of them the report is of that plan (predict)."""
 
 
-def command_for(args: list[str]) -> str:
-    """'predict' when the arguments fix a plan's shape, else 'optimize'."""
+def _options(command: object) -> set[str]:
+    return {opt for param in getattr(command, "params", [])
+            for opt in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ()))}
+
+
+def command_for(args: list[str], root: object) -> str:
+    """'predict' when the arguments hold a flag that only predict has (they fix one plan),
+    else 'optimize'."""
+    commands = getattr(root, "commands", {})
+    only_predict = _options(commands["predict"]) - _options(commands["optimize"])
     names = {arg.split("=", 1)[0] for arg in args if arg.startswith("-")}
-    return "predict" if names & set(PLAN_FLAGS) else "optimize"
+    return "predict" if names & only_predict else "optimize"
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +42,8 @@ def register(app: typer.Typer) -> None:
         timeline of one step per worker or stage, memory per device, the scalability curve
         per mode with the chosen plan and change points, the top plans; or, with
         --validation DIR, predicted vs measured. Give predict's flags for one plan
-        (-w W -c C -P 4 -R 8 -S 4, or --tp/--pp/--dp), or optimize's for its best plan."""
+        (-w W -c C -P 4 -R 8 -S 4, or --tp 8 --pp 8 --dp 8 ...), or optimize's for its best
+        plan."""
         from dnnscale.errors import user_errors
 
         if validation is not None:
@@ -45,8 +52,9 @@ def register(app: typer.Typer) -> None:
         args = list(ctx.args)
         from typer.main import get_command
 
-        code = get_command(app).main([command_for(args), *args, "--html", str(output),
-                                      "--quiet"], prog_name="dnnscale", standalone_mode=False)
+        root = get_command(app)
+        code = root.main([command_for(args, root), *args, "--html", str(output), "--quiet"],
+                         prog_name="dnnscale", standalone_mode=False)
         if code:  # the command printed its one-line error
             raise typer.Exit(code)
         print(f"report written to {output}")

@@ -28,11 +28,14 @@ def _label_125(axis: Any) -> None:
 def plot_curve(machines: Sequence[int], epoch_time_s: Sequence[float], speedup: Sequence[float],
                path: str | Path, title: str = "Scalability curve",
                changes: Sequence[tuple[int, str]] = (),
-               chosen: tuple[int, float, str] | None = None) -> Path:
-    """Write a two-panel PNG to `path`: epoch time (hours, log-log) and speedup (with the linear
-    ideal from the first budget) over the machine budget. `changes`: (budget, new best plan
-    family) drawn as dashed lines, numbered, with a key below; `chosen`: (machines used, epoch
-    seconds, label) of the chosen plan, ringed. Returns the path written.
+               chosen: tuple[int, float, str] | None = None,
+               x_label: str = "machine budget M",
+               time_label: str = "best predicted epoch time") -> Path:
+    """Write a two-panel PNG to `path`: the time (`epoch_time_s`, or any time per budget with
+    `time_label`; log-log, in h, min or s as its size asks) and speedup (with the linear ideal
+    from the first budget) over the budget. `changes`: (budget, new best plan family) drawn as
+    dashed lines, numbered, with a key below; `chosen`: (budget used, seconds, label) of the
+    chosen plan, ringed. Returns the path written.
 
     Raises InputError (field 'plot') when the curve is empty or the file cannot be written.
     """
@@ -54,22 +57,25 @@ def plot_curve(machines: Sequence[int], epoch_time_s: Sequence[float], speedup: 
     key_in = 0.12 + 0.13 * key_lines if key else 0.0
     figure, (time_axis, speedup_axis) = plt.subplots(1, 2, figsize=(11, 4.2 + key_in))
     try:
-        hours = [seconds / 3600 for seconds in epoch_time_s]
-        time_axis.plot(machines, hours, marker="." if len(machines) < 60 else None,
+        longest = max(epoch_time_s)
+        unit, factor = next((u, f) for u, f in (("d", 86400.0), ("h", 3600.0), ("min", 60.0),
+                                                ("s", 1.0)) if longest >= 2 * f or f == 1.0)
+        scaled = [seconds / factor for seconds in epoch_time_s]
+        time_axis.plot(machines, scaled, marker="." if len(machines) < 60 else None,
                        color="tab:blue")
         time_axis.set_xscale("log")
         time_axis.set_yscale("log")
-        time_axis.set_xlabel("machine budget M")
-        time_axis.set_ylabel("best predicted epoch time (h)")
+        time_axis.set_xlabel(x_label)
+        time_axis.set_ylabel(f"{time_label} ({unit})")
         time_axis.grid(True, which="both", alpha=0.3)
         first = machines[0]
         speedup_axis.plot(machines, speedup, color="tab:orange", label="best configuration")
         speedup_axis.plot(machines, [m / first for m in machines], color="grey", linestyle="--",
-                          label=f"linear (from {first} machine{'s' if first > 1 else ''})")
+                          label=f"linear (from {first})")
         speedup_axis.set_xscale("log")
         speedup_axis.set_yscale("log")
-        speedup_axis.set_xlabel("machine budget M")
-        speedup_axis.set_ylabel(f"speedup over {first} machine{'s' if first > 1 else ''}")
+        speedup_axis.set_xlabel(x_label)
+        speedup_axis.set_ylabel(f"speedup over {first}")
         speedup_axis.grid(True, which="both", alpha=0.3)
         for axis in (time_axis, speedup_axis):
             _label_125(axis.xaxis)
@@ -82,7 +88,7 @@ def plot_curve(machines: Sequence[int], epoch_time_s: Sequence[float], speedup: 
                                fontsize=7, color="0.35")
         if chosen is not None:
             budget, seconds, label = chosen
-            time_axis.plot([budget], [seconds / 3600], "o", markersize=11, markerfacecolor="none",
+            time_axis.plot([budget], [seconds / factor], "o", markersize=11, markerfacecolor="none",
                            markeredgecolor="tab:red", markeredgewidth=2, label=f"chosen: {label}")
             time_axis.legend(loc="upper right", fontsize=8)
         speedup_axis.legend(loc="upper left")
@@ -109,5 +115,5 @@ def plot_result_curve(result: Any, path: str | Path) -> Path:
     return plot_curve([p.machines for p in result.curve], [p.epoch_time_s for p in result.curve],
                       [p.speedup for p in result.curve], path,
                       title=f"{result.workload} on {result.cluster}: best predicted "
-                      f"configuration per budget", changes=change_points(result.curve),
+                      f"configuration per budget", changes=change_points([(p.machines, p.prediction) for p in result.curve]),
                       chosen=(best.plan.machines, best.epoch_time_s, best.label()))

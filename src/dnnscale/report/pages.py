@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,62 +116,59 @@ def family(prediction: Prediction) -> str:
                     if not token.startswith(("DP", "GBS", "R=", "S=")))
 
 
-def change_points(points: Sequence[Any]) -> list[tuple[int, str]]:
-    """(budget, new family) wherever the best plan's family differs from the budget before."""
+def change_points(points: Sequence[tuple[int, Prediction]]) -> list[tuple[int, str]]:
+    """(budget, new family) wherever the best plan's family differs from the budget before;
+    `points`: (budget, best plan) along the curve."""
     out, previous = [], None
-    for point in points:
-        current = family(point.prediction)
+    for budget, prediction in points:
+        current = family(prediction)
         if previous is not None and current != previous:
-            out.append((point.machines, current))
+            out.append((budget, current))
         previous = current
     return out
 
 
-def _series(name: str, points: Sequence[Any]) -> CurveSeries:
-    return CurveSeries(name, tuple((p.machines, p.epoch_time_s, p.prediction.label())
-                                   for p in points))
+@dataclass(frozen=True)
+class SearchView:
+    """What a search's page shows beside its chosen plan (build.py makes one per search)."""
+
+    title: str
+    best: Prediction
+    explanation: Sequence[str]
+    search_note: str
+    series: Sequence[CurveSeries]
+    chosen: tuple[int, float, str] | None
+    changes: Sequence[tuple[int, str]]
+    x_label: str
+    y_label: str
+    curve_note: str
+    top_headers: Sequence[str]
+    top_rows: Sequence[Sequence[Any]]
+    top_note: str
+    extra: Sequence[str] = ()
+    """Further sections (HTML), after the top plans."""
 
 
-def optimize_page(result: Any, workload: Any, system: Any,
-                  mode_curves: Mapping[str, Sequence[Any]] | None = None) -> str:
+def search_page(view: SearchView, workload: Any, system: Any) -> str:
     """The search's report: the chosen plan's sections, why it wins, the curve, the top plans."""
-    best = result.best
     head = [section("why", "Why this plan", "<ul>" + "".join(
-        f"<li>{_escape(line)}</li>" for line in result.explanation) + "</ul>",
-        para(f"{result.method} search over budgets up to {result.machines} machines: "
-             f"{result.evaluated:,} configurations evaluated in "
-             f"{result.search_time_s * 1000:.0f} ms."))]
-    series = [_series("best of all modes", result.curve)]
-    for mode, points in (mode_curves or {}).items():
-        if points:
-            series.append(_series(f"best {mode}", points))
-    chosen = (best.plan.machines if result.curve else 0, best.epoch_time_s, best.label())
-    changes = change_points(result.curve)
-    curve_notes = [para("Each point is the fastest plan the optimizer finds within that many "
-                        "machines (the model's prediction). The ring marks the chosen plan at "
-                        "the machines it uses; dashed lines mark the budgets where the best "
-                        "plan changes family (mode, P, n, intervals), named at the line.")]
-    if changes:
+        f"<li>{_escape(line)}</li>" for line in view.explanation) + "</ul>",
+        para(view.search_note))]
+    curve_notes = [para(view.curve_note)]
+    if view.changes:
         curve_notes.append(table(["line", "from budget", "best plan family"],
-                                 [[i, m, f] for i, (m, f) in enumerate(changes, start=1)],
+                                 [[i, m, f] for i, (m, f) in enumerate(view.changes, start=1)],
                                  numeric=(0, 1)))
-    top_rows = [[rank, p.label(), p.plan.machines, format_seconds(p.step_time_s),
-                 format_seconds(p.epoch_time_s), f"{p.epoch_time_s / best.epoch_time_s:.3f}x",
-                 p.bottleneck] for rank, p in enumerate(result.top, start=1)]
-    tail = [section("curve", "Scalability curve", curve_svg(series, chosen if result.curve
-                                                            else None, changes), *curve_notes),
-            section("top", f"Top {len(result.top)} plans",
-                    table(["#", "plan", "machines", "step", "epoch", "vs best", "bottleneck"],
-                          top_rows, numeric=(0, 2, 3, 4, 5), row_classes=["best"]),
-                    para("Each row is the best replica and shard count of its group (mode, "
-                         "P, n, intervals); the groups are ranked by epoch time."))]
-    if result.infeasible:
-        tail.append(section("infeasible", "Left out", table(
-            ["what", "why"], [[item.what, item.reason] for item in result.infeasible])))
-    plan = plan_sections(best, workload, system)
-    return page(f"{result.workload} on {result.cluster}: the fastest plan within "
-                f"{result.machines} machines", f"Chosen by dnnscale: {best.label()}",
-                plan[:1] + head + plan[1:4] + tail[:2] + plan[4:] + tail[2:])
+    tail = [section("curve", "Scalability curve",
+                    curve_svg(view.series, view.chosen, view.changes, x_label=view.x_label,
+                              y_label=view.y_label), *curve_notes),
+            section("top", f"Top {len(view.top_rows)} plans",
+                    table(view.top_headers, view.top_rows,
+                          numeric=tuple(range(2, len(view.top_headers) - 1)) + (0,),
+                          row_classes=["best"]), para(view.top_note))]
+    plan = plan_sections(view.best, workload, system)
+    return page(view.title, f"Chosen by dnnscale: {view.best.label()}",
+                plan[:1] + head + plan[1:4] + tail + plan[4:] + list(view.extra))
 
 
 def _escape(text: str) -> str:

@@ -132,6 +132,15 @@ def seconds_ticks(lo: float, hi: float, count: int = 8) -> list[tuple[float, str
     return [(v * factor, "0" if v == 0 else f"{v:.{decimals}f} {unit}") for v in values]
 
 
+def duration_label(seconds: float) -> str:
+    """A round duration as a tick label: '500 ms', '30 s', '5 min', '12 h', '2 d'."""
+    for factor, unit in ((86400.0, "d"), (3600.0, "h"), (60.0, "min"), (1.0, "s"),
+                         (1e-3, "ms"), (1e-6, "µs")):
+        if seconds >= factor * 0.9999:
+            return f"{round(seconds / factor, 3):g} {unit}"
+    return f"{seconds:.3g} s"
+
+
 def number_label(value: float) -> str:
     """A tick label: 1, 20, 500, 2k, 1.5M, 0.01."""
     if value == 0:
