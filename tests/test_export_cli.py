@@ -135,3 +135,19 @@ def test_torchrun_script_output(plan_file, tmp_path) -> None:
                    "--format", "torchrun", "--gpus-per-node", "7")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --gpus-per-node: the "
                                                          "Megatron-LM job needs tp·pp·dp = 768")
+
+
+def test_from_a_real_optimize_run(tmp_path) -> None:
+    searched = dnnscale("optimize", "-w", "gpt3-1.3b", "-c", "dgx-a100-80g:2", "--global-batch",
+                        "256", "--json", timeout=300)
+    assert searched.returncode == 0, searched.stderr
+    path = tmp_path / "opt.json"
+    path.write_text(searched.stdout)
+    best = json.loads(searched.stdout)["best"]["plan_fields"]
+    result = dnnscale("export", str(path), "--to", "megatron")   # the workload from the JSON
+    assert result.returncode == 0, result.stderr
+    flags = result.stdout.splitlines()
+    assert f"--tensor-model-parallel-size {best['tp']}" in flags
+    assert f"--pipeline-model-parallel-size {best['pp']}" in flags
+    assert f"--micro-batch-size {best['micro_batch']}" in flags
+    assert "--global-batch-size 256" in flags and "--num-layers 24" in flags
