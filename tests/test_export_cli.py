@@ -121,7 +121,7 @@ def test_workload_mismatch_is_refused(tmp_path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text("workload: llama3-8b\ntp: 2\n")
     result = dnnscale("export", str(path), "--to", "megatron", "-w", "llama3-70b")
-    assert result.returncode == 2 and "names workload 'llama3-8b'" in result.stderr
+    assert result.returncode == 2 and "the plan file names 'llama3-8b'" in result.stderr
 
 
 def test_torchrun_script_output(plan_file, tmp_path) -> None:
@@ -151,3 +151,16 @@ def test_from_a_real_optimize_run(tmp_path) -> None:
     assert f"--pipeline-model-parallel-size {best['pp']}" in flags
     assert f"--micro-batch-size {best['micro_batch']}" in flags
     assert "--global-batch-size 256" in flags and "--num-layers 24" in flags
+
+
+def test_workload_yaml_given_for_a_file_that_names_it(tmp_path) -> None:
+    from dnnscale.export import export_plan
+    from dnnscale.workload import load_workload
+    from dnnscale.workload.spec import save_workload_yaml
+
+    yaml_path = tmp_path / "w.yaml"
+    save_workload_yaml(load_workload("gpt3-125m"), yaml_path, "--output")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("workload: gpt3-125m\ntp: 2\ndp: 2\n")   # as optimize names it
+    flags = export_plan(plan, "megatron", str(yaml_path)).files[0].text.splitlines()
+    assert "--num-layers 12" in flags and "--hidden-size 768" in flags

@@ -36,27 +36,26 @@ def export_plan(source: "str | Path", engine: str, workload: "str | None" = None
     if engine not in ENGINES:
         raise InputError("--to", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
     plan_source = read_plan_source(source, "plan")
-    name = _workload_name(plan_source.workload, workload)
-    shape = load_workload(name).transformer
-    if engine == "megatron":
-        from dnnscale.export.megatron import export_megatron
-
-        return export_megatron(plan_source.plan, shape, name, **options)
-    if engine == "deepspeed":
-        from dnnscale.export.deepspeed import export_deepspeed
-
-        return export_deepspeed(plan_source.plan, shape, name, **options)
-    from dnnscale.export.torchtitan import export_torchtitan
-
-    return export_torchtitan(plan_source.plan, shape, name, **options)
-
-
-def _workload_name(in_file: str | None, given: str | None) -> str:
-    if given is not None and in_file is not None and given != in_file:
-        raise InputError("--workload", f"{given!r}, but the plan file names workload "
-                         f"{in_file!r}; give the same or leave --workload out")
-    name = given if given is not None else in_file
+    name = workload if workload is not None else plan_source.workload
     if name is None:
         raise InputError("--workload", "the plan file names no workload: give -w/--workload "
                          "(the model whose layer flags the engine needs)")
-    return name
+    loaded = load_workload(name)
+    in_file = plan_source.workload
+    # optimize's JSON names the workload by its name; -w may give the YAML file it came from.
+    if workload is not None and in_file is not None and in_file not in (workload, loaded.name):
+        raise InputError("--workload", f"{workload!r} is workload {loaded.name!r}, but the plan "
+                         f"file names {in_file!r}; give the same or leave --workload out")
+    shape = loaded.transformer
+    if engine == "megatron":
+        from dnnscale.export.megatron import export_megatron
+
+        return export_megatron(plan_source.plan, shape, loaded.name, **options)
+    if engine == "deepspeed":
+        from dnnscale.export.deepspeed import export_deepspeed
+
+        return export_deepspeed(plan_source.plan, shape, loaded.name, **options)
+    from dnnscale.export.torchtitan import export_torchtitan
+
+    return export_torchtitan(plan_source.plan, shape, loaded.name, **options)
+

@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
             return
         for number, item in enumerate(result.files):
             if len(result.files) > 1:
-                print(f"{'' if number == 0 else chr(10)}# ==> {item.name} <==")
+                print(f"# ==> {item.name} <==" if number == 0 else f"\n# ==> {item.name} <==")
             print(item.text, end="")
 
 
