@@ -278,7 +278,8 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
 # `register(app)`; importing it must stay cheap (no torch at import time).
 _COMMAND_MODULES = ("dnnscale.optimize.commands", "dnnscale.runtime.commands",
                     "dnnscale.testbed.commands", "dnnscale.calibrate.commands",
-                    "dnnscale.validate.commands", "dnnscale.report.commands")
+                    "dnnscale.validate.commands", "dnnscale.report.commands",
+                    "dnnscale.export.commands")
 
 
 def _register_stage_commands() -> None:
