@@ -68,7 +68,7 @@ def _fit(rows: list[Row], processes: int, label: str):  # type: ignore[no-untype
 
     result = fit_gpu_profile(rows, [r.measured_s for r in rows], predict_row, base,
                              FitSpace(fixed=PUBLISHED), processes=processes,
-                             max_evaluations=400, progress=progress)
+                             max_evaluations=300, progress=progress)
     return result, time.perf_counter() - started
 
 
@@ -162,6 +162,8 @@ def main() -> None:
                         help="do not overwrite the packaged A100 profile")
     parser.add_argument("--reuse-profiles", action="store_true",
                         help="skip the fits: predict with results/vtrain/profile-*.yaml")
+    parser.add_argument("--reuse-held-out", action="store_true",
+                        help="skip only the held-out fit (results/vtrain/profile-held-out.yaml)")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     single, multi = load_rows("single"), load_rows("multi")
@@ -178,8 +180,12 @@ def main() -> None:
                     if held_path.is_file() else None)
         held_s = full_s = 0.0
     else:
-        held_fit, held_s = _fit(train, args.processes, "4 of 8 single-node shapes")
-        save_gpu_profile(held_fit.profile, OUT / "profile-held-out.yaml")
+        held_path = OUT / "profile-held-out.yaml"
+        if args.reuse_held_out and held_path.is_file():
+            held_fit, held_s = FitResult(load_gpu_profile(held_path), len(train), 0, 0.0), None
+        else:
+            held_fit, held_s = _fit(train, args.processes, "4 of 8 single-node shapes")
+            save_gpu_profile(held_fit.profile, held_path)
         full_fit, full_s = _fit(single, args.processes, "all 1,440 single-node rows")
     if held_fit is not None:
         held_pred = predict_all(predict_row, held_out, held_fit.profile)
@@ -201,6 +207,8 @@ def main() -> None:
         "protocol": {"train_shapes": sorted(TRAIN_SHAPES), "published": dict(PUBLISHED),
                      "inter_node_efficiency": INTER_NODE_EFFICIENCY,
                      "held_out_fit": ({"evaluations": held_fit.evaluations, "seconds": held_s}
+                                      if held_fit is not None and held_s is not None else
+                                      {"reused": "results/vtrain/profile-held-out.yaml"}
                                       if held_fit is not None else
                                       previous.get("protocol", {}).get("held_out_fit")),
                      "full_fit": {"evaluations": full_fit.evaluations, "seconds": full_s}},
