@@ -136,9 +136,10 @@ def _calibrate(check: Check, layer: Any, train_device: Any, plan: Any, preset: s
         if count[0] % 50 == 0 or label.startswith(("skipped", "training")):
             _log(f"  {count[0]} kernels/runs: {label}")
 
-    measurements = measure(layer, plan, advance)
+    skipped: list[dict[str, str]] = []
+    measurements = measure(layer, plan, advance, skipped=skipped)
     kernels = profile_from_measurements(measurements, DeviceFacts.of(preset), plan, layer.name,
-                                        layer.timing)
+                                        layer.timing, skipped=skipped)
     kernels = replace(kernels, extra={**kernels.extra, "wall_s": {"kernels_s": check.elapsed_s()}})
     save_gpu_profile(kernels, check.out / "profile.yaml")
     _log(f"kernels measured in {check.elapsed_s():.0f} s ({len(measurements)} kernels)")
@@ -155,6 +156,7 @@ def _grid(check: Check, grid: Any, profile: Any, kernels: Any, node_preset: str,
     import torch
 
     from dnnscale.calibrate.gpu_grid import predict_config, row
+    from dnnscale.runtime.cuda import failure_reason
     from dnnscale.runtime.gpu_train import GpuTrainSpec, train_gpu
     from dnnscale.runtime.records import JsonlWriter
     from dnnscale.workload import load_workload
@@ -177,9 +179,12 @@ def _grid(check: Check, grid: Any, profile: Any, kernels: Any, node_preset: str,
             try:
                 summary = train_gpu(spec, load_workload(config.workload), train_device,
                                     writer.write)
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                check.rows.append(row(config, None, predicted, kernel_only, "out of memory"))
+            except Exception as exc:  # noqa: BLE001 - one failed run costs its row only
+                if train_device.type == "cuda":
+                    torch.cuda.empty_cache()
+                why = f"failed: {failure_reason(exc)}"
+                _log(f"{config.label}: {why}")
+                check.rows.append(row(config, None, predicted, kernel_only, why))
                 check.write()
                 continue
             writer.write(summary)

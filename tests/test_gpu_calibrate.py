@@ -346,3 +346,19 @@ def test_calibrate_gpu_command_with_the_device_faked(tmp_path, monkeypatch):
     assert profile.extra["measured_on"] == "synthetic roofline"
     result = CliRunner().invoke(app, ["calibrate", "--gpu", "--as", "TPU-v5", "-o", str(out)])
     assert result.exit_code == 2 and "--as: unknown device 'TPU-v5'" in result.stderr
+
+
+def test_a_failing_kernel_is_skipped_and_recorded():
+    from dnnscale.calibrate.gpu_kernels import Kernel, copy_kernel
+
+    def broken(factory):
+        raise RuntimeError("no such kernel on this device\nsecond line")
+
+    plan = GpuCalibrationPlan.make("tiny")
+    kernels = [Kernel("mlp_up", "forward", "gemm", 1e9, 1e6, "fp32", "broken", broken),
+               copy_kernel(1024, "fp32", 4)]
+    skipped, seen = [], []
+    results = measure(CpuDevice(), plan, seen.append, kernels=kernels, skipped=skipped)
+    assert [m.label for m in results] == ["copy n=1024"]
+    assert skipped == [{"kernel": "broken", "why": "RuntimeError: no such kernel on this device"}]
+    assert seen[0] == "skipped (RuntimeError: no such kernel on this device): broken"

@@ -248,17 +248,24 @@ class Measurement:
 
 
 def measure(device: Any, plan: GpuCalibrationPlan, advance: Advance = lambda _: None,
-            kernels: list[Any] | None = None) -> list[Measurement]:
-    """Time every kernel of `plan` on `device` (a device layer); a kernel that does not fit in
-    the device's memory is skipped and reported through `advance`."""
+            kernels: list[Any] | None = None, skipped: list[dict[str, str]] | None = None
+            ) -> list[Measurement]:
+    """Time every kernel of `plan` (or `kernels`) on `device` (a device layer).
+
+    A kernel that fails — out of memory, or an operation this torch or device lacks — is
+    skipped: reported through `advance` ("skipped (why): label") and appended to `skipped`, so
+    one bad kernel costs its point, not the calibration (the tests check that every kernel runs
+    on the CPU and on the synthetic device)."""
     import torch
 
     from dnnscale.calibrate.gpu_kernels import LAUNCH
+    from dnnscale.runtime.cuda import failure_reason
     from dnnscale.runtime.gpu_train import matmul_precision
 
     results = []
     for kernel in kernels if kernels is not None else plan.kernels():
         device.use(kernel.precision)
+        fn = None
         try:
             with matmul_precision(device.device, kernel.precision):
                 fn = kernel.make(device)
@@ -266,13 +273,16 @@ def measure(device: Any, plan: GpuCalibrationPlan, advance: Advance = lambda _: 
                     seconds = device.host_time_s(fn, 200)
                 else:
                     seconds = device.device_time_s(kernel, fn, plan.samples, plan.sample_s)
-        except torch.cuda.OutOfMemoryError:
+        except Exception as exc:  # noqa: BLE001 - one kernel's failure is reported, not fatal
             fn = None
-            torch.cuda.empty_cache()
-            advance(f"skipped (out of memory): {kernel.label}")
+            if device.device.type == "cuda":
+                torch.cuda.empty_cache()
+            why = failure_reason(exc)
+            if skipped is not None:
+                skipped.append({"kernel": kernel.label, "why": why})
+            advance(f"skipped ({why}): {kernel.label}")
             continue
-        finally:
-            fn = None  # noqa: F841 (frees the kernel's tensors before the next one)
+        fn = None  # noqa: F841 (frees the kernel's tensors before the next one)
         results.append(Measurement(kernel.kind, kernel.phase, kernel.kernel_class,
                                    kernel.precision, kernel.flops, kernel.bytes_moved,
                                    seconds, kernel.label))
@@ -417,7 +427,8 @@ def copy_bandwidth(measurements: Sequence[Measurement], precision: str) -> float
 
 def profile_from_measurements(measurements: Sequence[Measurement], facts: DeviceFacts,
                               plan: GpuCalibrationPlan, device_name: str, timing: str,
-                              date: str | None = None) -> GpuProfile:
+                              date: str | None = None,
+                              skipped: Sequence[dict[str, str]] = ()) -> GpuProfile:
     """The GPU profile of `measurements`: the first precision's curves as the model's, every
     precision's in the informative fields."""
     from dnnscale.calibrate.gpu_curves import curve_points
@@ -452,6 +463,7 @@ def profile_from_measurements(measurements: Sequence[Measurement], facts: Device
                        **{k: curve_points(v) for k, v in c.by_phase.items()}}
                    for p, c in fitted.items()},
         "plan": plan.to_dict(),
+        "skipped_kernels": list(skipped),
         "points": [point for c in fitted.values() for point in c.points],
     }
     return GpuProfile(
@@ -492,8 +504,10 @@ def calibrate_gpu(device: Any, plan: GpuCalibrationPlan, device_preset: str,
     constants; returns the profile."""
     started = time.perf_counter()
     facts = DeviceFacts.of(device_preset)
-    measurements = measure(device, plan, advance)
-    profile = profile_from_measurements(measurements, facts, plan, device.name, device.timing)
+    skipped: list[dict[str, str]] = []
+    measurements = measure(device, plan, advance, skipped=skipped)
+    profile = profile_from_measurements(measurements, facts, plan, device.name, device.timing,
+                                        skipped=skipped)
     kernels_s = time.perf_counter() - started
     extra: dict[str, Any] = {"kernels_s": kernels_s}
     if train_device is not None and plan.steps:

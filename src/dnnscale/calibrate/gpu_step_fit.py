@@ -126,9 +126,10 @@ def _worst(errors: Sequence[float]) -> float:
 def measure_steps(plan: Any, device: Any, advance: Callable[[str], None] = lambda _: None,
                   log: Callable[[str], None] = lambda _: None) -> list[StepRun]:
     """Train each of `plan.steps` briefly on `device` (a torch.device) and keep its median
-    step time; a configuration that runs out of memory is skipped."""
+    step time; a configuration that fails (out of memory, say) is skipped and logged."""
     import torch
 
+    from dnnscale.runtime.cuda import failure_reason
     from dnnscale.runtime.gpu_train import GpuTrainSpec, train_gpu
 
     precision = plan.precisions[0]
@@ -139,9 +140,12 @@ def measure_steps(plan: Any, device: Any, advance: Callable[[str], None] = lambd
                             warmup=plan.step_warmup)
         try:
             summary = train_gpu(spec, _workload(config.workload), device)
-        except torch.cuda.OutOfMemoryError:
-            log(f"skipped (out of memory): {config.workload}")
-            torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001 - a failed run costs its row, not the fit
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            why = failure_reason(exc)
+            log(f"skipped ({why}): {config.workload}")
+            advance(f"skipped ({why}): {config.workload}")
             continue
         runs.append(StepRun(config.workload, config.plan(precision), summary["step_time_s"]))
         advance(f"training {config.workload} b={config.micro_batch}")

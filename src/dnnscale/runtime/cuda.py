@@ -37,3 +37,14 @@ def synchronize(device: Any) -> None:
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line for a failed kernel or run: 'out of memory', else the error's type and the
+    first line of its message (at most 200 characters)."""
+    import torch
+
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return "out of memory"
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__

@@ -66,6 +66,7 @@ def run_gpu(spec: Any, device_text: str, output: Optional[Path], as_json: bool) 
 def _train(spec: Any, workload: Any, device: Any, path: Optional[Path]) -> dict[str, Any]:
     import torch
 
+    from dnnscale.runtime.cuda import failure_reason
     from dnnscale.runtime.gpu_train import train_gpu
     from dnnscale.runtime.records import JsonlWriter
 
@@ -79,8 +80,7 @@ def _train(spec: Any, workload: Any, device: Any, path: Optional[Path]) -> dict[
             summary = train_gpu(spec, workload, device,
                                 writer.write if writer is not None else lambda record: None)
         except torch.cuda.OutOfMemoryError as exc:
-            raise CommandFailed(f"run --gpu: out of GPU memory "
-                                f"({str(exc).splitlines()[0][:160]})") from None
+            raise CommandFailed(f"run --gpu: {failure_reason(exc)} on {device}") from None
         if writer is not None:
             writer.write(summary)
         return summary
