@@ -126,7 +126,8 @@ class GpuCalibrationPlan:
             plan = cls("quick", ("bf16",),
                        _shapes(CALIBRATION_HIDDENS, ((1024, 1), (2048, 4)), GPT2_VOCAB), True,
                        tuple(2 ** k for k in range(10, 31, 2)),
-                       (50_000_000, 200_000_000, 800_000_000), 3, 0.005, QUICK_STEPS)
+                       (50_000_000, 200_000_000, 800_000_000, 1_600_000_000), 3, 0.005,
+                       QUICK_STEPS)
         elif mode == "full":
             plan = cls("full", ("bf16", "tf32"),
                        _shapes(CALIBRATION_HIDDENS, ((512, 1), (1024, 2), (2048, 4), (4096, 4)),

@@ -7,7 +7,8 @@ gradients are bf16, an fp32 master copy of the weights and AdamW's two moments a
 optimizer's state (Micikevicius et al. 2018; Rajbhandari et al. SC'20 §3.1: 2 + 2 + 12 bytes
 per parameter). The weights live in one flat bf16 buffer (each parameter a view of it) and the
 master copy in one flat fp32 tensor, so a step is a few large kernels: the gradients gathered
-into fp32, the global norm and clip, one fused AdamW update, the master weights cast back.
+into one bf16 buffer and cast to fp32, the global norm and clip, one fused AdamW update, the
+master weights cast back.
 
 `PlainAdamW` is the same step over the parameters themselves (fp32 weights, also under bf16
 autocast). The GPU calibration times `step()` of the same classes.
@@ -74,6 +75,7 @@ class MasterAdamW:
             view.copy_(p.detach())
             p.data = view
             offset += p.numel()
+        self.flat_grad = torch.empty_like(self.flat)
         self.master = self.flat.detach().float()
         self.master.requires_grad_(True)
         self.master.grad = torch.zeros_like(self.master)
@@ -84,7 +86,11 @@ class MasterAdamW:
                  for p in self.params]
         grad = self.master.grad
         assert grad is not None
-        torch.cat(grads, out=grad)              # bf16 -> fp32 in the copy
+        # Gathered in bf16 first: a same-dtype cat is a few batched kernels, a casting one a
+        # copy per tensor. (The backward pass made each gradient its own tensor: the first
+        # micro-batch's are taken as they are, with no accumulation kernel.)
+        torch.cat(grads, out=self.flat_grad)
+        grad.copy_(self.flat_grad)
         if self.device.type != "meta":
             torch.nn.utils.clip_grad_norm_([self.master], MAX_GRAD_NORM)
         self.optimizer.step()

@@ -113,7 +113,8 @@ def build(spec: GpuTrainSpec, shape: Any, device: Any) -> tuple[Any, Any, Callab
     if spec.precision == "bf16" and device.type == "cpu":
         raise InputError("run.precision", "bf16 runs need a GPU; on the CPU use fp32")
     torch.manual_seed(spec.seed)
-    model = GptModel(shape, recompute=spec.recompute == "full").to(device)
+    with device:  # weights made and initialised where they train (a 1B model in a second)
+        model = GptModel(shape, recompute=spec.recompute == "full")
     autocast: Callable[[], Any] = contextlib.nullcontext
     if spec.precision == "bf16" and spec.bf16_mode == "master":
         model.to(torch.bfloat16)
