@@ -284,7 +284,7 @@ def test_cuda_kernels_measure_plausible_efficiencies():
 
 
 def test_step_fit_recovers_known_constants(synthetic_profile):
-    from dnnscale.calibrate.gpu import QUICK_STEPS
+    from dnnscale.calibrate.gpu import QUICK_RUNS
     from dnnscale.calibrate.gpu_step_fit import (StepRun, StepSpace, fit_step_constants,
                                                  predicted_step_s)
 
@@ -292,7 +292,7 @@ def test_step_fit_recovers_known_constants(synthetic_profile):
     # the truth: 20 µs of host time per kernel, compute curves at 0.9 and memory at 0.8 of
     # the microbenchmarks'
     truth = StepSpace().profile([20.0, 0.9, 0.8], base)
-    runs = [StepRun(c.workload, c.plan("bf16"), 0.0) for c in QUICK_STEPS]
+    runs = [StepRun(c.workload, c.plan_dict(), 0.0) for c in QUICK_RUNS]
     runs = [replace(run, measured_step_s=predicted_step_s(run, truth, "hgx-h200"))
             for run in runs]
     fitted = fit_step_constants(base, "hgx-h200", runs)
@@ -308,11 +308,11 @@ def test_step_fit_recovers_known_constants(synthetic_profile):
 
 
 def test_step_fit_holds_what_too_few_runs_cannot_tell(synthetic_profile):
-    from dnnscale.calibrate.gpu import QUICK_STEPS
+    from dnnscale.calibrate.gpu import QUICK_RUNS
     from dnnscale.calibrate.gpu_step_fit import StepRun, fit_step_constants, predicted_step_s
 
     base, _, _ = synthetic_profile
-    run = StepRun(QUICK_STEPS[1].workload, QUICK_STEPS[1].plan("bf16"), 0.0)
+    run = StepRun(QUICK_RUNS[1].workload, QUICK_RUNS[1].plan_dict(), 0.0)
     run = replace(run, measured_step_s=1.1 * predicted_step_s(run, base, "hgx-h200"))
     fitted = fit_step_constants(base, "hgx-h200", [run])
     assert set(fitted.extra["step_fit"]["fitted"]) == {"launch_us"}

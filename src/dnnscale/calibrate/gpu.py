@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from dnnscale.errors import InputError
+from dnnscale.runtime.gpu_train import GpuTrainSpec
 from dnnscale.system.gpu_profile import GpuProfile
 
 Advance = Callable[[str], None]
@@ -55,21 +56,6 @@ class KernelShape:
     def label(self) -> str:
         return (f"h={self.hidden} a={self.heads} s={self.seq} b={self.micro_batch} "
                 f"V={self.vocab}")
-
-
-@dataclass(frozen=True)
-class StepConfig:
-    """A training configuration timed for the step constants."""
-
-    workload: str
-    micro_batch: int
-    global_batch: int
-    recompute: str = "none"
-
-    def plan(self, precision: str) -> dict[str, Any]:
-        return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": self.micro_batch,
-                "global_batch": self.global_batch, "recompute": self.recompute,
-                "precision": precision}
 
 
 def gpt_name(layers: int, hidden: int, heads: int, seq: int, vocab: int) -> str:
@@ -109,9 +95,11 @@ class GpuCalibrationPlan:
     optimizer_params: tuple[int, ...]
     samples: int
     sample_s: float
-    steps: tuple[StepConfig, ...] = ()
-    step_steps: int = 6
-    step_warmup: int = 2
+    runs: tuple[GpuTrainSpec, ...] = ()
+    """Training runs for the step constants (their precision, steps and warm-up are the
+    plan's: the first precision, `run_steps`, `run_warmup`)."""
+    run_steps: int = 6
+    run_warmup: int = 2
 
     @classmethod
     def make(cls, mode: str, precision: str | None = None) -> "GpuCalibrationPlan":
@@ -120,20 +108,20 @@ class GpuCalibrationPlan:
         if mode == "tiny":
             plan = cls("tiny", ("fp32",), _shapes((32, 64), ((32, 1), (64, 2)), 256), True,
                        tuple(2 ** k for k in range(10, 19, 4)), (30_000, 300_000), 2, 0.002,
-                       (StepConfig(gpt_name(2, 32, 2, 32, 256), 1, 2),
-                        StepConfig(gpt_name(1, 64, 4, 64, 256), 2, 2, "full")), 4, 1)
+                       (GpuTrainSpec(gpt_name(2, 32, 2, 32, 256), 1, 2),
+                        GpuTrainSpec(gpt_name(1, 64, 4, 64, 256), 2, 2, "full")), 4, 1)
         elif mode == "quick":
             plan = cls("quick", ("bf16",),
                        _shapes(CALIBRATION_HIDDENS, ((1024, 1), (2048, 4)), GPT2_VOCAB), True,
                        tuple(2 ** k for k in range(10, 31, 2)),
                        (50_000_000, 200_000_000, 800_000_000, 1_600_000_000), 3, 0.005,
-                       QUICK_STEPS)
+                       QUICK_RUNS)
         elif mode == "full":
             plan = cls("full", ("bf16", "tf32"),
                        _shapes(CALIBRATION_HIDDENS, ((512, 1), (1024, 2), (2048, 4), (4096, 4)),
                                GPT2_VOCAB), True,
                        tuple(2 ** k for k in range(10, 31)),
-                       tuple(int(25e6 * 2 ** k) for k in range(7)), 5, 0.01, FULL_STEPS)
+                       tuple(int(25e6 * 2 ** k) for k in range(7)), 5, 0.01, FULL_RUNS)
         else:
             raise InputError("calibrate.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
         if precision is not None:
@@ -165,20 +153,26 @@ class GpuCalibrationPlan:
                 "copy_elements": list(self.copy_elements),
                 "optimizer_params": list(self.optimizer_params), "samples": self.samples,
                 "sample_s": self.sample_s,
-                "steps": [{"workload": s.workload, "micro_batch": s.micro_batch,
-                           "global_batch": s.global_batch, "recompute": s.recompute}
-                          for s in self.steps]}
+                "runs": [{"workload": s.workload, "micro_batch": s.micro_batch,
+                          "global_batch": s.global_batch, "recompute": s.recompute}
+                         for s in self.runs], "run_steps": self.run_steps,
+                "run_warmup": self.run_warmup}
+
+    def run(self, spec: GpuTrainSpec) -> GpuTrainSpec:
+        """A training run of `runs` in the plan's precision, steps and warm-up."""
+        return replace(spec, precision=self.precisions[0], steps=self.run_steps,
+                       warmup=self.run_warmup)
 
 
-QUICK_STEPS = (
-    StepConfig(gpt_name(8, 512, 8, 256, GPT2_VOCAB), 1, 1),                  # host bound
-    StepConfig(gpt_name(6, 1280, 10, 1024, GPT2_VOCAB), 4, 4),
-    StepConfig(gpt_name(4, 2304, 18, 2048, GPT2_VOCAB), 2, 4, "full"),
-    StepConfig(gpt_name(3, 3584, 28, 1024, GPT2_VOCAB), 4, 4),
+QUICK_RUNS = (
+    GpuTrainSpec(gpt_name(8, 512, 8, 256, GPT2_VOCAB), 1, 1),                  # host bound
+    GpuTrainSpec(gpt_name(6, 1280, 10, 1024, GPT2_VOCAB), 4, 4),
+    GpuTrainSpec(gpt_name(4, 2304, 18, 2048, GPT2_VOCAB), 2, 4, "full"),
+    GpuTrainSpec(gpt_name(3, 3584, 28, 1024, GPT2_VOCAB), 4, 4),
 )
-FULL_STEPS = QUICK_STEPS + (
-    StepConfig(gpt_name(12, 896, 14, 512, GPT2_VOCAB), 2, 4),
-    StepConfig(gpt_name(4, 4608, 36, 2048, GPT2_VOCAB), 1, 2, "full"),
+FULL_RUNS = QUICK_RUNS + (
+    GpuTrainSpec(gpt_name(12, 896, 14, 512, GPT2_VOCAB), 2, 4),
+    GpuTrainSpec(gpt_name(4, 4608, 36, 2048, GPT2_VOCAB), 1, 2, "full"),
 )
 
 
@@ -384,6 +378,9 @@ def fit_curves(measurements: Sequence[Measurement], facts: DeviceFacts, precisio
         sizes, etas = series(keep, False)
         if sizes:
             by_phase[name] = fit_rate_curve(sizes, etas)
+    for kind in sorted({m.kind for m in ours if m.kernel_class == MEMORY and m.kind != COPY}):
+        sizes, etas = series(lambda m, k=kind: m.kind == k and m.kernel_class == MEMORY, False)
+        by_phase[f"memory.{kind}"] = fit_rate_curve(sizes, etas)
 
     def compute_bound(m: Measurement) -> bool:
         """Whether the model's memory term, Q / (B·η_mem(Q)), leaves the kernel's time to its
@@ -511,7 +508,7 @@ def calibrate_gpu(device: Any, plan: GpuCalibrationPlan, device_preset: str,
                                         skipped=skipped)
     kernels_s = time.perf_counter() - started
     extra: dict[str, Any] = {"kernels_s": kernels_s}
-    if train_device is not None and plan.steps:
+    if train_device is not None and plan.runs:
         from dnnscale.calibrate.gpu_step_fit import fit_step_constants, measure_steps
 
         runs = measure_steps(plan, train_device, advance, log)
@@ -522,5 +519,5 @@ def calibrate_gpu(device: Any, plan: GpuCalibrationPlan, device_preset: str,
 
 def calibration_steps(plan: GpuCalibrationPlan, train: bool) -> int:
     """How many `advance` calls a calibration makes (for a progress bar)."""
-    return len(plan.kernels()) + (len(plan.steps) if train else 0)
+    return len(plan.kernels()) + (len(plan.runs) if train else 0)
 

@@ -40,9 +40,9 @@ class GridConfig:
         return gpt_name(self.layers, self.hidden, self.heads, self.seq, self.vocab)
 
     def plan(self, precision: str) -> dict[str, Any]:
-        return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": self.micro_batch,
-                "global_batch": self.global_batch, "recompute": self.recompute,
-                "precision": precision}
+        from dnnscale.runtime.gpu_train import single_gpu_plan
+
+        return single_gpu_plan(self.micro_batch, self.global_batch, self.recompute, precision)
 
     @property
     def label(self) -> str:
@@ -89,8 +89,8 @@ def calibration_hiddens(plan: GpuCalibrationPlan) -> set[int]:
     from dnnscale.workload import load_workload
 
     hiddens = {shape.hidden for shape in plan.shapes}
-    for step in plan.steps:
-        shape = load_workload(step.workload).transformer
+    for run in plan.runs:
+        shape = load_workload(run.workload).transformer
         if shape is not None:
             hiddens.add(shape.hidden)
     return hiddens

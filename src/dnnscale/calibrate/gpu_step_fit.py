@@ -125,28 +125,25 @@ def _worst(errors: Sequence[float]) -> float:
 
 def measure_steps(plan: Any, device: Any, advance: Callable[[str], None] = lambda _: None,
                   log: Callable[[str], None] = lambda _: None) -> list[StepRun]:
-    """Train each of `plan.steps` briefly on `device` (a torch.device) and keep its median
-    step time; a configuration that fails (out of memory, say) is skipped and logged."""
+    """Train each of `plan.runs` briefly on `device` (a torch.device) and keep its median
+    step time; a run that fails (out of memory, say) is skipped and logged."""
     import torch
 
     from dnnscale.runtime.cuda import failure_reason
-    from dnnscale.runtime.gpu_train import GpuTrainSpec, train_gpu
+    from dnnscale.runtime.gpu_train import train_gpu
 
-    precision = plan.precisions[0]
     runs = []
-    for config in plan.steps:
-        spec = GpuTrainSpec(config.workload, config.micro_batch, config.global_batch,
-                            config.recompute, precision, steps=plan.step_steps,
-                            warmup=plan.step_warmup)
+    for config in plan.runs:
+        spec = plan.run(config)
         try:
-            summary = train_gpu(spec, _workload(config.workload), device)
+            summary = train_gpu(spec, _workload(spec.workload), device)
         except Exception as exc:  # noqa: BLE001 - a failed run costs its row, not the fit
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             why = failure_reason(exc)
-            log(f"skipped ({why}): {config.workload}")
-            advance(f"skipped ({why}): {config.workload}")
+            log(f"skipped ({why}): {spec.workload}")
+            advance(f"skipped ({why}): {spec.workload}")
             continue
-        runs.append(StepRun(config.workload, config.plan(precision), summary["step_time_s"]))
-        advance(f"training {config.workload} b={config.micro_batch}")
+        runs.append(StepRun(spec.workload, spec.plan_dict(), summary["step_time_s"]))
+        advance(f"training {spec.workload} b={spec.micro_batch}")
     return runs

@@ -72,9 +72,16 @@ class GpuTrainSpec:
 
     def plan_dict(self) -> dict[str, Any]:
         """The plan this run executes, as `modern_plan_from_dict` reads it."""
-        return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": self.micro_batch,
-                "global_batch": self.global_batch, "recompute": self.recompute,
-                "precision": self.precision}
+        return single_gpu_plan(self.micro_batch, self.global_batch, self.recompute,
+                               self.precision)
+
+
+def single_gpu_plan(micro_batch: int, global_batch: int, recompute: str, precision: str
+                    ) -> dict[str, Any]:
+    """The plan fields of one-GPU training (tp = pp = dp = 1), as `modern_plan_from_dict`
+    reads them."""
+    return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": micro_batch, "global_batch": global_batch,
+            "recompute": recompute, "precision": precision}
 
 
 def transformer_shape(workload: Any, field: str = "workload") -> Any:
