@@ -48,6 +48,11 @@ RUN_OVERHEAD_S = 3.0
 """Seconds a configuration costs beyond its steps (building the model, the first step)."""
 
 
+def _pct(value: Any) -> str:
+    """A fraction as a percentage; '-' when there is none (nothing measured: NaN or null)."""
+    return f"{value:.1%}" if isinstance(value, (int, float)) and value == value else "-"
+
+
 def _log(message: str) -> None:
     print(f"[gpu_check {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -80,12 +85,12 @@ class Check:
                   f"Produced by `benchmarks/gpu_check.sh`{' --dry-run' if self.facts['dry_run'] else ''}"
                   f"; profile `profile.yaml` (calibrated in this run), predictions on "
                   f"`{self.facts['node_preset']}:1`, plan precision {self.facts['precision']}. "
-                  f"Median error {stats['median_relative_error']:.1%}, p90 "
-                  f"{stats['p90_relative_error']:.1%}, max {stats['max_relative_error']:.1%} over "
-                  f"{stats['measured']} measured configurations (target: median <= 5 %, max <= "
-                  f"12 %); kernel curves alone: median "
-                  f"{stats['kernel_only']['median_relative_error']:.1%}, max "
-                  f"{stats['kernel_only']['max_relative_error']:.1%}."
+                  f"Median error {_pct(stats['median_relative_error'])}, p90 "
+                  f"{_pct(stats['p90_relative_error'])}, max "
+                  f"{_pct(stats['max_relative_error'])} over {stats['measured']} measured "
+                  f"configurations (target: median <= 5 %, max <= 12 %); kernel curves alone: "
+                  f"median {_pct(stats['kernel_only']['median_relative_error'])}, max "
+                  f"{_pct(stats['kernel_only']['max_relative_error'])}."
                   + ("" if complete else " INCOMPLETE: " + self.phase))
         atomic_write_text(self.out / "table.md", markdown_table(self.rows, header), "table")
 
@@ -245,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     check.write(complete=True)
     stats = json.loads((out / "summary.json").read_text())
-    _log(f"done in {check.elapsed_s():.0f} s: median {stats['median_relative_error']:.1%}, "
-         f"max {stats['max_relative_error']:.1%} over {stats['measured']} configurations; "
+    _log(f"done in {check.elapsed_s():.0f} s: median {_pct(stats['median_relative_error'])}, "
+         f"max {_pct(stats['max_relative_error'])} over {stats['measured']} configurations; "
          f"{out}/summary.json")
     return 0
 

@@ -45,7 +45,8 @@ def run_gpu_calibration(output: Path, quick: bool, device_text: str, as_device: 
             progress.update(task, advance=1, description=label[:60])
 
         profile = calibrate_gpu(CudaDevice(device), plan, preset, advance,
-                                train_device=device if steps else None, log=console.print)
+                                train_device=device if steps else None,
+                                log=lambda message: console.print(message, markup=False))
     save_gpu_profile(profile, output)
     summary(console, profile, output)
     return profile
