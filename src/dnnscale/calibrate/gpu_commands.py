@@ -14,6 +14,7 @@ def run_gpu_calibration(output: Path, quick: bool, device_text: str, as_device: 
     """Check the device, calibrate with a progress bar, write the profile atomically, print a
     summary line. Without CUDA: InputError('--gpu', ...) before anything is measured."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dnnscale.calibrate.gpu import (GpuCalibrationPlan, calibrate_gpu, calibration_steps,
@@ -42,7 +43,7 @@ def run_gpu_calibration(output: Path, quick: bool, device_text: str, as_device: 
         task = progress.add_task("starting", total=calibration_steps(plan, steps))
 
         def advance(label: str) -> None:
-            progress.update(task, advance=1, description=label[:60])
+            progress.update(task, advance=1, description=escape(label[:60]))
 
         profile = calibrate_gpu(CudaDevice(device), plan, preset, advance,
                                 train_device=device if steps else None,
