@@ -118,12 +118,8 @@ class StepContext:
         if stages <= 1:
             return 0.0
         shape = self.workload.transformer
-        if shape is not None:
-            values = shape.seq * shape.hidden
-        else:
-            last = self.stages[index].layers[-1].name
-            values = next(layer.activation_values for layer in self.workload.layers
-                          if layer.name == last)
+        values = (shape.seq * shape.hidden if shape is not None
+                  else self.stages[index].boundary_values)
         payload = values * self.plan.batch.micro_batch * (
             self.plan.precision.activation_bytes or self.workload.bytes_per_value)
         stride = self.P * self.plan.data.replicas

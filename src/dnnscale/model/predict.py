@@ -80,9 +80,7 @@ def memory_parts(workload: Workload, system: System, plan: ParallelPlan,
     """Memory parts per device role, and each role's capacity (bytes)."""
     b = workload.bytes_per_value
     state_bytes = OPTIMIZERS[plan.optimizer] * b
-    activations = math.prod(workload.input_shape) + sum(
-        cost.work_fraction * layer.activation_values
-        for cost, layer in zip(stage.layers, workload.layers))
+    activations = math.prod(workload.input_shape) + stage.totals.activation_values
     stored = stage.stored_params(workload.params)
     parts = worker_memory_parts(stored / plan.tensor.degree, b, b, state_bytes, activations, b,
                                 plan.batch.micro_batch)
@@ -106,13 +104,18 @@ def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelP
     recompute = plan.memory.recompute
     t, p = plan.tensor.degree, plan.pipeline.stages
     best: tuple[MemoryPart, ...] = ()
+    seen: set[tuple[float, float, float]] = set()
     for index, (stage, params) in enumerate(zip(context.stages, context.member_params)):
+        signature = (params, stage.totals.blocks, stage.totals.outside_activation_values)
+        if signature in seen:
+            continue  # a later stage like an earlier one holds no more micro-batches in flight
+        seen.add(signature)
         state = sharded_state_parts(params, context.param_bytes_per_value,
                                     context.grad_bytes_per_value, context.state_bytes_per_param,
                                     zero, plan.data.replicas)
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
-        blocks = len({layer.block for layer in stage.layers if layer.block is not None})
+        blocks = stage.blocks
         per_micro_batch = 0.0
         if shape is not None and blocks:
             ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
@@ -121,10 +124,9 @@ def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelP
                 ffn_in, shape.ffn, t, plan.tensor.sequence_parallel, recompute,
                 shape.flash_attention)
             per_micro_batch = per_block * blocks * act_bytes / 2
-        outside = [cost for cost in stage.layers if cost.block is None or shape is None]
-        by_name = {layer.name: layer for layer in workload.layers}
-        per_micro_batch += sum(cost.work_fraction * by_name[cost.name].activation_values
-                               * plan.batch.micro_batch * act_bytes for cost in outside)
+        outside = (stage.totals.outside_activation_values if shape is not None
+                   else stage.totals.activation_values)
+        per_micro_batch += outside * plan.batch.micro_batch * act_bytes
         parts = state + (MemoryPart("activations", per_micro_batch * held),)
         if sum(part.bytes for part in parts) > sum(part.bytes for part in best):
             best = parts
