@@ -10,16 +10,19 @@ from dnnscale.model.memory import (ps_memory_parts, sharded_state_parts,
                                    transformer_block_activation_bytes, worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
 from dnnscale.model.schedule import in_flight_micro_batches, stage_layers
-from dnnscale.model.stage import StageCosts, stage_costs
+from dnnscale.model.stage import (StageCosts, pipeline_layout, stage_costs, stage_template,
+                                  stages_from_template)
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import OPTIMIZERS, Collective, ParallelPlan, ParameterServer
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
 
-def plan_stage_costs(workload: Workload, system: System,
-                     plan: ParallelPlan) -> tuple[StageCosts, ...]:
-    """The costs of each pipeline stage of `plan` (its tensor split at its micro-batch)."""
+def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
+                     per_layer: bool = True) -> tuple[StageCosts, ...]:
+    """The costs of each pipeline stage of `plan` (its tensor split at its micro-batch);
+    without `per_layer`, a pipeline of identical transformer blocks is built from one block's
+    totals (model/stage.py; the same totals up to the order of summation, no per-layer list)."""
     aggregation = plan.data.aggregation
     fc_protocol = aggregation.fc_protocol if isinstance(aggregation, ParameterServer) else "weights"
     b = workload.bytes_per_value
@@ -29,17 +32,28 @@ def plan_stage_costs(workload: Workload, system: System,
     if plan.pipeline.stages == 1:
         return (stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
                             fc_protocol, plan.tensor.rules, **common),)
+    assignment = stage_layers(workload.layers, plan.pipeline.stages,
+                              plan.pipeline.virtual_stages)
+    layout = (pipeline_layout(workload, assignment)
+              if not per_layer and plan.tensor.rules == "megatron" else None)
+    if layout is not None:
+        template = stage_template(workload, system, plan.tensor.degree, plan.batch.micro_batch,
+                                  layout.block, **common)
+        return stages_from_template(workload, template, layout)
     return tuple(stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
                              fc_protocol, plan.tensor.rules, indices, **common)
-                 for indices in stage_layers(workload.layers, plan.pipeline.stages,
-                                             plan.pipeline.virtual_stages))
+                 for indices in assignment)
 
 
 def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
-                 stage: StageCosts | None = None, config: Config | None = None) -> Prediction:
+                 stage: StageCosts | None = None, config: Config | None = None,
+                 per_layer: bool = True) -> Prediction:
     """Predict one plan; `stage` may be passed in when already computed for a one-stage plan's
-    split and batch. `config`: the Adam flags the plan was built from, reported with it."""
-    stages = (stage,) if stage is not None else plan_stage_costs(workload, system, plan)
+    split and batch. `config`: the Adam flags the plan was built from, reported with it.
+    `per_layer`: keep every layer's costs (Prediction.layers); off, pipelines of identical
+    blocks are costed per block (faster)."""
+    stages = ((stage,) if stage is not None
+              else plan_stage_costs(workload, system, plan, per_layer))
     context = StepContext(workload, system, plan, stages)
     step = compose(context, plan.data.replicas, plan.ps_shards)
     if context.mode == "collective" and is_modern(context):
@@ -62,11 +76,12 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
                       tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu)
 
 
-def predict(workload: Workload, system: System, plan: Config | ParallelPlan) -> Prediction:
+def predict(workload: Workload, system: System, plan: Config | ParallelPlan,
+            per_layer: bool = True) -> Prediction:
     """Predict Adam's flags (a Config) or a plan."""
     if isinstance(plan, Config):
         return predict_config(workload, system, plan)
-    return predict_plan(workload, system, plan)
+    return predict_plan(workload, system, plan, per_layer=per_layer)
 
 
 def predict_config(workload: Workload, system: System, config: Config,

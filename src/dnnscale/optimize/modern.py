@@ -25,8 +25,8 @@ import heapq
 import itertools
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 from dnnscale.errors import InputError, require_int
 from dnnscale.model.compose import StepContext, throughput
@@ -64,8 +64,7 @@ class ModernSpace:
     overlap_dp: bool = False
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """A plan but its data-parallel degree."""
 
     tensor: int
@@ -280,7 +279,7 @@ class _Search:
     def key(self, priced: Priced) -> tuple[object, ...]:
         """Rank: the objective, then fewer devices, then a fixed order of the plan's fields."""
         first = priced.step_s if self.objective == "time" else priced.cost
-        return first, priced.devices, astuple(priced.group), priced.replicas
+        return first, priced.devices, priced.group, priced.replicas
 
     def bound(self, group: Group, choices: list[int], stages: tuple[StageCosts, ...]) -> float:
         """Lower bound of the objective over the group's data-parallel degrees: the pipeline's
