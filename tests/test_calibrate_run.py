@@ -96,7 +96,7 @@ def test_calibrate_quick_end_to_end(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("args, field", [
-    (["calibrate", "-o", "x.yaml"], "calibrate: give exactly one of --local or --testbed"),
+    (["calibrate", "-o", "x.yaml"], "calibrate: give exactly one of --local, --testbed FILE or --gpu"),
     (["calibrate", "--local", "--kinds", "pooling", "-o", "x.yaml"], "--kinds: must include"),
     (["calibrate", "--local", "--allreduce-peers", "1", "-o", "x.yaml"], "--allreduce-peers"),
 ])

@@ -34,15 +34,33 @@ def register(app: typer.Typer) -> None:
                                                       "grid groups (conv2d, linear, pooling, "
                                                       "elementwise); default all"),
                   allreduce_peers: str = typer.Option("2,4", "--allreduce-peers",
-                                                      help="all-reduce group sizes")) -> None:
-        """Measure compute, memory and network rates and write a hardware profile (YAML)."""
+                                                      help="all-reduce group sizes"),
+                  gpu: bool = typer.Option(False, "--gpu", help="measure a CUDA GPU's kernels "
+                                           "and write a GPU profile"),
+                  device: str = typer.Option("cuda", "--device", help="--gpu: cuda or cuda:N"),
+                  as_device: Optional[str] = typer.Option(
+                      None, "--as", help="--gpu: the devices.yaml name of the GPU (default: "
+                                         "from its CUDA name)"),
+                  steps: bool = typer.Option(True, "--steps/--no-steps",
+                                             help="--gpu: fit the step constants on short "
+                                                  "training runs")) -> None:
+        """Measure compute, memory and network rates and write a hardware profile (YAML);
+        with --gpu, a GPU's kernel efficiencies as a GPU profile."""
         from dnnscale.errors import InputError
 
         from dnnscale.atomic import check_output_path
 
-        if local == (testbed is not None):
-            raise InputError("calibrate", "give exactly one of --local or --testbed FILE")
+        if sum((local, testbed is not None, gpu)) != 1:
+            raise InputError("calibrate", "give exactly one of --local, --testbed FILE or --gpu")
         check_output_path(output, "--output")
+        if gpu:
+            from dnnscale.calibrate.gpu_commands import run_gpu_calibration
+
+            if kinds is not None or no_network:
+                raise InputError("--kinds" if kinds is not None else "--no-network",
+                                 "not with --gpu")
+            run_gpu_calibration(output, quick, device, as_device, steps)
+            return
         grid_kinds = _kinds(kinds)
         peers = _peers(allreduce_peers)
         run_calibration(output, quick, not no_network, grid_kinds, peers,

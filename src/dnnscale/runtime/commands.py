@@ -50,6 +50,19 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
         rank_from_env: bool = typer.Option(False, "--rank-from-env",
                                            help="this process is one rank (RANK, WORLD_SIZE, "
                                                 "MASTER_ADDR, MASTER_PORT), e.g. under torchrun"),
+        gpu: bool = typer.Option(False, "--gpu", help="train a transformer on one CUDA GPU "
+                                 "(bf16, AdamW; the GPU plan flags below)"),
+        device: str = typer.Option("cuda", "--device", help="--gpu: cuda or cuda:N"),
+        micro_batch: Optional[int] = typer.Option(None, "--micro-batch",
+                                                  help="--gpu: samples per micro-batch"),
+        global_batch: Optional[int] = typer.Option(None, "--global-batch",
+                                                   help="--gpu: samples per step"),
+        recompute: Optional[str] = typer.Option(None, "--recompute", help="--gpu: none | full"),
+        precision: Optional[str] = typer.Option(None, "--precision",
+                                                help="--gpu: bf16 | tf32 | fp32"),
+        bf16_mode: str = typer.Option("master", "--bf16-mode",
+                                      help="--gpu: master (bf16 weights, fp32 master copy) | "
+                                           "autocast (fp32 weights, torch.autocast)"),
         steps: int = typer.Option(20, "--steps", help="training steps per worker"),
         warmup: int = typer.Option(2, "--warmup", help="steps left out of the throughput"),
         timeout: float = typer.Option(60.0, "--timeout",
@@ -60,7 +73,8 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
                                             "(each layer as the model picks for --cluster)"),
         cluster: Optional[str] = typer.Option(None, "--cluster", "-c",
                                               help="preset or YAML, for --conv-split model"),
-        lr: float = typer.Option(0.1, "--lr", help="SGD learning rate"),
+        lr: Optional[float] = typer.Option(None, "--lr", help="learning rate (SGD: 0.1; "
+                                           "--gpu AdamW: 3e-4)"),
         seed: int = typer.Option(0, "--seed", help="seed of weights and data"),
         output: Optional[Path] = typer.Option(None, "-o", "--output",
                                               help="JSONL file: one record per step and rank"),
@@ -70,9 +84,23 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
     from dnnscale.workload.source import resolve_workload
 
     modes = [name for name, on in (("--local", local), ("--testbed", testbed is not None),
-                                   ("--rank-from-env", rank_from_env)) if on]
+                                   ("--rank-from-env", rank_from_env), ("--gpu", gpu)) if on]
     if len(modes) != 1:
-        raise InputError("run", "choose exactly one of --local, --testbed FILE, --rank-from-env")
+        raise InputError("run", "choose exactly one of --local, --testbed FILE, "
+                         "--rank-from-env, --gpu")
+    gpu_flags = dict(micro_batch=micro_batch, global_batch=global_batch, recompute=recompute,
+                     precision=precision)
+    if gpu:
+        _run_gpu(workload, config, gpu_flags, device, bf16_mode, steps, warmup, lr, seed,
+                 output, as_json, adam=dict(partitions=partitions, replicas=replicas,
+                                            ps_shards=ps_shards, sync=sync, minibatch=minibatch,
+                                            push_every=push_every, pull_every=pull_every,
+                                            cluster=cluster))
+        return
+    given = [key for key, value in gpu_flags.items() if value is not None]
+    if given:
+        raise InputError(f"--{given[0].replace('_', '-')}", "only with --gpu")
+    lr = 0.1 if lr is None else lr
     require_int("run.steps", steps)
     require_int("run.warmup", warmup, minimum=0)
     if warmup >= steps:
@@ -136,6 +164,21 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
             with atomic_output(output, "--output", partial=True, keep_on=(RunFailed,)) as temp:
                 summary = launch(spec_for(str(temp)), placements)
     _print_summary(summary, as_json)
+
+
+def _run_gpu(workload: str, config: Optional[Path], plan_flags: dict[str, Any], device: str,
+             bf16_mode: str, steps: int, warmup: int, lr: Optional[float], seed: int,
+             output: Optional[Path], as_json: bool, adam: dict[str, Any]) -> None:
+    """`run --gpu`: runtime/gpu_commands.py, after refusing the flags that mean ranks."""
+    from dnnscale.runtime.gpu_commands import gpu_spec, run_gpu
+
+    given = [key for key, value in adam.items() if value is not None]
+    if given:
+        raise InputError(f"--{given[0].replace('_', '-')}", "not with --gpu (one GPU, the GPU "
+                         "plan flags --micro-batch --global-batch --recompute --precision)")
+    spec = gpu_spec(workload, config, plan_flags, bf16_mode=bf16_mode, steps=steps,
+                    warmup=warmup, seed=seed, **({"lr": lr} if lr is not None else {}))
+    run_gpu(spec, device, output, as_json)
 
 
 def _conv_split(conv_split: str, cluster: Optional[str], workload: Any,

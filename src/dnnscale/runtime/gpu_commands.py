@@ -1,0 +1,102 @@
+"""`dnnscale run --gpu`: train a transformer workload on one GPU (runtime/gpu_train.py).
+
+Called by runtime/commands.py once it sees --gpu. Cheap to import (no torch): torch loads when
+the run starts. The plan comes from --config (a GPU plan YAML) and the GPU plan flags; it must
+be one device (tp = pp = dp = 1), recompute none or full, precision bf16, tf32 or fp32.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from dnnscale.errors import CommandFailed, InputError
+
+
+def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
+             **run: Any) -> Any:
+    """The GpuTrainSpec of a --config plan file and the flags given (flags win)."""
+    from dnnscale.plan.modern import modern_plan_from_dict
+    from dnnscale.runtime.gpu_train import GpuTrainSpec
+    from dnnscale.yamlio import load_yaml_file
+
+    data: dict[str, Any] = load_yaml_file(config, "config") if config else {}
+    if not isinstance(data, dict):
+        raise InputError("config", "must be a mapping of plan fields")
+    data = {**data, **{k: v for k, v in plan_flags.items() if v is not None}}
+    data.setdefault("micro_batch", 1)
+    data.setdefault("precision", "bf16")
+    plan = modern_plan_from_dict(data)  # the plan's own validation, fields named as there
+    for key, one in (("tp", 1), ("pp", 1), ("dp", 1), ("zero", 0)):
+        if data.get(key, one) != one:
+            raise InputError(f"plan.{key}", f"run --gpu trains on one GPU: must be {one}, got "
+                             f"{data[key]}")
+    return GpuTrainSpec(workload=workload, micro_batch=plan.batch.micro_batch,
+                        global_batch=plan.batch.micro_batch * plan.batch.accumulation,
+                        recompute=plan.memory.recompute, precision=str(data["precision"]),
+                        **run)
+
+
+def run_gpu(spec: Any, device_text: str, output: Optional[Path], as_json: bool) -> None:
+    """Check the workload and the device, train, write the records, print the summary."""
+    from dnnscale.runtime.cuda import cuda_device
+    from dnnscale.runtime.gpu_train import transformer_shape
+    from dnnscale.workload import load_workload
+
+    workload = load_workload(spec.workload)
+    transformer_shape(workload, "--workload")
+    if output is not None:
+        from dnnscale.atomic import check_output_path
+
+        check_output_path(output, "--output")
+    device = cuda_device(device_text)
+    if output is None:
+        summary = _train(spec, workload, device, None)
+    else:
+        from dnnscale.atomic import atomic_output
+
+        with atomic_output(output, "--output", partial=True) as temp:
+            summary = _train(spec, workload, device, temp)
+    print_summary(summary, as_json)
+
+
+def _train(spec: Any, workload: Any, device: Any, path: Optional[Path]) -> dict[str, Any]:
+    import torch
+
+    from dnnscale.runtime.cuda import failure_reason
+    from dnnscale.runtime.gpu_train import train_gpu
+    from dnnscale.runtime.records import JsonlWriter
+
+    writer = JsonlWriter(path) if path is not None else None
+    try:
+        if writer is not None:
+            writer.write({"type": "start", "rank": 0, "role": "worker", "replica": 0,
+                          "partition": 0, "pid": os.getpid(), "host": platform.node(),
+                          "time_unix_s": time.time()})
+        try:
+            summary = train_gpu(spec, workload, device,
+                                writer.write if writer is not None else lambda record: None)
+        except torch.cuda.OutOfMemoryError as exc:
+            raise CommandFailed(f"run --gpu: {failure_reason(exc)} on {device}") from None
+        if writer is not None:
+            writer.write(summary)
+        return summary
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        from dnnscale.jsonout import print_json
+
+        print_json(summary)
+        return
+    print(f"{summary['workload']}: {summary['steps']} steps on {summary['device_name']} "
+          f"({summary['device']}), step {summary['step_time_s'] * 1e3:.2f} ms (median after "
+          f"{summary['warmup']} warm-up), {summary['tokens_per_s']:,.0f} tokens/s, "
+          f"{summary['measured_throughput_samples_per_s']:.2f} samples/s, loss "
+          f"{summary['loss_first']:.4f} -> {summary['loss_last']:.4f}")

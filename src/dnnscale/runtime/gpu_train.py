@@ -1,0 +1,212 @@
+"""Train a transformer workload on one GPU and record each step (`dnnscale run --gpu`).
+
+The model is the workload's own shape (runtime/gpt_model.py), the data synthetic token ids
+(fixed micro-batches, drawn once from the seed, so the loss falls as the model memorises them),
+the optimizer AdamW with clipping (runtime/gpu_optim.py). One step is `global_batch /
+micro_batch` micro-batches, each a forward and a backward pass (gradients accumulate), then the
+optimizer step. Each step is timed between two device synchronisations and written as a "step"
+record of the CPU runtime's JSONL format (runtime/records.py; its communication phases are 0
+here), and the run ends with the same "summary" record plus the GPU's facts.
+
+Precisions: `bf16` (default) bf16 weights, gradients and activations with fp32 master weights
+and AdamW state — what the model's `bf16` plan prices; `bf16` with `bf16_mode="autocast"` fp32
+weights under torch.autocast(bfloat16), PyTorch's usual recipe (its per-micro-batch weight casts
+are not in the model); `tf32` fp32 weights with TF32 matmuls; `fp32` plain fp32 (also what a
+CPU run uses). Runs on a CPU device too (fp32 or tf32 only), which the tests use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from dnnscale.errors import InputError, require_int, require_positive
+
+PRECISIONS = ("bf16", "tf32", "fp32")
+BF16_MODES = ("master", "autocast")
+RECOMPUTE = ("none", "full")
+
+
+@dataclass(frozen=True)
+class GpuTrainSpec:
+    """What one single-device training run does."""
+
+    workload: str
+    micro_batch: int
+    global_batch: int
+    recompute: str = "none"
+    precision: str = "bf16"
+    bf16_mode: str = "master"
+    steps: int = 10
+    warmup: int = 3
+    lr: float = 3e-4
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require_int("run.micro_batch", self.micro_batch)
+        require_int("run.global_batch", self.global_batch)
+        if self.global_batch % self.micro_batch:
+            raise InputError("run.global_batch", f"{self.global_batch} is not a multiple of "
+                             f"the micro-batch {self.micro_batch}")
+        for field, value, allowed in (("run.recompute", self.recompute, RECOMPUTE),
+                                      ("run.precision", self.precision, PRECISIONS),
+                                      ("run.bf16_mode", self.bf16_mode, BF16_MODES)):
+            if value not in allowed:
+                raise InputError(field, f"must be one of {', '.join(allowed)} on one GPU, got "
+                                 f"{value!r}")
+        require_int("run.steps", self.steps)
+        require_int("run.warmup", self.warmup, minimum=0)
+        if self.warmup >= self.steps:
+            raise InputError("run.warmup", f"must be less than --steps ({self.steps}), got "
+                             f"{self.warmup}")
+        require_positive("run.lr", self.lr)
+
+    @property
+    def micro_batches(self) -> int:
+        return self.global_batch // self.micro_batch
+
+    def plan_dict(self) -> dict[str, Any]:
+        """The plan this run executes, as `modern_plan_from_dict` reads it."""
+        return single_gpu_plan(self.micro_batch, self.global_batch, self.recompute,
+                               self.precision)
+
+
+def single_gpu_plan(micro_batch: int, global_batch: int, recompute: str, precision: str
+                    ) -> dict[str, Any]:
+    """The plan fields of one-GPU training (tp = pp = dp = 1), as `modern_plan_from_dict`
+    reads them."""
+    return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": micro_batch, "global_batch": global_batch,
+            "recompute": recompute, "precision": precision}
+
+
+def transformer_shape(workload: Any, field: str = "workload") -> Any:
+    """The workload's TransformerShape; InputError when it has none (a CNN, an imported net)."""
+    shape = getattr(workload, "transformer", None)
+    if shape is None:
+        raise InputError(field, f"{workload.name!r} is not a transformer workload (run --gpu "
+                         f"trains zoo transformers and gpt:... names)")
+    return shape
+
+
+@contextlib.contextmanager
+def matmul_precision(device: Any, precision: str) -> Iterator[None]:
+    """TF32 matmuls on for `tf32`, off otherwise, restored afterwards."""
+    import torch
+
+    if device.type != "cuda":
+        yield
+        return
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = \
+        precision == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def build(spec: GpuTrainSpec, shape: Any, device: Any) -> tuple[Any, Any, Callable[[], Any]]:
+    """The module, its optimizer and the autocast context factory of `spec` on `device`."""
+    import torch
+
+    from dnnscale.runtime.gpt_model import GptModel
+    from dnnscale.runtime.gpu_optim import MasterAdamW, PlainAdamW
+
+    if spec.precision == "bf16" and device.type == "cpu":
+        raise InputError("run.precision", "bf16 runs need a GPU; on the CPU use fp32")
+    torch.manual_seed(spec.seed)
+    with device:  # weights made and initialised where they train (a 1B model in a second)
+        model = GptModel(shape, recompute=spec.recompute == "full")
+    autocast: Callable[[], Any] = contextlib.nullcontext
+    if spec.precision == "bf16" and spec.bf16_mode == "master":
+        model.to(torch.bfloat16)
+        optimizer: Any = MasterAdamW(model.parameters(), spec.lr)
+    else:
+        optimizer = PlainAdamW(model.parameters(), spec.lr)
+        if spec.precision == "bf16":
+            def autocast() -> Any:
+                return torch.autocast(device.type, dtype=torch.bfloat16)
+    return model, optimizer, autocast
+
+
+def synthetic_batches(shape: Any, spec: GpuTrainSpec, device: Any) -> tuple[Any, Any]:
+    """Token ids and next-token targets, (micro-batches, micro_batch, seq) each, from the seed."""
+    import torch
+
+    generator = torch.Generator().manual_seed(spec.seed + 1)
+    ids = torch.randint(0, shape.vocab, (spec.micro_batches, spec.micro_batch, shape.seq + 1),
+                        generator=generator)
+    ids = ids.to(device)
+    return ids[..., :-1].contiguous(), ids[..., 1:].contiguous()
+
+
+def train_gpu(spec: GpuTrainSpec, workload: Any, device: Any, emit: Callable[[dict[str, Any]],
+              None] = lambda record: None) -> dict[str, Any]:
+    """Train `workload` under `spec` on `device` (a torch.device); `emit` receives each step
+    record as it is made. Returns the summary record."""
+    import torch
+
+    from dnnscale.runtime.cuda import synchronize
+    from dnnscale.runtime.records import summarize, worker_totals
+
+    shape = transformer_shape(workload)
+    with matmul_precision(device, spec.precision):
+        model, optimizer, autocast = build(spec, shape, device)
+        inputs, targets = synthetic_batches(shape, spec, device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        records = []
+        for step in range(spec.steps):
+            synchronize(device)
+            start = time.perf_counter()
+            total = torch.zeros((), device=device)
+            for i in range(spec.micro_batches):
+                with autocast():
+                    loss = model(inputs[i], targets[i])
+                (loss / spec.micro_batches).backward()
+                total += loss.detach().float()
+            optimizer.step()
+            optimizer.zero_grad()
+            loss_value = float(total) / spec.micro_batches
+            synchronize(device)
+            end = time.perf_counter()
+            record = step_record(step, loss_value, spec, shape.seq, start, end, device)
+            emit(record)
+            records.append(record)
+    summary = summarize([worker_totals(records, spec.warmup)], config=spec.plan_dict(),
+                        workload=spec.workload, hosts=[platform.node()],
+                        torch_version=str(torch.__version__), steps=spec.steps, warmup=spec.warmup,
+                        shards=[])
+    timed = [r["step_s"] for r in records if r["step"] >= spec.warmup]
+    summary.update(gpu_facts(device), runtime="gpu", spec=asdict(spec),
+                   step_time_s=statistics.median(timed), step_times_s=timed,
+                   tokens_per_s=spec.global_batch * shape.seq / statistics.median(timed),
+                   peak_memory_bytes=(torch.cuda.max_memory_allocated(device)
+                                      if device.type == "cuda" else None))
+    return summary
+
+
+def step_record(step: int, loss: float, spec: GpuTrainSpec, seq: int, start: float, end: float,
+                device: Any) -> dict[str, Any]:
+    """A "step" record of runtime/records.py's format: all of the step is compute on one GPU."""
+    return {"type": "step", "rank": 0, "role": "worker", "replica": 0, "partition": 0,
+            "step": step, "loss": loss, "samples": spec.global_batch,
+            "tokens": spec.global_batch * seq, "t_start_s": start, "t_end_s": end,
+            "step_s": end - start, "compute_s": end - start, "partition_comm_s": 0.0,
+            "ps_push_s": 0.0, "ps_pull_s": 0.0, "allreduce_s": 0.0, "device": str(device)}
+
+
+def gpu_facts(device: Any) -> dict[str, Any]:
+    """The device's name and the CUDA version (plain "cpu" off the GPU)."""
+    import torch
+
+    if device.type != "cuda":
+        return {"device": str(device), "device_name": platform.processor() or "cpu",
+                "cuda_version": None}
+    return {"device": str(device), "device_name": torch.cuda.get_device_name(device),
+            "cuda_version": torch.version.cuda}
