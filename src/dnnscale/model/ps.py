@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 
+from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.registry import cost_formula
+from dnnscale.system.device import Device
+from dnnscale.workload.kinds import linear
 
 
 @cost_formula
@@ -78,3 +81,22 @@ def ps_cpu_capacity_samples_per_s(shard_share: float, update_s_per_sample: float
     """
     busiest = shard_share * (update_s_per_sample + fc_outer_product_s_per_sample)
     return math.inf if busiest <= 0 else 1.0 / busiest
+
+
+@cost_formula
+def ps_outer_product_s(rows: int, columns: int, samples: int, bytes_per_value: int,
+                       ps_machine: Device) -> float:
+    """Seconds a parameter-server machine takes for one FC block of Adam's vector protocol.
+
+    Formula: the weight-gradient phase of a linear layer `columns` -> `rows` over `samples`
+    samples on the PS machine (compute.cpu_phase_times_s): 2·m·r·c FLOP at the machine's
+    calibrated linear.weight_grad rate for a call of that size (plus its memory term where the
+    profile measured one), the same curve that prices the workers' FC weight gradients.
+    Units: rows, columns, samples, bytes per value -> seconds.
+    Source: Chilimbi et al., OSDI 2014, §3.3 (the PS computes δᵀ·a itself); model/vectors.py
+    (which rows and columns a shard multiplies).
+    """
+    if rows <= 0 or columns <= 0 or samples <= 0:
+        return 0.0
+    block = linear("ps_block", (columns,), bytes_per_value, False, out_features=rows, bias=False)
+    return cpu_phase_times_s(block, 1.0, samples, ps_machine, False)[2]
