@@ -21,6 +21,17 @@ The structure the exact search relies on, read off these formulas (performance-m
   combine is 1-homogeneous), so X is nondecreasing in R; X falls as share or S-latency grows.
 - PS modes, both: for fixed S the best R is the largest, floor((M − S)/P). Over an interval
   S ∈ [lo, hi], X ≤ X(R(lo), share(hi), latency of lo shards): a valid upper bound.
+- Adam's vector protocol prices every shard from the parameter layout (model/vectors.py); the
+  busiest shard's load need not fall monotonically with S, so the interval bound uses what
+  every S ≤ hi must carry: splitting a shard's slice never sends fewer values nor multiplies
+  less, so some shard holds at least 1/hi of the one-shard totals (vector values, outer-product
+  FLOPs at the PS's peak rate); a worker's push is at least its one-shard push
+  (StepContext.shard_terms).
+- The search maximises `objective`, f·N / T_epoch = X / g with g the straggler factor of
+  asynchronous epochs (model/stragglers.py; 1 unless the system states a spread of replica
+  speeds). g ≥ 1, so `bound` (of X) bounds X / g; and X / g is nondecreasing in R for fixed S
+  while the spread is at most system.load.MAX_STRAGGLER_SPREAD (tests/test_stragglers.py
+  checks it), so the largest R still wins.
 - collective (all-reduce): X = R·n / (combine(T_comp + T_mp, T_ring(R)) + T_update); T_ring
   grows with R, so X need not grow with R (latency-bound rings get slower); over R ∈ [lo, hi],
   X ≤ hi·n / T_step(lo).
@@ -41,6 +52,7 @@ from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_
                                ps_pull_bytes_per_step, ps_push_bytes_per_step)
 from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
+from dnnscale.model.stragglers import straggler_factor
 from dnnscale.model.vectors import Region, flat_layout, vector_traffic
 from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
 from dnnscale.system.device import Device
@@ -382,10 +394,32 @@ def throughput(ctx: StepContext, replicas: int, shards: int) -> float:
     return _collective(ctx, replicas)[0]
 
 
+def _straggler_factor(ctx: StepContext, replicas: int, x_replicas: float, x_net: float,
+                      x_cpu: float) -> float:
+    """The epoch's straggler factor g (model/stragglers.py): asynchronous replicas on a system
+    with a measured spread of replica speeds; 1 otherwise."""
+    spread = ctx.system.straggler_spread
+    if ctx.mode != MODE_PS_ASYNC or replicas <= 1 or spread <= 0:
+        return 1.0
+    return straggler_factor(replicas, ctx.plan.epoch_fraction, spread,
+                            min(x_net, x_cpu) / x_replicas)
+
+
+def objective(ctx: StepContext, replicas: int, shards: int) -> float:
+    """What the search maximises: samples per second of a whole epoch, f·N / T_epoch = X / g
+    (g the straggler factor; X itself without a measured spread)."""
+    if ctx.mode == MODE_PS_ASYNC and ctx.system.straggler_spread > 0:
+        x, _, _, _, _, x_replicas, x_net, x_cpu = _ps_async(ctx, replicas, shards, shards)
+        return x / _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu)
+    return throughput(ctx, replicas, shards)
+
+
 def bound(ctx: StepContext, lo: int, hi: int, replicas: int) -> float:
-    """An upper bound of the throughput over the search variable x ∈ [lo, hi]: x = S for PS
+    """An upper bound of the objective over the search variable x ∈ [lo, hi]: x = S for PS
     modes, with at most `replicas` replicas (R at x = lo); x = R for collectives. Equal to the
-    throughput when lo == hi (see the module docstring for why it bounds)."""
+    objective when lo == hi (see the module docstring for why it bounds)."""
+    if lo == hi and ctx.uses_ps:
+        return objective(ctx, replicas, lo)
     if ctx.mode == MODE_PS_ASYNC:
         return _ps_async(ctx, replicas, hi, lo)[0]
     if ctx.mode == MODE_PS_SYNC:
@@ -405,6 +439,8 @@ class Composition:
     parts: tuple[StepPart, ...]
     utilization: dict[str, float]
     capacities: dict[str, float]
+    straggler_factor: float = 1.0
+    """The epoch takes f·N/X times this (model/stragglers.py)."""
 
 
 def _largest(named_seconds: dict[str, float]) -> str:
@@ -444,7 +480,8 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                        "worker_ps_network": transfer_s / step_s,
                        "ps_network": x / x_net, "ps_cpu": x / x_cpu}
         capacities = {"workers": x_replicas, "ps_network": x_net, "ps_cpu": x_cpu}
-        return Composition(x, step_s, bottleneck, tuple(parts), utilization, capacities)
+        return Composition(x, step_s, bottleneck, tuple(parts), utilization, capacities,
+                           _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu))
     if ctx.mode == MODE_PS_SYNC:
         x, step_s, push_s, apply_s, pull_s = _ps_sync(ctx, replicas, shards, shards)
         bottleneck = _largest({"worker compute": stage.compute_s,
@@ -524,7 +561,9 @@ def optimizer_state_bytes_per_param(plan: ParallelPlan, bytes_per_value: float) 
     return OPTIMIZERS[plan.optimizer] * state + (4 if precision.master_weights else 0)
 
 
-def epoch_time_s(workload: Workload, plan: ParallelPlan, throughput_samples_per_s: float) -> float:
-    """T_epoch = f · N_samples / X (performance-model.md §4; f is Adam's cut-off)."""
-    return plan.epoch_fraction * workload.samples_per_epoch / throughput_samples_per_s
+def epoch_time_s(workload: Workload, plan: ParallelPlan, throughput_samples_per_s: float,
+                 straggler: float = 1.0) -> float:
+    """T_epoch = f · N_samples / X · g (performance-model.md §4; f is Adam's cut-off, g the
+    straggler factor of model/stragglers.py, 1 without a measured spread)."""
+    return plan.epoch_fraction * workload.samples_per_epoch / throughput_samples_per_s * straggler
 

@@ -80,10 +80,10 @@ def _checked(problem: Problem, evaluator: GroupSearch, found: Found,
     prediction = problem.predict(config)
     if not prediction.fits or config.machines > problem.cluster.machines:
         raise RuntimeError(f"optimizer bug: {config.label()} is infeasible")
-    if abs(prediction.throughput_samples_per_s - found.throughput) > CHECK_TOLERANCE * found.throughput:
+    epoch_throughput = prediction.epoch_throughput_samples_per_s  # = X without stragglers
+    if abs(epoch_throughput - found.throughput) > CHECK_TOLERANCE * found.throughput:
         raise RuntimeError(f"optimizer bug: {config.label()}: search throughput "
-                           f"{found.throughput!r} != predict_config's "
-                           f"{prediction.throughput_samples_per_s!r}")
+                           f"{found.throughput!r} != predict_config's {epoch_throughput!r}")
     return prediction
 
 
