@@ -31,9 +31,13 @@ def register(app: typer.Typer) -> None:
                 None, "--push-every", help="steps between pushes, or choices: 1,2,4 (default 1)"),
             pull_every: Optional[str] = typer.Option(
                 None, "--pull-every", help="steps between pulls, or choices (default 1)"),
-            fc_protocol: Optional[str] = typer.Option(None, "--fc-protocol",
-                                                      help="weights | vectors"),
+            fc_protocol: Optional[str] = typer.Option(
+                None, "--fc-protocol", help="weights | vectors, or weights,vectors to let the "
+                                            "PS configurations choose (Adam's FC protocol)"),
             overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap"),
+            choose_overlap: bool = typer.Option(
+                False, "--choose-overlap", help="let the PS configurations run with overlap "
+                                                "on or off, whichever is faster"),
             optimizer: Optional[str] = typer.Option(None, "--optimizer",
                                                     help="sgd | momentum | adam"),
             epoch_fraction: Optional[float] = typer.Option(None, "--epoch-fraction"),
@@ -55,14 +59,23 @@ def register(app: typer.Typer) -> None:
 
             check_output_path(plot, "--plot")
 
-        base = config_from_dict({"fc_protocol": fc_protocol, "overlap": overlap,
-                                 "optimizer": optimizer, "epoch_fraction": epoch_fraction},
-                                where="optimize")
+        from dnnscale.errors import InputError
+        from dnnscale.optimize.space import parse_fc_protocols
+
+        protocols = parse_fc_protocols(fc_protocol)
+        if choose_overlap and overlap is not None:
+            raise InputError("--choose-overlap", "lets the optimizer choose; do not also give "
+                             "--overlap/--no-overlap")
+        base = config_from_dict({"fc_protocol": protocols[0] if len(protocols) == 1 else None,
+                                 "overlap": overlap, "optimizer": optimizer,
+                                 "epoch_fraction": epoch_fraction}, where="optimize")
         result = run_optimize(workload, cluster, machines=machines, modes=modes, top=top,
                               minibatch=parse_int_list(minibatch, "minibatch"),
                               push_every=parse_int_list(push_every, "push_every"),
                               pull_every=parse_int_list(pull_every, "pull_every"), base=base,
-                              method="exhaustive" if exhaustive else "fast")
+                              method="exhaustive" if exhaustive else "fast",
+                              fc_protocols=protocols if len(protocols) > 1 else None,
+                              choose_overlap=choose_overlap)
         if plot is not None:
             from dnnscale.report.curve_plot import plot_curve
 
