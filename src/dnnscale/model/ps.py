@@ -13,11 +13,14 @@ from dnnscale.workload.kinds import linear
 @cost_formula
 def ps_push_bytes_per_step(weight_params: int, vector_values: float, bytes_per_value: int,
                            push_every: int) -> float:
-    """Bytes one replica (all P workers together) pushes to the parameter servers per step.
+    """Bytes pushed to the parameter servers per step: by one replica (all P workers), or by
+    it to one shard, or by one worker.
 
     Formula: W_w · b / k_push + V · b, where W_w are the parameters pushed as weight updates and
-    V = n · Σ_FC (n_in + n_out) the activation and error values of FC layers under Project Adam's
-    vector protocol (accumulated over k_push steps, so V per step on average).
+    V the activation and error values of FC layers under Project Adam's vector protocol
+    (n · (n_in + n_out) per layer with one shard and P = 1; per shard and worker as
+    model/vectors.py slices them; the vectors of k_push steps travel together, so V per step on
+    average).
     Units: parameters, values, bytes per value -> bytes per step.
     Source: performance-model.md §3; Chilimbi et al. OSDI 2014 §3.3 (FC update vectors).
     """

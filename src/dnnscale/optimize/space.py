@@ -131,35 +131,30 @@ def parse_int_list(text: str | None, field: str) -> tuple[int, ...] | None:
     return _int_choices(values, DEFAULT_MINIBATCH, field)
 
 
-def parse_modes(text: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    """'ps-async,allreduce' (or a sequence) -> validated tuple; None stays None."""
-    if text is None:
-        return None
+def _named_choices(text: str | Sequence[str], known: Sequence[str], field: str,
+                   what: str) -> tuple[str, ...]:
+    """'a,b' (or a sequence) -> the named choices among `known`, in `known`'s order."""
     items = [m.strip() for m in text.split(",")] if isinstance(text, str) else [str(m) for m in text]
     items = [m for m in items if m]
     if not items:
-        raise InputError("modes", f"must list at least one of {', '.join(SYNC_MODES)}")
-    for mode in items:
-        if mode not in SYNC_MODES:
-            raise InputError("modes", f"unknown sync mode {mode!r} (known: {', '.join(SYNC_MODES)})")
-    return tuple(m for m in SYNC_MODES if m in items)
+        raise InputError(field, f"must list at least one of {', '.join(known)}")
+    for item in items:
+        if item not in known:
+            raise InputError(field, f"unknown {what} {item!r} (known: {', '.join(known)})")
+    return tuple(m for m in known if m in items)
+
+
+def parse_modes(text: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """'ps-async,allreduce' (or a sequence) -> validated tuple; None stays None."""
+    return None if text is None else _named_choices(text, SYNC_MODES, "modes", "sync mode")
 
 
 def parse_fc_protocols(text: str | Sequence[str] | None) -> tuple[str, ...]:
     """'weights,vectors' (or a sequence) -> the FC protocols to choose from; () for None."""
-    if text is None:
-        return ()
     from dnnscale.plan.plan import FC_PROTOCOLS
 
-    items = [p.strip() for p in text.split(",")] if isinstance(text, str) else [str(p) for p in text]
-    items = [p for p in items if p]
-    if not items:
-        raise InputError("fc_protocol", f"must list at least one of {', '.join(FC_PROTOCOLS)}")
-    for item in items:
-        if item not in FC_PROTOCOLS:
-            raise InputError("fc_protocol", f"unknown FC protocol {item!r} (known: "
-                             f"{', '.join(FC_PROTOCOLS)})")
-    return tuple(p for p in FC_PROTOCOLS if p in items)
+    return () if text is None else _named_choices(text, FC_PROTOCOLS, "fc_protocol",
+                                                  "FC protocol")
 
 
 def make_space(modes: str | Sequence[str] | None = None,

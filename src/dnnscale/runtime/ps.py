@@ -55,7 +55,6 @@ class PSClient:
         self.segments: list[tuple[Segment, ...]] | None = (
             [piece_segments(regions, shard_map, piece) for piece in self.pieces]
             if regions else None)
-        self.values_pushed = 0
 
     def shard_of(self, index: int) -> int:
         """The shard owning element `index` of this partition's flat parameter vector."""
@@ -74,8 +73,6 @@ class PSClient:
                     payload = pack(self.segments[index], payload, vectors)
                 payload = payload.contiguous()
                 buffers.append(payload)
-                if op == OP_PUSH:
-                    self.values_pushed += payload.numel()
                 works.append(dist.isend(payload, dst, group=self.requests, tag=TAG_PAYLOAD))
         for work in works:
             work.wait()
