@@ -94,7 +94,10 @@ def describe(workload: Optional[str] = typer.Argument(
 
 
 def workload_json(w: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
     return {"name": w.name, "input_shape": list(w.input_shape),
+            "transformer": asdict(w.transformer) if w.transformer is not None else None,
             "samples_per_epoch": w.samples_per_epoch,
             "layers": [{"name": layer.name, "kind": layer.kind,
                         "input_shape": list(layer.input_shape),
@@ -197,7 +200,8 @@ def predict(workload: str = typer.Option(..., "--workload", "-w",
              precision=precision, sequence_parallel=sequence_parallel, overlap_dp=overlap_dp))
     w, c = load_workload(workload), load_system(cluster)
     check_plan(plan, w, c)
-    prediction = check_prediction(finite_answers("predict")(predict_any)(w, c, plan))
+    prediction = check_prediction(finite_answers("predict")(predict_any)(w, c, plan,
+                                                                         per_layer=layers))
     if as_json:
         _print_json(prediction.to_dict(with_layers=layers))
         return

@@ -47,6 +47,25 @@ def register(app: typer.Typer) -> None:
                                                 help="write the scalability curve as a PNG"),
             full_curve: bool = typer.Option(False, "--full-curve",
                                             help="print every budget of the curve"),
+            global_batch: Optional[int] = typer.Option(
+                None, "--global-batch", help="GPU plans: samples (sequences) per step"),
+            tp: Optional[str] = typer.Option(None, "--tp", help="GPU: tensor degrees, e.g. 1,2,4,8"),
+            pp: Optional[str] = typer.Option(None, "--pp", help="GPU: pipeline stages, e.g. 1,2,4"),
+            micro_batch: Optional[str] = typer.Option(None, "--micro-batch",
+                                                      help="GPU: micro-batch choices"),
+            zero: Optional[str] = typer.Option(None, "--zero", help="GPU: ZeRO stages, e.g. 0,1"),
+            recompute: Optional[str] = typer.Option(
+                None, "--recompute", help="GPU: none,selective,full (choices)"),
+            schedule: Optional[str] = typer.Option(None, "--schedule",
+                                                   help="GPU: 1f1b,interleaved,gpipe (choices)"),
+            precision: str = typer.Option("bf16", "--precision", help="GPU: bf16 | fp16 | fp8 ..."),
+            objective: str = typer.Option("time", "--objective", help="time | cost"),
+            price: Optional[float] = typer.Option(
+                None, "--price", help="USD per device-hour (for --objective cost)"),
+            pareto: bool = typer.Option(False, "--pareto",
+                                        help="list the plans no other beats on time and GPUs"),
+            tokens: Optional[float] = typer.Option(
+                None, "--tokens", help="GPU: also report the time to train this many tokens"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
         """Find the configuration with the least predicted epoch time, rank the runners-up, and
         print the scalability curve (best epoch time and speedup per machine budget)."""
@@ -58,6 +77,15 @@ def register(app: typer.Typer) -> None:
             from dnnscale.atomic import check_output_path
 
             check_output_path(plot, "--plot")
+        from dnnscale.optimize.api import is_gpu_problem
+
+        if is_gpu_problem(workload, cluster):
+            from dnnscale.optimize.modern_commands import run_modern
+
+            run_modern(workload, cluster, machines, global_batch, top, tp, pp, micro_batch, zero,
+                       recompute, schedule, precision, objective, price, pareto, tokens, plot,
+                       as_json)
+            return
 
         from dnnscale.errors import InputError
         from dnnscale.optimize.space import parse_fc_protocols
