@@ -19,8 +19,8 @@ shard never waits on a worker that waits on the shard.
 
 With Adam's FC vector protocol (`segments` given, runtime/vector_protocol.py) a push carries,
 for the FC layers' part of a piece, the errors and inputs of the push's samples instead of
-weight gradients; the shard rebuilds the piece's gradient from them (the outer products) and
-then applies it exactly as above.
+weight gradients; the shard forms the piece's update from them (the outer products, added in
+place) and applies it exactly as above.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import torch.distributed as dist
 
 from dnnscale.model.vectors import Region
 from dnnscale.runtime.layout import Piece, ShardMap
-from dnnscale.runtime.vector_protocol import (Segment, Vectors, pack, payload_length,
-                                              piece_segments, unpack_gradient)
+from dnnscale.runtime.vector_protocol import (Segment, Vectors, add_update, pack,
+                                              payload_length, piece_segments)
 
 OP_INIT, OP_PUSH, OP_PULL, OP_DONE = 1, 2, 3, 4
 TAG_HEADER, TAG_PAYLOAD, TAG_REPLY = 101, 102, 103
@@ -158,8 +158,8 @@ class ShardServer:
         return int(src), int(header[0]), int(header[1])
 
     def _recv_payload(self, src: int, push: bool = False) -> tuple[Piece, torch.Tensor]:
-        """The piece `src` sends and its values: the weights (INIT) or the gradient (PUSH),
-        rebuilt from the FC vectors under the vector protocol."""
+        """The piece `src` sends and its values: the weights (INIT), or the gradient (PUSH;
+        FC vectors under the vector protocol)."""
         piece = self._piece_of(src)
         segments = self.segments.get(piece.partition) if push else None
         size = payload_length(segments, self.samples_per_push) if segments else piece.length
@@ -167,9 +167,17 @@ class ShardServer:
         dist.recv(payload, src, group=self.requests, tag=TAG_PAYLOAD)
         if push:
             self.stats.values_received += size
-        if segments:
-            payload = unpack_gradient(segments, payload, self.samples_per_push, piece.length)
         return piece, payload
+
+    def _add(self, target: torch.Tensor, piece: Piece, payload: torch.Tensor,
+             alpha: float) -> None:
+        """target += alpha · the piece's pushed gradient (formed from FC vectors in place
+        under the vector protocol)."""
+        segments = self.segments.get(piece.partition)
+        if segments:
+            add_update(segments, payload, self.samples_per_push, target, alpha)
+        else:
+            target.add_(payload, alpha=alpha)
 
     def _reply(self, src: int) -> None:
         piece = self._piece_of(src)
@@ -200,7 +208,7 @@ class ShardServer:
                     self._accumulate(step, piece, payload)
                 else:
                     view = self.weights[piece.shard_start:piece.shard_start + piece.length]
-                    view.add_(payload, alpha=-self.lr)
+                    self._add(view, piece, payload, -self.lr)
                     self.stats.updates_applied += 1
             elif op == OP_PULL:
                 if self.synchronous and step not in self._applied_steps:
@@ -216,7 +224,7 @@ class ShardServer:
 
     def _accumulate(self, step: int, piece: Piece, payload: torch.Tensor) -> None:
         total, count = self._pending.get(step, (torch.zeros_like(self.weights), 0))
-        total[piece.shard_start:piece.shard_start + piece.length] += payload
+        self._add(total[piece.shard_start:piece.shard_start + piece.length], piece, payload, 1.0)
         count += 1
         if count < len(self.pieces) * self.replicas:
             self._pending[step] = (total, count)

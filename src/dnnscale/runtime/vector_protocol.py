@@ -10,8 +10,8 @@ its segments in flat order:
   `Overlap.error_rows` in order), then the inputs a of its columns (m × cols), row-major, where m
   is the samples of the push (n · k_push; the vectors of k_push steps are stacked).
 
-The shard computes δ[:, weight rows]ᵀ · a[:, cols] and keeps the elements it owns, and the
-bias gradient Σ_samples δ[:, bias rows]. With a loss averaged over the minibatch (δ carries the
+The shard adds −lr · δ[:, weight rows]ᵀ · a[:, cols] to the weight elements it owns (whole
+rows by one in-place addmm_) and −lr · Σ_samples δ[:, bias rows] to its biases. With a loss averaged over the minibatch (δ carries the
 1/n), that is exactly the weight gradient the worker would have pushed.
 """
 
@@ -81,17 +81,43 @@ def payload_length(segments: tuple[Segment, ...], samples: int) -> int:
                else samples * segment.overlap.values_per_sample for segment in segments)
 
 
-def unpack_gradient(segments: tuple[Segment, ...], payload: torch.Tensor, samples: int,
-                    piece_length: int) -> torch.Tensor:
-    """The piece's gradient (length `piece_length`) from a payload: dense values copied, FC
-    elements computed from the vectors (δᵀ·a for weights, Σδ for biases)."""
-    grad = torch.empty(piece_length)
+def _add_weights(out: torch.Tensor, overlap: Overlap, errors: torch.Tensor,
+                 inputs: torch.Tensor, alpha: float) -> None:
+    """out (the overlap's weight elements, row-major) += alpha · (δ[:, rows]ᵀ · a[:, cols]):
+    whole rows by one addmm_ in place, a partial first or last row by a vector product."""
+    cols = overlap.region.cols
+    w0, w1 = overlap.weights
+    r0, r1 = overlap.weight_rows
+    err = errors[:, _row_positions(overlap.error_rows, r0, r1)]
+    if r1 - r0 == 1:  # within one row: the inputs sent are the overlap's own columns
+        out[:w1 - w0].add_(err[:, 0] @ inputs, alpha=alpha)
+        return
+    position, row = 0, r0
+    if w0 % cols:
+        head = cols - w0 % cols
+        out[:head].add_(err[:, 0] @ inputs[:, w0 % cols:], alpha=alpha)
+        position, row = head, r0 + 1
+    whole = w1 // cols - row
+    if whole > 0:
+        out[position:position + whole * cols].view(whole, cols).addmm_(
+            err[:, row - r0:row - r0 + whole].t(), inputs, alpha=alpha)
+        position, row = position + whole * cols, row + whole
+    if w1 % cols:
+        out[position:position + w1 % cols].add_(err[:, row - r0] @ inputs[:, :w1 % cols],
+                                                alpha=alpha)
+
+
+def add_update(segments: tuple[Segment, ...], payload: torch.Tensor, samples: int,
+               target: torch.Tensor, alpha: float) -> None:
+    """target (the piece's slice of the shard's weights, or of a sum) += alpha · the piece's
+    gradient: dense values as sent, FC elements formed from the vectors in place (δᵀ·a for
+    weights, Σδ for biases) without materialising the gradient."""
     position = 0
     for segment in segments:
         overlap = segment.overlap
-        out = grad[segment.offset:segment.offset + segment.length]
+        out = target[segment.offset:segment.offset + segment.length]
         if overlap is None:
-            out.copy_(payload[position:position + segment.length])
+            out.add_(payload[position:position + segment.length], alpha=alpha)
             position += segment.length
             continue
         rows = sum(b - a for a, b in overlap.error_rows)
@@ -100,19 +126,20 @@ def unpack_gradient(segments: tuple[Segment, ...], payload: torch.Tensor, sample
         position += samples * rows
         inputs = payload[position:position + samples * (c1 - c0)].view(samples, c1 - c0)
         position += samples * (c1 - c0)
-        region = overlap.region
         w0, w1 = overlap.weights
-        filled = 0
         if w1 > w0:
-            r0, r1 = overlap.weight_rows
-            block = errors[:, _row_positions(overlap.error_rows, r0, r1)].t() @ inputs
-            first = w0 - r0 * region.cols if c1 - c0 == region.cols else 0
-            out[:w1 - w0] = block.reshape(-1)[first:first + w1 - w0]
-            filled = w1 - w0
+            _add_weights(out, overlap, errors, inputs, alpha)
         b0, b1 = overlap.bias_rows
         if b1 > b0:
-            out[filled:filled + b1 - b0] = \
-                errors[:, _row_positions(overlap.error_rows, b0, b1)].sum(0)
+            out[w1 - w0:w1 - w0 + b1 - b0].add_(
+                errors[:, _row_positions(overlap.error_rows, b0, b1)].sum(0), alpha=alpha)
     if position != payload.numel():
         raise RuntimeError(f"vector payload of {payload.numel()} values, expected {position}")
+
+
+def unpack_gradient(segments: tuple[Segment, ...], payload: torch.Tensor, samples: int,
+                    piece_length: int) -> torch.Tensor:
+    """The piece's gradient (length `piece_length`) from a payload (add_update into zeros)."""
+    grad = torch.zeros(piece_length)
+    add_update(segments, payload, samples, grad, 1.0)
     return grad
