@@ -18,11 +18,13 @@ def _strings(text: str | None, field: str) -> tuple[str, ...] | None:
     return items
 
 
-def run_modern(workload: str, cluster: str, gpus: int | None, global_batch: int | None,
+def run_modern(workload: Any, cluster: Any, gpus: int | None, global_batch: int | None,
                top: int, tp: str | None, pp: str | None, micro_batch: str | None,
                zero: str | None, recompute: str | None, schedule: str | None, precision: str,
                objective: str, price: float | None, pareto: bool, tokens: float | None,
-               plot: Path | None, as_json: bool) -> None:
+               plot: Path | None, as_json: bool, quiet: bool = False) -> Any:
+    """Search, print (unless `quiet`) and return the ModernResult. workload, cluster: names,
+    paths or objects."""
     from dnnscale.errors import InputError, require_positive
     from dnnscale.optimize.modern import make_modern_space, optimize_modern
     from dnnscale.optimize.space import parse_int_list
@@ -52,19 +54,21 @@ def run_modern(workload: str, cluster: str, gpus: int | None, global_batch: int 
 
         plot_curve([p.gpus for p in result.curve], [p.step_time_s for p in result.curve],
                    [p.speedup for p in result.curve], plot,
-                   title=f"{result.workload} on {c.name.split(':')[0]}: best plan per GPU count")
+                   title=f"{result.workload} on {c.name.split(':')[0]}: best plan per GPU count",
+                   x_label="GPUs", time_label="best predicted step time")
+    if quiet:
+        return result
     if as_json:
         from dnnscale.jsonout import print_json
 
         print_json(data)
-        return
-    from rich.console import Console
-
+        return result
     from dnnscale.optimize.modern_tables import (modern_curve_table, modern_plan_table,
                                                  modern_top_table)
+    from dnnscale.report.console import console as make_console
     from dnnscale.units import format_seconds
 
-    console = Console()
+    console = make_console()
     console.print(modern_plan_table(result))
     console.print("[bold]Why it wins[/bold]")
     for line in result.explanation:
@@ -77,3 +81,4 @@ def run_modern(workload: str, cluster: str, gpus: int | None, global_batch: int 
         console.print(f"[yellow]warning:[/yellow] {line}")
     console.print(f"search: {result.evaluated:,} plans priced, {result.bounds_evaluated:,} group "
                   f"bounds, in {result.search_time_s * 1000:.0f} ms")
+    return result
