@@ -76,14 +76,18 @@ def test_network_rank_failure_is_reported_and_cleaned_up() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(260)
 def test_calibrate_quick_end_to_end(tmp_path) -> None:
     profile_path = tmp_path / "profile.yaml"
     result = _run("calibrate", "--local", "--quick", "-o", str(profile_path), "--kinds",
-                  "conv2d,linear", "--allreduce-peers", "2", timeout=140)
+                  "conv2d,linear", "--allreduce-peers", "2", timeout=250)
     assert result.returncode == 0, result.stderr
     profile = load_profile(profile_path)
     assert profile.network is not None and profile.allreduce[0].peers == 2
+    # the overlap and straggler benchmarks (issue 18): one size x two compute tasks, 2 replicas
+    assert profile.overlap is not None and len(profile.overlap.points) == 2
+    assert profile.overlap.gamma >= 1
+    assert profile.stragglers is not None and len(profile.stragglers.mean_step_s) == 2
     assert profile.torch_version == torch.__version__ and profile.machine["cores"] >= 1
     assert profile.calibration["quick"] is True
     cluster = tmp_path / "c.yaml"

@@ -10,6 +10,11 @@ The one deliberate change since: a calibrated profile's measured all-reduce fits
 size) now price all-reduces among that many members; the snapshot predates it, so the
 calibrated cluster is compared with its fits removed, and the fitted cost is checked by hand
 separately (test_calibrated_allreduce_fit_is_used).
+
+The second (issue 18): Adam's FC vector protocol is priced shard by shard from the flat
+parameter layout (model/vectors.py), as the runtime now runs it, instead of spreading
+n·Σ(n_in + n_out) over the shards by their parameter share; its 48 cases (fc_protocol: vectors)
+are left out here and checked by hand in tests/test_vector_protocol_model.py.
 """
 
 from __future__ import annotations
@@ -82,6 +87,8 @@ def test_every_prediction_is_unchanged(snapshot: list[dict]) -> None:
     workloads: dict[str, object] = {}
     problems: list[str] = []
     for case in snapshot:
+        if case["config"].get("fc_protocol") == "vectors":
+            continue  # priced per shard since issue 18 (module docstring)
         name = case["workload"]
         workload = workloads.setdefault(name, load_workload(name))
         prediction = predict_config(workload, clusters[case["cluster"]],

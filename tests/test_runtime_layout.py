@@ -94,10 +94,10 @@ def test_check_runnable_names_the_field() -> None:
         check_runnable(load_workload("mlp:4-2"), Config(ps_shards=11))
     with pytest.raises(InputError, match="do not fit the 2 output rows"):
         check_runnable(w, Config(partitions=3, sync="allreduce"), weighted_schemes(w, "rows"))
-    with pytest.raises(InputError, match="config.fc_protocol"):
-        check_runnable(w, Config(fc_protocol="vectors"))
+    # Adam's vector protocol and overlap run since issue 18; overlap only with a PS
+    check_runnable(w, Config(fc_protocol="vectors", overlap=True))
     with pytest.raises(InputError, match="config.overlap"):
-        check_runnable(w, Config(overlap=True))
+        check_runnable(w, Config(overlap=True, sync="allreduce"))
     generic = build_workload("g", [4], [{"kind": "generic", "output_shape": [3], "fwd_flops": 24}],
                              10)
     with pytest.raises(InputError, match=r"layers\[0\].kind"):

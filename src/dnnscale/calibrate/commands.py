@@ -106,9 +106,10 @@ def run_calibration(output: Path, quick: bool, network: bool,
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dnnscale.system.profile import save_profile
-    from dnnscale.calibrate.run import Plan, calibrate, testbed_network
+    from dnnscale.calibrate.run import Plan, calibrate, testbed_network, testbed_placements
 
     runner = testbed_network(testbed) if testbed is not None else None
+    placements = testbed_placements(testbed) if testbed is not None else None
     plan = Plan.make(quick, network=network, grid_kinds=grid_kinds, allreduce_peers=peers)
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]calibrate[/bold] {task.description}"), BarColumn(),
@@ -119,7 +120,7 @@ def run_calibration(output: Path, quick: bool, network: bool,
         def advance(label: str) -> None:
             progress.update(task, advance=1, description=label)
 
-        profile = calibrate(plan, advance, runner)
+        profile = calibrate(plan, advance, runner, placements)
     save_profile(profile, output)
     _summary(console, profile, output)
     return profile
@@ -135,4 +136,7 @@ def _summary(console: Any, profile: Any, output: Path) -> None:
     if profile.network is not None:
         line += (f", network {format_si(profile.network.bandwidth_bytes_per_s, 'B/s')} + "
                  f"{format_seconds(profile.network.latency_s)}")
+    if profile.overlap is not None and profile.stragglers is not None:
+        line += (f", overlap γ {profile.overlap.gamma:.3g}, replica spread "
+                 f"{profile.stragglers.spread:.3g}")
     console.print(line)

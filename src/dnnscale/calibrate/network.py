@@ -29,8 +29,10 @@ def free_port(address: str = "127.0.0.1") -> int:
 
 
 def run_ranks(placements: Sequence[RankPlacement], mode: str, sizes: Sequence[int],
-              repeats: int, timeout_s: float = 120.0) -> list[list[float]]:
-    """Run the netbench on one process per placement; rank 0's [[bytes, seconds], ...]."""
+              repeats: int, timeout_s: float = 120.0,
+              module: str = "dnnscale.calibrate.netbench") -> list[list[float]]:
+    """Run a benchmark `module` (netbench: ``MODE SIZES REPEATS``) on one process per
+    placement; rank 0's points ([[bytes, seconds], ...] for netbench)."""
     master = placements[0].address
     if placements[0].prefix:  # a testbed host: find the port inside its namespace
         from dnnscale.testbed.describe import free_port as free_port_on  # type: ignore
@@ -45,7 +47,7 @@ def run_ranks(placements: Sequence[RankPlacement], mode: str, sizes: Sequence[in
                    "MASTER_PORT": str(port), "RANK": str(rank),
                    "WORLD_SIZE": str(len(placements)), "GLOO_SOCKET_IFNAME": placement.ifname,
                    "OMP_NUM_THREADS": "1"}
-            command = [*placement.prefix, sys.executable, "-m", "dnnscale.calibrate.netbench",
+            command = [*placement.prefix, sys.executable, "-m", module,
                        mode, ",".join(str(s) for s in sizes), str(repeats)]
             processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True))
@@ -60,9 +62,10 @@ def run_ranks(placements: Sequence[RankPlacement], mode: str, sizes: Sequence[in
     if failed:
         rank, code, stderr = failed[0]
         tail = stderr.strip().splitlines()[-1:] or [""]
-        raise RuntimeError(f"network benchmark rank {rank} failed (exit {code}): {tail[0]}")
+        raise RuntimeError(f"{module.rsplit('.', 1)[-1]} benchmark rank {rank} failed (exit "
+                           f"{code}): {tail[0]}")
     line = outputs[0][0].strip().splitlines()[-1]
-    return [[float(b), float(t)] for b, t in json.loads(line)["points"]]
+    return [[float(value) for value in point] for point in json.loads(line)["points"]]
 
 
 def fit_alpha_beta(points: Sequence[Sequence[float]],

@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from dnnscale.system.profile import HardwareProfile, LinkFit
+from dnnscale.system.profile import HardwareProfile, LinkFit, OverlapFit, StragglerSpread
 
 Advance = Callable[[str], None]
+Placements = Callable[[Sequence[str]], list[Any]]
+"""Where benchmark ranks run, given each rank's role ('worker' | 'ps')."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,13 @@ class Plan:
     allreduce_peers: tuple[int, ...]
     allreduce_sizes: tuple[int, ...]
     network: bool
+    overlap_sizes: tuple[int, ...] = (2**20,)
+    straggler_steps: int = 10
+
+    @property
+    def straggler_processes(self) -> int:
+        """Replicas of the straggler benchmark: the largest all-reduce group (at least 2)."""
+        return max((2, *self.allreduce_peers))
 
     @classmethod
     def make(cls, quick: bool, network: bool = True, grid_kinds: tuple[str, ...] | None = None,
@@ -41,12 +50,13 @@ class Plan:
                        (4096, 2**20), network)
         return cls(False, 7, 0.03, grid_kinds,
                    (1, 64, 1024, 16_384, 131_072, 2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20),
-                   allreduce_peers, (1024, 65_536, 2**20, 8 * 2**20, 32 * 2**20), network)
+                   allreduce_peers, (1024, 65_536, 2**20, 8 * 2**20, 32 * 2**20), network,
+                   (2**16, 2**19, 2**22), 60)
 
     def steps(self) -> int:
         from dnnscale.calibrate.compute import calibration_grid
 
-        network_steps = (1 + len(self.allreduce_peers)) if self.network else 0
+        network_steps = (3 + len(self.allreduce_peers)) if self.network else 0
         return len(calibration_grid(self.quick, self.grid_kinds)) + 3 + network_steps
 
 
@@ -67,10 +77,11 @@ def machine_facts() -> dict[str, Any]:
 
 
 def calibrate(plan: Plan, advance: Advance = lambda _: None,
-              network_runner: Callable[..., tuple[LinkFit | None, tuple[LinkFit, ...]]] | None = None
-              ) -> HardwareProfile:
+              network_runner: Callable[..., tuple[LinkFit | None, tuple[LinkFit, ...]]] | None = None,
+              placements: Placements | None = None) -> HardwareProfile:
     """Measure and fit everything in `plan`; `network_runner(plan, advance)` measures the
-    network (default: two local processes over loopback)."""
+    network (default: two local processes over loopback), and with it the overlap and
+    straggler benchmarks run on `placements` (default: local processes)."""
     import torch
 
     from dnnscale.calibrate.compute import calibration_grid, fit_compute, measure_grid
@@ -92,20 +103,54 @@ def calibrate(plan: Plan, advance: Advance = lambda _: None,
     samples = list(measure_grid(shapes, plan.samples, plan.sample_s, advance))
     fit = fit_compute(samples, allocation)
     network, allreduce = None, ()
+    overlap, stragglers = None, None
     if plan.network:
         runner = network_runner or local_network
         network, allreduce = runner(plan, advance)
+        # Testbed links are rate-limited (Mbit/s): overlap messages up to 1 MiB there.
+        overlap, stragglers = measure_mechanisms(plan, advance, placements or _local,
+                                                 2**20 if placements is not None else None)
     return HardwareProfile(
         machine=machine_facts(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         torch_version=str(torch.__version__), flops_per_s_per_core=fit.flops_per_s,
         intensity_factors=fit.intensity_factors, bytes_per_s_per_core=fit.bytes_per_s,
         allocation_bytes_per_s_per_core=allocation, memory_bandwidth_bytes_per_s=bandwidth,
         update_s_per_param=update.s_per_param, update_s_per_message=update.s_per_message,
-        network=network, allreduce=allreduce, threads=1,
+        network=network, allreduce=allreduce, threads=1, overlap=overlap,
+        stragglers=stragglers,
         calibration={"quick": plan.quick, "seconds": round(time.perf_counter() - started, 1),
                      "compute_shapes": len(shapes), "compute_samples": len(samples),
                      "timing": {"samples": plan.samples, "sample_s": plan.sample_s},
                      "grid": "dnnscale.calibrate.compute.GRID (synthetic shapes, not zoo layers)"})
+
+
+def _local(roles: Sequence[str]) -> list[Any]:
+    from dnnscale.runtime.placement import local_placements
+
+    return list(local_placements(len(roles)))
+
+
+def measure_mechanisms(plan: Plan, advance: Advance, placements: Placements,
+                       size_cap: int | None = None) -> tuple[OverlapFit, StragglerSpread]:
+    """The overlap benchmark (a worker and a shard: calibrate/overlap.py, γ fitted) and the
+    straggler benchmark (identical worker processes: calibrate/stragglers.py)."""
+    from dnnscale.calibrate.network import run_ranks
+    from dnnscale.calibrate.overlap import fit_gamma
+    from dnnscale.runtime.records import log_spread
+
+    sizes = [s for s in plan.overlap_sizes if size_cap is None or s <= size_cap] \
+        or [min(plan.overlap_sizes)]
+    points = run_ranks(placements(["worker", "ps"]), "overlap", sizes, 3 if plan.quick else 5,
+                       timeout_s=300.0, module="dnnscale.calibrate.overlap")
+    overlap = OverlapFit(fit_gamma(points), tuple((a, b, t) for a, b, t in points))
+    advance("overlap")
+    processes = plan.straggler_processes
+    means = [p[0] for p in run_ranks(placements(["worker"] * processes), "stragglers",
+                                     [plan.straggler_steps], 1, timeout_s=300.0,
+                                     module="dnnscale.calibrate.stragglers")]
+    advance(f"stragglers x{processes}")
+    return overlap, StragglerSpread(log_spread(means), processes, plan.straggler_steps,
+                                    tuple(means))
 
 
 def local_network(plan: Plan, advance: Advance) -> tuple[LinkFit | None, tuple[LinkFit, ...]]:
@@ -153,5 +198,15 @@ def testbed_network(testbed_file: str) -> Callable[[Plan, Advance],
     return run
 
 
+def testbed_placements(testbed_file: str) -> Placements:
+    """Benchmark ranks on the testbed's hosts by role (dnnscale.testbed.describe)."""
+    def placements(roles: Sequence[str]) -> list[Any]:
+        from dnnscale.testbed.describe import rank_placements  # type: ignore[import-not-found]
+
+        return list(rank_placements(testbed_file, len(roles), roles=list(roles)))
+
+    return placements
+
+
 def without_network(profile: HardwareProfile) -> HardwareProfile:
-    return replace(profile, network=None, allreduce=())
+    return replace(profile, network=None, allreduce=(), overlap=None, stragglers=None)

@@ -21,6 +21,17 @@ The structure the exact search relies on, read off these formulas (performance-m
   combine is 1-homogeneous), so X is nondecreasing in R; X falls as share or S-latency grows.
 - PS modes, both: for fixed S the best R is the largest, floor((M − S)/P). Over an interval
   S ∈ [lo, hi], X ≤ X(R(lo), share(hi), latency of lo shards): a valid upper bound.
+- Adam's vector protocol prices every shard from the parameter layout (model/vectors.py); the
+  busiest shard's load need not fall monotonically with S, so the interval bound uses what
+  every S ≤ hi must carry: splitting a shard's slice never sends fewer values nor multiplies
+  less, so some shard holds at least 1/hi of the one-shard totals (vector values, outer-product
+  FLOPs at the PS's peak rate); a worker's push is at least its one-shard push
+  (StepContext.shard_terms).
+- The search maximises `objective`, f·N / T_epoch = X / g with g the straggler factor of
+  asynchronous epochs (model/stragglers.py; 1 unless the system states a spread of replica
+  speeds). g ≥ 1, so `bound` (of X) bounds X / g; and X / g is nondecreasing in R for fixed S
+  while the spread is at most system.load.MAX_STRAGGLER_SPREAD (tests/test_stragglers.py
+  checks it), so the largest R still wins.
 - collective (all-reduce): X = R·n / (combine(T_comp + T_mp, T_ring(R)) + T_update); T_ring
   grows with R, so X need not grow with R (latency-bound rings get slower); over R ∈ [lo, hi],
   X ≤ hi·n / T_step(lo).
@@ -29,6 +40,7 @@ The structure the exact search relies on, read off these formulas (performance-m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from dnnscale.model.collectives import group_collective_time_s
 from dnnscale.model.data_parallel import (buckets_for, exposed_after_backward_s,
@@ -36,11 +48,14 @@ from dnnscale.model.data_parallel import (buckets_for, exposed_after_backward_s,
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
 from dnnscale.model.prediction import StepPart
 from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_s,
-                               ps_network_capacity_samples_per_s, ps_pull_bytes_per_step,
-                               ps_push_bytes_per_step)
+                               ps_network_capacity_samples_per_s, ps_outer_product_s,
+                               ps_pull_bytes_per_step, ps_push_bytes_per_step)
 from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
+from dnnscale.model.stragglers import straggler_factor
+from dnnscale.model.vectors import Region, flat_layout, vector_traffic
 from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
+from dnnscale.system.device import Device
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
@@ -57,8 +72,10 @@ class StepContext:
     plan: ParallelPlan
     stages: tuple[StageCosts, ...]
     mode: str = field(init=False)
-    _per_shards: dict[int, tuple[float, float, float, float, float]] = field(
-        default_factory=dict, init=False, repr=False)
+    _per_shards: dict[int, ShardTerms] = field(default_factory=dict, init=False, repr=False)
+    _block_s: dict[tuple[int, int], float] = field(default_factory=dict, init=False, repr=False)
+    regions: tuple[Region, ...] = field(default=(), init=False, repr=False)
+    """The flat parameter layout under the vector protocol (model/vectors.py), else ()."""
 
     def __post_init__(self) -> None:
         plan, system = self.plan, self.system
@@ -76,7 +93,11 @@ class StepContext:
             self.push_every, self.pull_every = aggregation.push_every, aggregation.pull_every
             terms = ps_terms(self.workload, system, plan, self.params)
             self.push_bytes, self.pull_bytes = terms["push_bytes"], terms["pull_bytes"]
-            self.update_s, self.fc_ps_s = terms["update_s"], terms["fc_ps_s"]
+            self.update_s = terms["update_s"]
+            if aggregation.fc_protocol == "vectors":
+                schemes = {cost.name: cost.scheme for cost in stage.layers}
+                self.regions = flat_layout(self.workload, self.P, schemes)
+                self.push_bytes = self.per_shards(1).push_bytes  # one shard receives it all
         else:
             self.mode = MODE_COLLECTIVE
             self.collective = aggregation
@@ -181,50 +202,140 @@ class StepContext:
             return overlapped_time_s(busy_s, comm_s, self.system.overlap_gamma)
         return busy_s + comm_s
 
-    def per_shards(self, shards: int) -> tuple[float, float, float, float, float]:
-        """What depends on S alone: (share, own push s, own pull s, X_ps,net, X_ps,cpu)."""
+    def per_shards(self, shards: int) -> ShardTerms:
+        """What depends on S alone (see ShardTerms); exact for a plan with S shards."""
         cached = self._per_shards.get(shards)
         if cached is None:
-            n, P = self.n, self.P
-            share = busiest_shard_share(self.params, shards)
-            push_w_s = transfer_time_s(self.push_bytes / P, shards / self.push_every,
-                                       self.bandwidth, self.latency)
-            pull_w_s = transfer_time_s(self.pull_bytes / P, shards / self.pull_every,
-                                       self.bandwidth, self.latency)
-            x_net = ps_network_capacity_samples_per_s(self.ps_bandwidth, share,
-                                                      self.push_bytes / n, self.pull_bytes / n)
-            x_cpu = ps_cpu_capacity_samples_per_s(share, self.update_s / n, self.fc_ps_s / n)
-            cached = (share, push_w_s, pull_w_s, x_net, x_cpu)
+            cached = self._vector_terms(shards) if self.regions else self._weight_terms(shards)
             self._per_shards[shards] = cached
         return cached
+
+    def _weight_terms(self, shards: int) -> ShardTerms:
+        """Weight pushes: every shard receives, sends and updates its slice, so the busiest
+        shard's share ceil(W/S)/W of every per-replica quantity."""
+        n, P = self.n, self.P
+        share = busiest_shard_share(self.params, shards)
+        push_w_s = transfer_time_s(self.push_bytes / P, shards / self.push_every,
+                                   self.bandwidth, self.latency)
+        pull_w_s = transfer_time_s(self.pull_bytes / P, shards / self.pull_every,
+                                   self.bandwidth, self.latency)
+        x_net = ps_network_capacity_samples_per_s(self.ps_bandwidth, share,
+                                                  self.push_bytes / n, self.pull_bytes / n)
+        x_cpu = ps_cpu_capacity_samples_per_s(share, self.update_s / n, 0.0)
+        return ShardTerms(share, push_w_s, pull_w_s, x_net, x_cpu, share * self.push_bytes,
+                          share * self.pull_bytes, share * (self.push_bytes + self.pull_bytes),
+                          share * self.update_s)
+
+    def _block_time_s(self, rows: int, columns: int) -> float:
+        """PS seconds per step for one FC block (one outer product per push of k_push steps)."""
+        key = (rows, columns)
+        seconds = self._block_s.get(key)
+        if seconds is None:
+            k = self.push_every
+            seconds = ps_outer_product_s(rows, columns, self.n * k, self.workload.bytes_per_value,
+                                         self.system.ps) / k
+            self._block_s[key] = seconds
+        return seconds
+
+    def _vector_terms(self, shards: int) -> ShardTerms:
+        """Adam's vector protocol: each shard's push, pull and CPU work from the layout
+        (model/vectors.py), and the busiest shard of each; a worker's own push is its
+        partition's dense gradients and vectors."""
+        n, P, b = self.n, self.P, self.workload.bytes_per_value
+        k_push, k_pull = self.push_every, self.pull_every
+        t_upd = self.system.ps.update_s_per_param
+        traffic = vector_traffic(self.regions, shards, P)
+        push = [ps_push_bytes_per_step(load.dense_params, n * load.vector_values_per_sample, b,
+                                       k_push) for load in traffic.shards]
+        pull = [ps_pull_bytes_per_step(load.params, b, k_pull) for load in traffic.shards]
+        apply = [load.params * t_upd / k_push
+                 + sum(self._block_time_s(rows, cols) for rows, cols in load.blocks)
+                 for load in traffic.shards]
+        serve = max(a + c for a, c in zip(push, pull))
+        worker_push = max(ps_push_bytes_per_step(dense, n * values, b, k_push) for dense, values
+                          in zip(traffic.worker_dense_params,
+                                 traffic.worker_vector_values_per_sample))
+        push_w_s = transfer_time_s(worker_push, shards / k_push, self.bandwidth, self.latency)
+        pull_w_s = transfer_time_s(self.pull_bytes / P, shards / k_pull, self.bandwidth,
+                                   self.latency)
+        x_net = ps_network_capacity_samples_per_s(self.ps_bandwidth, 1.0, serve / n, 0.0)
+        x_cpu = ps_cpu_capacity_samples_per_s(1.0, max(apply) / n, 0.0)
+        return ShardTerms(busiest_shard_share(self.params, shards), push_w_s, pull_w_s, x_net,
+                          x_cpu, max(push), max(pull), serve, max(apply), worker_push)
+
+    def shard_terms(self, share_shards: int, latency_shards: int) -> ShardTerms:
+        """The terms of a plan with S shards when both arguments are S; otherwise terms that
+        bound every S in [latency_shards, share_shards] (`bound`): busiest loads no larger, worker
+        transfers no longer, capacities no smaller than any of theirs."""
+        if share_shards == latency_shards:
+            return self.per_shards(share_shards)
+        lo, hi = latency_shards, share_shards
+        if not self.regions:
+            # Weights: the share falls with S, the messages grow with it.
+            low, high = self.per_shards(lo), self.per_shards(hi)
+            return high._replace(push_w_s=low.push_w_s, pull_w_s=low.pull_w_s)
+        # Vectors: splitting a slice never sends fewer values nor computes less (model/vectors.py),
+        # so every S ≤ hi has a shard carrying at least 1/hi of the one-shard totals.
+        one = self.per_shards(1)
+        low = self.per_shards(lo)
+        flops = sum(2.0 * self.n * region.rows * region.cols for region in self.regions
+                    if region.layer is not None)
+        cpu_s = self.params * self.system.ps.update_s_per_param / self.push_every \
+            + flops / _peak_flops_per_s(self.system.ps)
+        push_w_s = transfer_time_s(one.worker_push_bytes, lo / self.push_every, self.bandwidth,
+                                   self.latency)
+        x_net = ps_network_capacity_samples_per_s(self.ps_bandwidth, 1.0, one.serve_bytes / hi
+                                                  / self.n, 0.0)
+        x_cpu = ps_cpu_capacity_samples_per_s(1.0, cpu_s / hi / self.n, 0.0)
+        return ShardTerms(busiest_shard_share(self.params, hi), push_w_s, low.pull_w_s, x_net,
+                          x_cpu, one.push_bytes / hi, one.pull_bytes / hi, one.serve_bytes / hi,
+                          cpu_s / hi, one.worker_push_bytes)
+
+
+class ShardTerms(NamedTuple):
+    """What depends on the shard count S alone, per step of one replica: the busiest shard's
+    share of the parameters, a worker's own push and pull seconds, the parameter servers'
+    capacities X_ps,net and X_ps,cpu (all replicas), and the busiest shard's bytes pushed,
+    pulled and both (the one it serves longest) and its CPU seconds."""
+
+    share: float
+    push_w_s: float
+    pull_w_s: float
+    x_net: float
+    x_cpu: float
+    push_bytes: float
+    pull_bytes: float
+    serve_bytes: float
+    apply_s: float
+    worker_push_bytes: float = 0.0
+    """Vectors only: the largest push of one worker (its partition's gradients and vectors)."""
+
+
+def _peak_flops_per_s(machine: Device) -> float:
+    """The highest FLOP/s any call of a linear weight gradient reaches on `machine` (a bound)."""
+    curves = machine.flops_per_s_per_core
+    curve = curves.get("linear.weight_grad") or curves.get("linear") or curves["default"]
+    factor = machine.intensity_factors.get("linear.weight_grad") or \
+        machine.intensity_factors.get("linear")
+    return curve.peak * machine.cores * max(1.0, factor.peak if factor is not None else 1.0)
 
 
 def ps_terms(workload: Workload, system: System, plan: ParallelPlan,
              params: int) -> dict[str, float]:
-    """Per-step PS quantities of one replica: bytes pushed/pulled, PS CPU seconds (all shards).
+    """Per-step PS quantities of one replica pushing weight gradients: bytes pushed and pulled,
+    PS update seconds (all shards). Adam's vector protocol is priced per shard from the
+    parameter layout instead (StepContext._vector_terms, model/vectors.py).
 
     `params`: the parameters the replica's workers hold together, W + (P−1)·W_rep (stage.py).
     """
     aggregation = plan.data.aggregation
     if not isinstance(aggregation, ParameterServer):
         raise TypeError("ps_terms needs a plan aggregated by a parameter server")
-    b, n = workload.bytes_per_value, plan.batch.per_replica
-    fc_layers = [layer for layer in workload.layers if layer.kind == "linear"]
-    vectors = aggregation.fc_protocol == "vectors"
-    pushed_params = params - (sum(layer.params for layer in fc_layers) if vectors else 0)
-    vector_values = n * sum(layer.input_values + layer.activation_values for layer in fc_layers) \
-        if vectors else 0.0
-    fc_ps_s = 0.0
-    if vectors:
-        for layer in fc_layers:
-            work = n * layer.weight_grad_flops
-            fc_ps_s += work / system.ps.flops_per_s("linear", "weight_grad", work)
+    b = workload.bytes_per_value
     return {
-        "push_bytes": ps_push_bytes_per_step(pushed_params, vector_values, b,
-                                             aggregation.push_every),
+        "push_bytes": ps_push_bytes_per_step(params, 0.0, b, aggregation.push_every),
         "pull_bytes": ps_pull_bytes_per_step(params, b, aggregation.pull_every),
         "update_s": params * system.ps.update_s_per_param / aggregation.push_every,
-        "fc_ps_s": fc_ps_s,
     }
 
 
@@ -235,11 +346,11 @@ def _ps_async(ctx: StepContext, replicas: int, share_shards: int,
     """(X, worker step, own push, own pull, serve, X_replicas, X_ps,net, X_ps,cpu) with R
     replicas, the busiest share of `share_shards` shards and the messages of `latency_shards`
     (the same S for a real plan)."""
-    _, push_w_s, pull_w_s, _, _ = ctx.per_shards(latency_shards)
-    share, _, _, x_net, x_cpu = ctx.per_shards(share_shards)
+    terms = ctx.shard_terms(share_shards, latency_shards)
+    push_w_s, pull_w_s, x_net, x_cpu = terms.push_w_s, terms.pull_w_s, terms.x_net, terms.x_cpu
     # The busiest shard serves this replica's P workers one request at a time, so a replica
     # also waits for that shard to move its share of the replica's pushes and pulls.
-    serve_s = share * (ctx.push_bytes + ctx.pull_bytes) / ctx.ps_bandwidth
+    serve_s = terms.serve_bytes / ctx.ps_bandwidth
     worker_step_s = ctx.combine(ctx.busy_s, max(push_w_s + pull_w_s, serve_s))
     x_replicas = replicas * ctx.n / worker_step_s
     throughput = min(x_replicas, x_net, x_cpu)
@@ -250,13 +361,14 @@ def _ps_sync(ctx: StepContext, replicas: int, share_shards: int,
              latency_shards: int) -> tuple[float, ...]:
     """(X, step, push, apply, pull) of synchronous SGD through the parameter servers: every
     worker pushes, the shards apply all R updates, every worker pulls."""
-    share = ctx.per_shards(share_shards)[0]
+    terms = ctx.shard_terms(share_shards, latency_shards)
     P, B, B_ps = ctx.P, ctx.bandwidth, ctx.ps_bandwidth
-    push_s = max(ctx.push_bytes / P / B, replicas * share * ctx.push_bytes / B_ps) \
+    worker_push = terms.worker_push_bytes if ctx.regions else ctx.push_bytes / P
+    push_s = max(worker_push / B, replicas * terms.push_bytes / B_ps) \
         + latency_shards / ctx.push_every * ctx.latency
-    pull_s = max(ctx.pull_bytes / P / B, replicas * share * ctx.pull_bytes / B_ps) \
+    pull_s = max(ctx.pull_bytes / P / B, replicas * terms.pull_bytes / B_ps) \
         + latency_shards / ctx.pull_every * ctx.latency
-    apply_s = replicas * share * (ctx.update_s + ctx.fc_ps_s)
+    apply_s = replicas * terms.apply_s
     step_s = ctx.combine(ctx.busy_s, push_s + apply_s + pull_s)
     return replicas * ctx.n / step_s, step_s, push_s, apply_s, pull_s
 
@@ -284,10 +396,32 @@ def throughput(ctx: StepContext, replicas: int, shards: int) -> float:
     return _collective(ctx, replicas)[0]
 
 
+def _straggler_factor(ctx: StepContext, replicas: int, x_replicas: float, x_net: float,
+                      x_cpu: float) -> float:
+    """The epoch's straggler factor g (model/stragglers.py): asynchronous replicas on a system
+    with a measured spread of replica speeds; 1 otherwise."""
+    spread = ctx.system.straggler_spread
+    if ctx.mode != MODE_PS_ASYNC or replicas <= 1 or spread <= 0:
+        return 1.0
+    return straggler_factor(replicas, ctx.plan.epoch_fraction, spread,
+                            min(x_net, x_cpu) / x_replicas)
+
+
+def objective(ctx: StepContext, replicas: int, shards: int) -> float:
+    """What the search maximises: samples per second of a whole epoch, f·N / T_epoch = X / g
+    (g the straggler factor; X itself without a measured spread)."""
+    if ctx.mode == MODE_PS_ASYNC and ctx.system.straggler_spread > 0:
+        x, _, _, _, _, x_replicas, x_net, x_cpu = _ps_async(ctx, replicas, shards, shards)
+        return x / _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu)
+    return throughput(ctx, replicas, shards)
+
+
 def bound(ctx: StepContext, lo: int, hi: int, replicas: int) -> float:
-    """An upper bound of the throughput over the search variable x ∈ [lo, hi]: x = S for PS
+    """An upper bound of the objective over the search variable x ∈ [lo, hi]: x = S for PS
     modes, with at most `replicas` replicas (R at x = lo); x = R for collectives. Equal to the
-    throughput when lo == hi (see the module docstring for why it bounds)."""
+    objective when lo == hi (see the module docstring for why it bounds)."""
+    if lo == hi and ctx.uses_ps:
+        return objective(ctx, replicas, lo)
     if ctx.mode == MODE_PS_ASYNC:
         return _ps_async(ctx, replicas, hi, lo)[0]
     if ctx.mode == MODE_PS_SYNC:
@@ -307,6 +441,8 @@ class Composition:
     parts: tuple[StepPart, ...]
     utilization: dict[str, float]
     capacities: dict[str, float]
+    straggler_factor: float = 1.0
+    """The epoch takes f·N/X times this (model/stragglers.py)."""
 
 
 def _largest(named_seconds: dict[str, float]) -> str:
@@ -346,7 +482,8 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                        "worker_ps_network": transfer_s / step_s,
                        "ps_network": x / x_net, "ps_cpu": x / x_cpu}
         capacities = {"workers": x_replicas, "ps_network": x_net, "ps_cpu": x_cpu}
-        return Composition(x, step_s, bottleneck, tuple(parts), utilization, capacities)
+        return Composition(x, step_s, bottleneck, tuple(parts), utilization, capacities,
+                           _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu))
     if ctx.mode == MODE_PS_SYNC:
         x, step_s, push_s, apply_s, pull_s = _ps_sync(ctx, replicas, shards, shards)
         bottleneck = _largest({"worker compute": stage.compute_s,
@@ -356,8 +493,8 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                   StepPart("ps_apply", apply_s, "update"),
                   StepPart("ps_pull", pull_s, "communication"),
                   StepPart("step", step_s, "total")]
-        share = ctx.per_shards(shards)[0]
-        ps_nic_s = replicas * share * max(ctx.push_bytes, ctx.pull_bytes) / ctx.ps_bandwidth
+        terms = ctx.per_shards(shards)
+        ps_nic_s = replicas * max(terms.push_bytes, terms.pull_bytes) / ctx.ps_bandwidth
         utilization = {"worker_compute": stage.compute_s / step_s,
                        "partition_network": stage.partition_s / step_s,
                        "ps_network": ps_nic_s / step_s, "ps_cpu": apply_s / step_s}
@@ -426,7 +563,9 @@ def optimizer_state_bytes_per_param(plan: ParallelPlan, bytes_per_value: float) 
     return OPTIMIZERS[plan.optimizer] * state + (4 if precision.master_weights else 0)
 
 
-def epoch_time_s(workload: Workload, plan: ParallelPlan, throughput_samples_per_s: float) -> float:
-    """T_epoch = f · N_samples / X (performance-model.md §4; f is Adam's cut-off)."""
-    return plan.epoch_fraction * workload.samples_per_epoch / throughput_samples_per_s
+def epoch_time_s(workload: Workload, plan: ParallelPlan, throughput_samples_per_s: float,
+                 straggler: float = 1.0) -> float:
+    """T_epoch = f · N_samples / X · g (performance-model.md §4; f is Adam's cut-off, g the
+    straggler factor of model/stragglers.py, 1 without a measured spread)."""
+    return plan.epoch_fraction * workload.samples_per_epoch / throughput_samples_per_s * straggler
 

@@ -68,12 +68,14 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
         mfu = step.throughput * model_flops / (plan.workers * peak)
     return Prediction(plan=plan, throughput_samples_per_s=step.throughput,
                       step_time_s=step.step_s,
-                      epoch_time_s=epoch_time_s(workload, plan, step.throughput),
+                      epoch_time_s=epoch_time_s(workload, plan, step.throughput,
+                                                step.straggler_factor),
                       bottleneck=step.bottleneck, parts=step.parts,
                       utilization=step.utilization, memory=memory,
                       memory_capacity_bytes=capacity, capacities_samples_per_s=step.capacities,
                       layers=tuple(layer for s in stages for layer in s.layers), config=config,
-                      tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu)
+                      tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu,
+                      straggler_factor=step.straggler_factor)
 
 
 def predict(workload: Workload, system: System, plan: Config | ParallelPlan,

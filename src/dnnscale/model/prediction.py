@@ -66,6 +66,14 @@ class Prediction:
     mfu: float | None = None
     """Accelerators: model FLOPs utilisation, the model's training FLOPs (no recomputation)
     per second over the devices' peak (Chowdhery et al. 2022, PaLM appendix B)."""
+    straggler_factor: float = 1.0
+    """Asynchronous replicas of unequal speed: the epoch takes f·N/X times this
+    (model/stragglers.py); 1 without a measured spread."""
+
+    @property
+    def epoch_throughput_samples_per_s(self) -> float:
+        """Samples per second over a whole epoch, f·N / T_epoch = X / straggler factor."""
+        return self.throughput_samples_per_s / self.straggler_factor
 
     @property
     def breakdown_s(self) -> dict[str, float]:
@@ -138,6 +146,8 @@ class Prediction:
             data["tokens_per_s"] = self.tokens_per_s
         if self.mfu is not None:
             data["mfu"] = self.mfu
+        if self.straggler_factor != 1.0:
+            data["straggler_factor"] = self.straggler_factor
         if with_layers:
             data["layers"] = [
                 {"name": c.name, "kind": c.kind, "scheme": c.scheme, "work_fraction": c.work_fraction,

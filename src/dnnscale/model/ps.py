@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import math
 
+from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.registry import cost_formula
+from dnnscale.system.device import Device
+from dnnscale.workload.kinds import linear
 
 
 @cost_formula
 def ps_push_bytes_per_step(weight_params: int, vector_values: float, bytes_per_value: int,
                            push_every: int) -> float:
-    """Bytes one replica (all P workers together) pushes to the parameter servers per step.
+    """Bytes pushed to the parameter servers per step: by one replica (all P workers), or by
+    it to one shard, or by one worker.
 
     Formula: W_w · b / k_push + V · b, where W_w are the parameters pushed as weight updates and
-    V = n · Σ_FC (n_in + n_out) the activation and error values of FC layers under Project Adam's
-    vector protocol (accumulated over k_push steps, so V per step on average).
+    V the activation and error values of FC layers under Project Adam's vector protocol
+    (n · (n_in + n_out) per layer with one shard and P = 1; per shard and worker as
+    model/vectors.py slices them; the vectors of k_push steps travel together, so V per step on
+    average).
     Units: parameters, values, bytes per value -> bytes per step.
     Source: performance-model.md §3; Chilimbi et al. OSDI 2014 §3.3 (FC update vectors).
     """
@@ -78,3 +84,22 @@ def ps_cpu_capacity_samples_per_s(shard_share: float, update_s_per_sample: float
     """
     busiest = shard_share * (update_s_per_sample + fc_outer_product_s_per_sample)
     return math.inf if busiest <= 0 else 1.0 / busiest
+
+
+@cost_formula
+def ps_outer_product_s(rows: int, columns: int, samples: int, bytes_per_value: int,
+                       ps_machine: Device) -> float:
+    """Seconds a parameter-server machine takes for one FC block of Adam's vector protocol.
+
+    Formula: the weight-gradient phase of a linear layer `columns` -> `rows` over `samples`
+    samples on the PS machine (compute.cpu_phase_times_s): 2·m·r·c FLOP at the machine's
+    calibrated linear.weight_grad rate for a call of that size (plus its memory term where the
+    profile measured one), the same curve that prices the workers' FC weight gradients.
+    Units: rows, columns, samples, bytes per value -> seconds.
+    Source: Chilimbi et al., OSDI 2014, §3.3 (the PS computes δᵀ·a itself); model/vectors.py
+    (which rows and columns a shard multiplies).
+    """
+    if rows <= 0 or columns <= 0 or samples <= 0:
+        return 0.0
+    block = linear("ps_block", (columns,), bytes_per_value, False, out_features=rows, bias=False)
+    return cpu_phase_times_s(block, 1.0, samples, ps_machine, False)[2]

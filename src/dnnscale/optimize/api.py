@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from dnnscale.boundary import check_prediction, finite_answers
@@ -15,7 +15,8 @@ from dnnscale.model.prediction import Prediction
 from dnnscale.optimize.exhaustive import EXHAUSTIVE_MAX_MACHINES, exhaustive_result
 from dnnscale.optimize.group import GroupSearch
 from dnnscale.optimize.problem import Problem, prepare
-from dnnscale.optimize.result import CurvePoint, OptimizeResult, explain, rank_key
+from dnnscale.optimize.result import (CurvePoint, OptimizeResult, explain, explain_protocols,
+                                      rank_key)
 from dnnscale.optimize.search import BudgetSearch, Found, leftmost_reaching
 from dnnscale.optimize.space import Group, curve_budgets
 from dnnscale.plan.config import Config
@@ -41,7 +42,7 @@ def _searches(problem: Problem, groups: list[Group]) -> list[GroupSearch]:
     for group in groups:
         min_shards = problem.min_shards(group) or 1
         plan = group.config(problem.space.base, 1, min_shards).to_plan()
-        stage = problem.stages[(group.partitions, group.minibatch)]
+        stage = problem.stage(group.partitions, group.minibatch, group.fc_protocol)
         context = StepContext(problem.workload, problem.cluster, plan, (stage,))
         searches.append(GroupSearch(group, context, min_shards))
     return searches
@@ -89,10 +90,10 @@ def _checked(problem: Problem, evaluator: GroupSearch, found: Found,
     prediction = problem.predict(config)
     if not prediction.fits or config.machines > problem.cluster.machines:
         raise RuntimeError(f"optimizer bug: {config.label()} is infeasible")
-    if abs(prediction.throughput_samples_per_s - found.throughput) > CHECK_TOLERANCE * found.throughput:
+    epoch_throughput = prediction.epoch_throughput_samples_per_s  # = X without stragglers
+    if abs(epoch_throughput - found.throughput) > CHECK_TOLERANCE * found.throughput:
         raise RuntimeError(f"optimizer bug: {config.label()}: search throughput "
-                           f"{found.throughput!r} != predict_config's "
-                           f"{prediction.throughput_samples_per_s!r}")
+                           f"{found.throughput!r} != predict_config's {epoch_throughput!r}")
     return prediction
 
 
@@ -142,7 +143,9 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
              top: int = 5, minibatch: int | Iterable[int] | None = None,
              push_every: int | Iterable[int] | None = None,
              pull_every: int | Iterable[int] | None = None, base: Config | None = None,
-             curve: bool = True, method: str = "fast") -> OptimizeResult:
+             curve: bool = True, method: str = "fast",
+             fc_protocols: str | Sequence[str] | None = None,
+             choose_overlap: bool = False) -> OptimizeResult:
     """The configuration with the minimum predicted epoch time within `machines` (default: the
     cluster's), the best of the `top` best groups, and the scalability curve.
 
@@ -150,7 +153,9 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     'ps-sync', 'allreduce'; default all the fixed fields allow). minibatch, push_every,
     pull_every: one value or several to choose from (default 32, 1, 1). base: the fixed fields
     (fc_protocol, overlap, optimizer, epoch_fraction). method: 'fast' (exact branch and bound) or
-    'exhaustive' (every configuration through predict_config; the reference).
+    'exhaustive' (every configuration through predict_config; the reference). fc_protocols
+    ('weights,vectors') and choose_overlap let the PS configurations choose Adam's FC protocol
+    and overlap; the result then names the best of each protocol and which wins, and why.
     Raises InputError (naming the field) for bad input or a budget too small for any feasible
     configuration.
     """
@@ -158,7 +163,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     if method not in ("fast", "exhaustive"):
         raise InputError("method", f"must be 'fast' or 'exhaustive', got {method!r}")
     start = time.perf_counter()
-    problem = prepare(workload, cluster, machines, modes, minibatch, push_every, pull_every, base)
+    problem = prepare(workload, cluster, machines, modes, minibatch, push_every, pull_every, base,
+                      fc_protocols=fc_protocols, choose_overlap=choose_overlap)
     if method == "exhaustive":
         if problem.machines > EXHAUSTIVE_MAX_MACHINES:
             raise InputError("machines", f"the exhaustive reference enumerates O(M²) "
@@ -170,19 +176,33 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     groups = problem.groups()
     evaluators = _searches(problem, groups)
     ranked, search = _top(problem, evaluators, problem.machines, top)
+
+    def best_where(in_group: Callable[[Group], bool],
+                   in_config: Callable[[Config], bool]) -> Prediction | None:
+        """The best configuration of the groups `in_group` selects (from the top if there)."""
+        chosen = [p for p in ranked if p.config is not None and in_config(p.config)]
+        if chosen:
+            return chosen[0]
+        indices = [i for i, g in enumerate(groups) if in_group(g)]
+        if not indices:
+            return None
+        subset = BudgetSearch(evaluators, problem.machines)
+        for index in indices:
+            subset.add_root(index)
+        found = subset.run(1)
+        return _checked(problem, evaluators[found[0].group_index], found[0]) if found else None
+
     per_mode: dict[str, Prediction] = {}
     for mode in problem.space.modes:
-        indices = [i for i, g in enumerate(groups) if g.sync == mode]
-        chosen = [p for p in ranked if p.config.sync == mode]
-        if chosen:
-            per_mode[mode] = chosen[0]
-        elif indices:
-            mode_search = BudgetSearch(evaluators, problem.machines)
-            for index in indices:
-                mode_search.add_root(index)
-            found = mode_search.run(1)
-            if found:
-                per_mode[mode] = _checked(problem, evaluators[found[0].group_index], found[0])
+        best_mode = best_where(lambda g, m=mode: g.sync == m, lambda c, m=mode: c.sync == m)
+        if best_mode is not None:
+            per_mode[mode] = best_mode
+    per_protocol: dict[str, Prediction] = {}
+    for protocol in problem.space.fc_protocols:
+        best_protocol = best_where(lambda g, p=protocol: g.fc_protocol == p,
+                                   lambda c, p=protocol: c.uses_ps and c.fc_protocol == p)
+        if best_protocol is not None:
+            per_protocol[protocol] = best_protocol
     first = problem.min_machines()
     assert first is not None  # prepare() raised otherwise
     points = _curve(problem, evaluators, first, search.root_bound) if curve else []
@@ -193,4 +213,5 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
         method="fast", best=best, top=ranked, curve=points, best_per_mode=per_mode,
         infeasible=problem.infeasible, evaluated=sum(e.evaluations for e in evaluators),
         bounds_evaluated=sum(e.bounds for e in evaluators), search_time_s=elapsed,
-        explanation=explain(best, ranked, per_mode, problem.machines))
+        explanation=explain(best, ranked, per_mode, problem.machines)
+        + explain_protocols(per_protocol), best_per_protocol=per_protocol)

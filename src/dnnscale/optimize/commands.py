@@ -33,11 +33,15 @@ def register(app: typer.Typer) -> None:
                 None, "--push-every", help="steps between pushes, or choices: 1,2,4 (default 1)"),
             pull_every: Optional[str] = typer.Option(
                 None, "--pull-every", help="steps between pulls, or choices (default 1)"),
-            fc_protocol: Optional[str] = typer.Option(None, "--fc-protocol",
-                                                      help="weights | vectors"),
+            fc_protocol: Optional[str] = typer.Option(
+                None, "--fc-protocol", help="weights | vectors, or weights,vectors to let the "
+                                            "PS configurations choose (Adam's FC protocol)"),
             overlap: Optional[bool] = typer.Option(
                 None, "--overlap/--no-overlap",
                 help="overlap PS traffic with computation (the cluster's γ-norm)"),
+            choose_overlap: bool = typer.Option(
+                False, "--choose-overlap", help="let the PS configurations run with overlap "
+                                                "on or off, whichever is faster"),
             optimizer: Optional[str] = typer.Option(None, "--optimizer",
                                                     help="sgd | momentum | adam"),
             epoch_fraction: Optional[float] = typer.Option(
@@ -107,16 +111,25 @@ def register(app: typer.Typer) -> None:
             _write_outputs(found, w, c, html, csv, None, silent)
             return
 
-        base = config_from_dict({"fc_protocol": fc_protocol, "overlap": overlap,
-                                 "optimizer": optimizer, "epoch_fraction": epoch_fraction},
-                                where="optimize")
+        from dnnscale.errors import InputError
+        from dnnscale.optimize.space import parse_fc_protocols
+
+        protocols = parse_fc_protocols(fc_protocol)
+        if choose_overlap and overlap is not None:
+            raise InputError("--choose-overlap", "lets the optimizer choose; do not also give "
+                             "--overlap/--no-overlap")
+        base = config_from_dict({"fc_protocol": protocols[0] if len(protocols) == 1 else None,
+                                 "overlap": overlap, "optimizer": optimizer,
+                                 "epoch_fraction": epoch_fraction}, where="optimize")
 
         def search(chosen_modes: Any, how_many: int) -> Any:
             return run_optimize(w, c, machines=machines, modes=chosen_modes, top=how_many,
                                 minibatch=parse_int_list(minibatch, "minibatch"),
                                 push_every=parse_int_list(push_every, "push_every"),
                                 pull_every=parse_int_list(pull_every, "pull_every"), base=base,
-                                method="exhaustive" if exhaustive else "fast")
+                                method="exhaustive" if exhaustive else "fast",
+                                fc_protocols=protocols if len(protocols) > 1 else None,
+                                choose_overlap=choose_overlap)
 
         result = search(modes, top)
         if plot is not None:

@@ -14,7 +14,8 @@ from dnnscale.plan.config import Config
 from dnnscale.plan.rules import max_replicas
 from dnnscale.model.prediction import Prediction
 from dnnscale.optimize.problem import Problem
-from dnnscale.optimize.result import CurvePoint, OptimizeResult, explain, rank_key
+from dnnscale.optimize.result import (CurvePoint, OptimizeResult, explain, explain_protocols,
+                                      rank_key)
 from dnnscale.optimize.space import Group, curve_budgets
 
 EXHAUSTIVE_MAX_MACHINES = 2_000
@@ -96,8 +97,11 @@ def exhaustive_result(problem: Problem, top: int, curve: bool, start: float) -> 
     found = enumerate_all(problem)
     ranked = sorted(found.best_per_group.values(), key=rank_key)[:top]
     per_mode: dict[str, Prediction] = {}
+    per_protocol: dict[str, Prediction] = {}
     for prediction in sorted(found.best_per_group.values(), key=rank_key):
         per_mode.setdefault(prediction.config.sync, prediction)
+        if problem.space.fc_protocols and prediction.config.uses_ps:
+            per_protocol.setdefault(prediction.config.fc_protocol, prediction)
     points: list[CurvePoint] = []
     if curve:
         first = min(found.best_by_machines)
@@ -114,4 +118,5 @@ def exhaustive_result(problem: Problem, top: int, curve: bool, start: float) -> 
         best_per_mode={m: per_mode[m] for m in problem.space.modes if m in per_mode},
         infeasible=problem.infeasible, evaluated=found.evaluated, bounds_evaluated=0,
         search_time_s=time.perf_counter() - start,
-        explanation=explain(best, ranked, per_mode, problem.machines))
+        explanation=explain(best, ranked, per_mode, problem.machines)
+        + explain_protocols(per_protocol), best_per_protocol=per_protocol)

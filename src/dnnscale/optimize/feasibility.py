@@ -42,11 +42,15 @@ def worker_fits(workload: Workload, cluster: System, base: Config, partitions: i
 def min_ps_shards(workload: Workload, cluster: System, base: Config, stage: StageCosts,
                   limit: int) -> int | None:
     """Fewest shards S ≤ limit whose PS machines fit in memory (None if none), by bisection on
-    predict_config with a configuration whose worker surely fits (its own stage costs)."""
+    predict_config with a configuration whose worker surely fits (its own stage costs).
+
+    The probe pushes weights whatever the base's FC protocol: a shard holds its slice either
+    way (model/memory.py), and the vector protocol's per-shard traffic is O(S) to price, which
+    the bisection's S up to `limit` (the stored parameters) would make slow."""
 
     def fits(shards: int) -> bool:
         probe = replace(base, sync="ps-async", partitions=stage.partitions, replicas=1,
-                        ps_shards=shards, minibatch=stage.minibatch)
+                        ps_shards=shards, minibatch=stage.minibatch, fc_protocol="weights")
         memory = predict_config(workload, cluster, probe, stage=stage).memory_bytes["ps"]
         return memory <= cluster.ps.memory_bytes
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dnnscale.model.compose import StepContext, bound, throughput
+from dnnscale.model.compose import StepContext, bound, objective
 from dnnscale.optimize.space import Group
 from dnnscale.plan.rules import max_replicas
 
@@ -70,9 +70,10 @@ class GroupSearch:
         return self.throughput(replicas, shards)
 
     def throughput(self, replicas: int, shards: int) -> float:
-        """Throughput of the configuration (R, S) of this group."""
+        """Epoch throughput of the configuration (R, S) of this group: compose.objective, the
+        throughput itself unless a straggler spread lengthens asynchronous epochs."""
         self.evaluations += 1
-        return throughput(self.context, replicas, shards)
+        return objective(self.context, replicas, shards)
 
     def bound(self, lo: int, hi: int, machines: int) -> float:
         """An upper bound of value(x) over x in [lo, hi] (equal to it when lo == hi)."""

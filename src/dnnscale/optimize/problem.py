@@ -35,12 +35,21 @@ class Problem:
     machines: int
     space: SearchSpace
     stages: dict[tuple[int, int], StageCosts]
-    """Stage costs per (P, n), computed once."""
+    """Stage costs per (P, n) under the base's FC protocol, computed once."""
     fitting: dict[tuple[int, int], bool]
     shards_needed: dict[tuple[int, int], int | None]
     """Fewest PS shards that fit in memory per (P, n) (the shards store W + (P−1)·W_rep)."""
     infeasible: list[Infeasible]
     max_partitions: int
+    other_stages: dict[tuple[int, int, str], StageCosts] = dataclasses.field(default_factory=dict)
+    """Stage costs per (P, n, FC protocol) of the protocols the search chooses among besides
+    the base's (Adam's vector protocol moves the FC weight gradients to the PS)."""
+
+    def stage(self, partitions: int, minibatch: int, fc_protocol: str | None = None) -> StageCosts:
+        """The stage costs of (P, n) under `fc_protocol` (None: the base's)."""
+        if fc_protocol is None or fc_protocol == self.space.base.fc_protocol:
+            return self.stages[(partitions, minibatch)]
+        return self.other_stages[(partitions, minibatch, fc_protocol)]
 
     def groups(self) -> list[Group]:
         return [g for g in self.space.groups(self.max_partitions)
@@ -57,7 +66,8 @@ class Problem:
         return min(needs) if needs else None
 
     def predict(self, config: Config) -> Prediction:
-        stage = self.stages[(config.partitions, config.minibatch)]
+        stage = self.stage(config.partitions, config.minibatch,
+                           config.fc_protocol if config.uses_ps else None)
         return predict_config(self.workload, self.cluster, config, stage=stage)
 
 
@@ -66,8 +76,11 @@ def prepare(workload: str | Path | Workload, cluster: str | Path | System,
             minibatch: int | Iterable[int] | None = None,
             push_every: int | Iterable[int] | None = None,
             pull_every: int | Iterable[int] | None = None,
-            base: Config | None = None, check_budget: bool = True) -> Problem:
-    """Load and validate the inputs; cost each stage once per (P, n); find what fits.
+            base: Config | None = None, check_budget: bool = True,
+            fc_protocols: str | Sequence[str] | None = None,
+            choose_overlap: bool = False) -> Problem:
+    """Load and validate the inputs; cost each stage once per (P, n) (and per FC protocol the
+    search chooses among); find what fits. fc_protocols, choose_overlap: see make_space.
 
     Raises InputError when the budget admits no feasible configuration (unless check_budget is
     False: the exhaustive reference uses that to confirm there is none).
@@ -78,7 +91,8 @@ def prepare(workload: str | Path | Workload, cluster: str | Path | System,
     if budget != c.machines:
         c = c.with_machines(budget)
     space = make_space(modes, minibatch, push_every, pull_every,
-                       None if base is None else validate_config(base, "base"))
+                       None if base is None else validate_config(base, "base"), fc_protocols,
+                       choose_overlap)
     infeasible: list[Infeasible] = []
     too_large = [n for n in space.minibatches if n > w.samples_per_epoch]
     if too_large:  # a global step may not train on more samples than the epoch has
@@ -124,7 +138,12 @@ def prepare(workload: str | Path | Workload, cluster: str | Path | System,
         elif min_shards > 1:
             infeasible.append(Infeasible(f"S<{min_shards}", "the parameter-server shards do not "
                                          "fit in PS memory"))
-    problem = Problem(w, c, budget, space, stages, fitting, shards_needed, infeasible, p_max)
+    # Worker memory does not depend on the FC protocol (the same splits, weights, activations):
+    # the other protocols' stages are only priced.
+    other = {(p, n, protocol): stage_costs(w, c, p, n, protocol) for (p, n) in stages
+             for protocol in space.protocols() if protocol != space.base.fc_protocol}
+    problem = Problem(w, c, budget, space, stages, fitting, shards_needed, infeasible, p_max,
+                      other)
     needed = problem.min_machines()
     if check_budget and (needed is None or needed > budget):
         fitting_p = [p for (p, _), fits in fitting.items() if fits]

@@ -54,6 +54,8 @@ class OptimizeResult:
     bounds_evaluated: int
     search_time_s: float
     explanation: list[str] = field(default_factory=list)
+    best_per_protocol: dict[str, Prediction] = field(default_factory=dict)
+    """When the search chose Adam's FC protocol: the best PS configuration of each."""
 
     def to_dict(self) -> dict[str, Any]:
         def entry(p: Prediction) -> dict[str, Any]:
@@ -64,6 +66,9 @@ class OptimizeResult:
                 "explanation": list(self.explanation),
                 "top": [entry(p) for p in self.top],
                 "best_per_mode": {mode: entry(p) for mode, p in self.best_per_mode.items()},
+                **({"best_per_fc_protocol": {name: entry(p) for name, p in
+                                             self.best_per_protocol.items()}}
+                   if self.best_per_protocol else {}),
                 "curve": [point.to_dict() for point in self.curve],
                 "infeasible": [item.to_dict() for item in self.infeasible],
                 "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
@@ -82,6 +87,10 @@ def describe_config(config: Config) -> str:
     parts.append(f"n={config.minibatch}")
     if config.uses_ps and (config.push_every, config.pull_every) != (1, 1):
         parts.append(f"k_push={config.push_every} k_pull={config.pull_every}")
+    if config.fc_protocol != "weights":
+        parts.append(f"fc={config.fc_protocol}")
+    if config.overlap:
+        parts.append("overlap")
     return " ".join(parts)
 
 
@@ -121,3 +130,24 @@ def explain(best: Prediction, top: list[Prediction], best_per_mode: dict[str, Pr
                          f"({prediction.epoch_time_s / best.epoch_time_s:.3g}x slower; "
                          f"bottleneck {prediction.bottleneck})")
     return lines
+
+
+def explain_protocols(best_per_protocol: dict[str, Prediction]) -> list[str]:
+    """When Adam's vector protocol wins over weight pushes, or loses, and why: the vectors
+    shrink the PS traffic of FC layers (a PS-network-bound plan gains) but move their weight
+    gradients onto the PS CPU (a plan that becomes PS-CPU bound loses)."""
+    if not {"weights", "vectors"} <= set(best_per_protocol):
+        return []
+    weights, vectors = best_per_protocol["weights"], best_per_protocol["vectors"]
+    winner, loser = ("vectors", "weights") if rank_key(vectors) < rank_key(weights) \
+        else ("weights", "vectors")
+    ratio = best_per_protocol[loser].epoch_time_s / best_per_protocol[winner].epoch_time_s
+    why = (f"the weight protocol's best is bound by {weights.bottleneck}; with vectors the FC "
+           f"updates cross the PS network as n·(n_in + n_out) values and the PS CPU forms them "
+           f"(ps cpu {100 * vectors.utilization.get('ps_cpu', 0.0):.2g}% busy)"
+           if winner == "vectors" else
+           f"the vector protocol's best is bound by {vectors.bottleneck}"
+           + ("; the FC outer products load the PS CPU" if vectors.bottleneck == "ps cpu" else
+              "; its FC vectors are not smaller than the FC weights at this minibatch"
+              if vectors.bottleneck == "ps network" else ""))
+    return [f"fc protocol: {winner} beats {loser} ({ratio:.3g}x faster per epoch): {why}"]

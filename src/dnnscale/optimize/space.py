@@ -31,13 +31,17 @@ CURVE_POINTS_PER_DECADE = 48
 
 @dataclass(frozen=True)
 class Group:
-    """Everything of a configuration but R and S: one sync mode, P, n, k_push, k_pull."""
+    """Everything of a configuration but R and S: one sync mode, P, n, k_push, k_pull, and
+    (issue 18, set only where the user lets the optimizer choose them; None keeps the base's)
+    Adam's FC protocol and overlap."""
 
     sync: str
     partitions: int
     minibatch: int
     push_every: int
     pull_every: int
+    fc_protocol: str | None = None
+    overlap: bool | None = None
 
     @property
     def uses_ps(self) -> bool:
@@ -45,13 +49,18 @@ class Group:
 
     def config(self, base: Config, replicas: int, ps_shards: int) -> Config:
         """The full configuration of this group with R replicas and S shards (0 for all-reduce)."""
+        adam = {key: value for key, value in (("fc_protocol", self.fc_protocol),
+                                              ("overlap", self.overlap)) if value is not None}
         return replace(base, sync=self.sync, partitions=self.partitions, replicas=replicas,
                        ps_shards=ps_shards if self.uses_ps else 0, minibatch=self.minibatch,
-                       push_every=self.push_every, pull_every=self.pull_every)
+                       push_every=self.push_every, pull_every=self.pull_every, **adam)
 
     def label(self) -> str:
         return (f"{self.sync} P={self.partitions} n={self.minibatch}"
-                + (f" k_push={self.push_every} k_pull={self.pull_every}" if self.uses_ps else ""))
+                + (f" k_push={self.push_every} k_pull={self.pull_every}" if self.uses_ps else "")
+                + (f" fc={self.fc_protocol}" if self.fc_protocol is not None else "")
+                + (f" overlap={'on' if self.overlap else 'off'}" if self.overlap is not None
+                   else ""))
 
 
 @dataclass(frozen=True)
@@ -64,19 +73,35 @@ class SearchSpace:
     push_every: tuple[int, ...]
     pull_every: tuple[int, ...]
     base: Config
+    fc_protocols: tuple[str, ...] = ()
+    """Adam's FC protocols to choose from (PS modes); () keeps the base's."""
+    overlaps: tuple[bool, ...] = ()
+    """Overlap off/on to choose from (PS modes); () keeps the base's."""
 
     def groups(self, max_partitions: int) -> list[Group]:
-        """Every group with P in 1..max_partitions (intervals only matter with a PS)."""
+        """Every group with P in 1..max_partitions (intervals, and the FC protocol and overlap
+        when they are chosen, only matter with a PS)."""
         result = []
         for sync in self.modes:
-            pushes = self.push_every if sync != "allreduce" else (1,)
-            pulls = self.pull_every if sync != "allreduce" else (1,)
+            ps = sync != "allreduce"
+            pushes = self.push_every if ps else (1,)
+            pulls = self.pull_every if ps else (1,)
+            protocols: tuple[str | None, ...] = self.fc_protocols if ps and self.fc_protocols \
+                else (None,)
+            overlaps: tuple[bool | None, ...] = self.overlaps if ps and self.overlaps else (None,)
             for n in self.minibatches:
                 for k_push in pushes:
                     for k_pull in pulls:
-                        for partitions in range(1, max_partitions + 1):
-                            result.append(Group(sync, partitions, n, k_push, k_pull))
+                        for protocol in protocols:
+                            for overlap in overlaps:
+                                for partitions in range(1, max_partitions + 1):
+                                    result.append(Group(sync, partitions, n, k_push, k_pull,
+                                                        protocol, overlap))
         return result
+
+    def protocols(self) -> tuple[str, ...]:
+        """Every FC protocol some group uses."""
+        return self.fc_protocols or (self.base.fc_protocol,)
 
 
 def _int_choices(values: int | Iterable[int] | None, default: int, field: str) -> tuple[int, ...]:
@@ -106,31 +131,51 @@ def parse_int_list(text: str | None, field: str) -> tuple[int, ...] | None:
     return _int_choices(values, DEFAULT_MINIBATCH, field)
 
 
-def parse_modes(text: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    """'ps-async,allreduce' (or a sequence) -> validated tuple; None stays None."""
-    if text is None:
-        return None
+def _named_choices(text: str | Sequence[str], known: Sequence[str], field: str,
+                   what: str) -> tuple[str, ...]:
+    """'a,b' (or a sequence) -> the named choices among `known`, in `known`'s order."""
     items = [m.strip() for m in text.split(",")] if isinstance(text, str) else [str(m) for m in text]
     items = [m for m in items if m]
     if not items:
-        raise InputError("modes", f"must list at least one of {', '.join(SYNC_MODES)}")
-    for mode in items:
-        if mode not in SYNC_MODES:
-            raise InputError("modes", f"unknown sync mode {mode!r} (known: {', '.join(SYNC_MODES)})")
-    return tuple(m for m in SYNC_MODES if m in items)
+        raise InputError(field, f"must list at least one of {', '.join(known)}")
+    for item in items:
+        if item not in known:
+            raise InputError(field, f"unknown {what} {item!r} (known: {', '.join(known)})")
+    return tuple(m for m in known if m in items)
+
+
+def parse_modes(text: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """'ps-async,allreduce' (or a sequence) -> validated tuple; None stays None."""
+    return None if text is None else _named_choices(text, SYNC_MODES, "modes", "sync mode")
+
+
+def parse_fc_protocols(text: str | Sequence[str] | None) -> tuple[str, ...]:
+    """'weights,vectors' (or a sequence) -> the FC protocols to choose from; () for None."""
+    from dnnscale.plan.plan import FC_PROTOCOLS
+
+    return () if text is None else _named_choices(text, FC_PROTOCOLS, "fc_protocol",
+                                                  "FC protocol")
 
 
 def make_space(modes: str | Sequence[str] | None = None,
                minibatch: int | Iterable[int] | None = None,
                push_every: int | Iterable[int] | None = None,
                pull_every: int | Iterable[int] | None = None,
-               base: Config | None = None) -> SearchSpace:
+               base: Config | None = None,
+               fc_protocols: str | Sequence[str] | None = None,
+               choose_overlap: bool = False) -> SearchSpace:
     """Validate the user's choices into a SearchSpace (InputError names the field).
 
     modes None: every mode the fixed fields allow (all-reduce is left out with Adam's 'vectors'
-    FC protocol, which needs a parameter server).
+    FC protocol, which needs a parameter server). fc_protocols: several FC protocols for the
+    PS modes to choose from (one value fixes it, as base.fc_protocol does); choose_overlap:
+    the PS modes may run with overlap on or off.
     """
     base = base or Config()
+    protocols = parse_fc_protocols(fc_protocols)
+    if len(protocols) == 1:
+        base = replace(base, fc_protocol=protocols[0])
+        protocols = ()
     chosen = parse_modes(modes)
     if chosen is None:
         chosen = tuple(m for m in SYNC_MODES if not (m == "allreduce" and base.fc_protocol == "vectors"))
@@ -139,11 +184,14 @@ def make_space(modes: str | Sequence[str] | None = None,
                          "parameter server)")
     if not isinstance(base.epoch_fraction, (int, float)) or not 0 < base.epoch_fraction <= 1:
         raise InputError("epoch_fraction", f"must be in (0, 1], got {base.epoch_fraction!r}")
+    if protocols and base.fc_protocol == "vectors":
+        base = replace(base, fc_protocol="weights")  # all-reduce groups keep the weights
     return SearchSpace(modes=chosen,
                        minibatches=_int_choices(minibatch, DEFAULT_MINIBATCH, "minibatch"),
                        push_every=_int_choices(push_every, base.push_every, "push_every"),
                        pull_every=_int_choices(pull_every, base.pull_every, "pull_every"),
-                       base=base)
+                       base=base, fc_protocols=protocols,
+                       overlaps=(False, True) if choose_overlap else ())
 
 
 def curve_budgets(first: int, last: int) -> list[int]:

@@ -73,7 +73,9 @@ class Config:
 
     def label(self) -> str:
         ps = f"S={self.ps_shards} " if self.uses_ps else ""
-        return f"P={self.partitions} R={self.replicas} {ps}{self.sync} n={self.minibatch}"
+        adam = ("" if self.fc_protocol == "weights" else f" fc={self.fc_protocol}") \
+            + (" overlap" if self.overlap else "")
+        return f"P={self.partitions} R={self.replicas} {ps}{self.sync} n={self.minibatch}{adam}"
 
 
 def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:

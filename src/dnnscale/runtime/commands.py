@@ -44,6 +44,15 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
                                                  help="steps between a worker's pushes"),
         pull_every: Optional[int] = typer.Option(None, "--pull-every",
                                                  help="steps between a worker's pulls"),
+        fc_protocol: Optional[str] = typer.Option(
+            None, "--fc-protocol", help="weights | vectors (Adam: FC layers push their input "
+                                        "and error vectors, the PS forms the outer products)"),
+        overlap: Optional[bool] = typer.Option(
+            None, "--overlap/--no-overlap", help="push/pull in a background thread while the "
+                                                 "next step computes (PS modes)"),
+        epoch_fraction: Optional[float] = typer.Option(
+            None, "--epoch-fraction", help="ps-async: end the epoch when this fraction of the "
+                                           "timed steps is done (stragglers cut off)"),
         local: bool = typer.Option(False, "--local", help="all ranks on this machine (loopback)"),
         testbed: Optional[Path] = typer.Option(None, "--testbed",
                                                help="testbed description file: ranks on its hosts"),
@@ -113,7 +122,9 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
         check_output_path(output, "--output")
     cfg = config_from_options(config, partitions=partitions, replicas=replicas,
                               ps_shards=ps_shards, sync=sync, minibatch=minibatch,
-                              push_every=push_every, pull_every=pull_every)
+                              push_every=push_every, pull_every=pull_every,
+                              fc_protocol=fc_protocol, overlap=overlap,
+                              epoch_fraction=epoch_fraction)
     w = resolve_workload(workload, input_shape, field="--workload")
     from dnnscale.runtime.layout import world_size
     from dnnscale.runtime.netplan import check_runnable, weighted_schemes
@@ -262,3 +273,8 @@ def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
           f"{summary['measured_throughput_samples_per_s']:.1f} samples/s after warm-up, "
           f"loss {summary['loss_first']:.4f} -> {summary['loss_last']:.4f}")
     print(f"per step: {phases}")
+    epoch = summary.get("epoch")
+    if epoch and epoch.get("cut_off"):
+        print(f"epoch cut off at {epoch['target_steps']} replica-steps after "
+              f"{epoch['epoch_time_s']:.3f} s ({epoch['throughput_samples_per_s']:.1f} "
+              f"samples/s); steps by replica: {epoch['steps_by_replica']}")

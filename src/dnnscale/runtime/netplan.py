@@ -15,7 +15,8 @@ import math
 
 from dnnscale.plan import Config
 from dnnscale.errors import InputError
-from dnnscale.model.sharding import member_params, split_extent, split_sizes
+from dnnscale.model.sharding import split_extent
+from dnnscale.model.vectors import Region, flat_layout
 from dnnscale.workload import Workload
 from dnnscale.workload.layer import Layer
 
@@ -57,21 +58,22 @@ def partition_param_counts(workload: Workload, partitions: int,
     """Flat parameter count of each of the P partitions, in the network's parameter order.
 
     Channel/feature splits divide a layer's parameters; a stripe-split ('rows') conv layer's
-    whole kernel is held, and counted, by every partition.
+    whole kernel is held, and counted, by every partition (model/vectors.flat_layout).
     """
     schemes = schemes or weighted_schemes(workload, "channels")
     counts = [0] * partitions
-    for layer in workload.layers:
-        if not layer.has_weights:
-            continue
-        if schemes.get(layer.name) == "rows" and partitions > 1:
-            for p in range(partitions):
-                counts[p] += member_params(layer, "rows", 0)
-            continue
-        scheme = weighted_scheme_of(layer)
-        for p, units in enumerate(split_sizes(split_extent(layer, scheme), partitions)):
-            counts[p] += member_params(layer, scheme, units)
+    for region in flat_layout(workload, partitions, schemes, vectors=False):
+        counts[region.partition] += region.length
     return counts
+
+
+def vector_regions(workload: Workload, config: Config,
+                   schemes: dict[str, str] | None = None) -> tuple[Region, ...]:
+    """The flat layout's regions under Adam's vector protocol, () under the weight protocol."""
+    if config.fc_protocol != "vectors" or not config.uses_ps:
+        return ()
+    return flat_layout(workload, config.partitions,
+                       schemes or weighted_schemes(workload, "channels"))
 
 
 def classes(workload: Workload) -> int:
@@ -86,12 +88,13 @@ def check_runnable(workload: Workload, config: Config,
     """Raise InputError naming the field if the runtime cannot train `workload` under `config`
     with the weighted layers split as `schemes` says (default: conv layers by channels)."""
     schemes = schemes or weighted_schemes(workload, "channels")
-    if config.fc_protocol != "weights":
-        raise InputError("config.fc_protocol", f"the runtime pushes weight gradients only "
-                         f"('weights'), got {config.fc_protocol!r}")
-    if config.overlap:
-        raise InputError("config.overlap", "the runtime does not overlap communication with "
-                         "computation; use overlap: false")
+    if config.overlap and not config.uses_ps:
+        raise InputError("config.overlap", "the runtime overlaps parameter-server transfers "
+                         "only (Adam's); with sync allreduce use overlap: false")
+    if config.epoch_fraction < 1 and config.sync != "ps-async":
+        raise InputError("config.epoch_fraction", f"the cut-off ends the epoch of replicas that "
+                         f"do not wait for each other: it needs sync ps-async, got "
+                         f"{config.sync!r}")
     if config.optimizer != "sgd":
         raise InputError("config.optimizer", f"the runtime trains with plain SGD only, got "
                          f"{config.optimizer!r}")

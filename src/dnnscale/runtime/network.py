@@ -194,6 +194,40 @@ class HaloExchange(torch.autograd.Function):
         return grad, None, None, None
 
 
+class _CapturedLinear(torch.autograd.Function):
+    """y = x·Wᵀ + b that records its input and its output's gradient on `module` and computes
+    no weight gradient (Adam's vector protocol: the parameter server forms δᵀ·a itself)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
+                bias: torch.Tensor | None, module: "VectorLinear") -> torch.Tensor:
+        ctx.save_for_backward(weight)
+        ctx.module = module
+        module.captured_input = x.detach()
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:  # type: ignore[override]
+        (weight,) = ctx.saved_tensors
+        ctx.module.captured_error = grad_out.detach()
+        grad_x = grad_out @ weight if ctx.needs_input_grad[0] else None
+        return grad_x, None, None, None
+
+
+class VectorLinear(nn.Linear):
+    """nn.Linear that, with `capture` on, records (input a, output error δ) of each step and
+    leaves its weight and bias gradients unset (None): the vector protocol pushes a and δ."""
+
+    capture = False
+    captured_input: torch.Tensor | None = None
+    captured_error: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.capture:
+            return super().forward(x)
+        return _CapturedLinear.apply(x, self.weight, self.bias, self)
+
+
 def _full_layer(layer: Layer) -> nn.Module:
     if layer.kind == "conv2d":
         return nn.Conv2d(layer.input_shape[0], layer.output_shape[0], layer.kernel,
@@ -217,7 +251,7 @@ def _sliced_layer(layer: Layer, index: int, seed: int, start: int, size: int) ->
                                     padding=layer.padding, groups=layer.groups,
                                     bias=layer_has_bias(layer))
     else:
-        part = nn.Linear(layer.input_shape[0], size, bias=layer_has_bias(layer))
+        part = VectorLinear(layer.input_shape[0], size, bias=layer_has_bias(layer))
     with torch.no_grad():
         part.weight.copy_(full.weight[start:start + size])
         if layer_has_bias(layer):
@@ -297,6 +331,7 @@ class PartitionedNet(nn.Module):
         schemes = schemes or weighted_schemes(workload, "channels")
         steps: list[nn.Module] = []
         self.shared: list[nn.Parameter] = []  # whole-kernel params of stripe-split layers
+        self.linears: dict[str, VectorLinear] = {}  # FC layers by name (vector protocol)
         parts, me = comm.parts, comm.index
         # state: ("whole", None) | ("dim1", sizes) | ("rows", [ranges of every worker])
         state: tuple[str, Any] = ("whole", None)
@@ -338,7 +373,10 @@ class PartitionedNet(nn.Module):
                 need_whole()
                 sizes = split_sizes(split_extent(layer, weighted_scheme_of(layer)), parts)
                 start = split_offsets(sizes)[me]
-                steps.append(_sliced_layer(layer, index, seed, start, sizes[me]))
+                module = _sliced_layer(layer, index, seed, start, sizes[me])
+                if isinstance(module, VectorLinear):
+                    self.linears[layer.name] = module
+                steps.append(module)
                 state = ("dim1", sizes) if parts > 1 else ("whole", None)
             else:
                 if layer.kind == "flatten":
@@ -358,6 +396,21 @@ class PartitionedNet(nn.Module):
         for step in self.steps:
             x = step(x)
         return x.flatten(1)
+
+    def capture_vectors(self, on: bool = True) -> None:
+        """Record every FC layer's input and output error per step instead of its weight
+        gradients (Adam's vector protocol); see `vectors`."""
+        for module in self.linears.values():
+            module.capture = on
+
+    def vectors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The last step's (input a, output error δ) of every FC layer, by layer name."""
+        out = {}
+        for name, module in self.linears.items():
+            if module.captured_input is None or module.captured_error is None:
+                raise RuntimeError(f"layer {name!r}: no vectors captured (run a backward pass)")
+            out[name] = (module.captured_input, module.captured_error)
+        return out
 
     def sync_shared_grads(self) -> None:
         """Sum the weight gradients of stripe-split layers over the replica's workers."""

@@ -16,6 +16,11 @@ shard never waits on a worker that waits on the shard.
   every pull at once with what it has.
 - ps-sync: the shard sums the pushes of step t from all R replicas, applies w -= lr · Σg / R once
   all have arrived, and holds pulls for step t until then.
+
+With Adam's FC vector protocol (`segments` given, runtime/vector_protocol.py) a push carries,
+for the FC layers' part of a piece, the errors and inputs of the push's samples instead of
+weight gradients; the shard forms the piece's update from them (the outer products, added in
+place) and applies it exactly as above.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dnnscale.model.vectors import Region
 from dnnscale.runtime.layout import Piece, ShardMap
+from dnnscale.runtime.vector_protocol import (Segment, Vectors, add_update, pack,
+                                              payload_length, piece_segments)
 
 OP_INIT, OP_PUSH, OP_PULL, OP_DONE = 1, 2, 3, 4
 TAG_HEADER, TAG_PAYLOAD, TAG_REPLY = 101, 102, 103
@@ -37,25 +45,33 @@ class PSClient:
     """A worker's view of the parameter servers: pieces of its partition's flat vector."""
 
     def __init__(self, shard_map: ShardMap, partition: int, first_ps_rank: int,
-                 requests: Any = None) -> None:
+                 requests: Any = None, regions: tuple[Region, ...] = ()) -> None:
         self.shard_map = shard_map
         self.requests = requests
         self.partition = partition
         self.first_ps_rank = first_ps_rank
         self.pieces = shard_map.pieces_of_partition(partition)
+        # The vector protocol (regions of model/vectors.py given): each piece's segments.
+        self.segments: list[tuple[Segment, ...]] | None = (
+            [piece_segments(regions, shard_map, piece) for piece in self.pieces]
+            if regions else None)
 
     def shard_of(self, index: int) -> int:
         """The shard owning element `index` of this partition's flat parameter vector."""
         return self.shard_map.shard_of(self.shard_map.partition_offsets[self.partition] + index)
 
-    def _send(self, op: int, step: int, flat: torch.Tensor | None) -> None:
+    def _send(self, op: int, step: int, flat: torch.Tensor | None,
+              vectors: Vectors | None = None) -> None:
         works, buffers = [], []  # the buffers must outlive the sends
         header = torch.tensor([op, step], dtype=torch.int64)
-        for piece in self.pieces:
+        for index, piece in enumerate(self.pieces):
             dst = self.first_ps_rank + piece.shard
             works.append(dist.isend(header, dst, group=self.requests, tag=TAG_HEADER))
             if flat is not None:
-                payload = flat[piece.worker_start:piece.worker_start + piece.length].contiguous()
+                payload = flat[piece.worker_start:piece.worker_start + piece.length]
+                if vectors is not None and self.segments is not None:
+                    payload = pack(self.segments[index], payload, vectors)
+                payload = payload.contiguous()
                 buffers.append(payload)
                 works.append(dist.isend(payload, dst, group=self.requests, tag=TAG_PAYLOAD))
         for work in works:
@@ -65,9 +81,13 @@ class PSClient:
         """Seed the shards with this partition's initial weights (replica 0 only)."""
         self._send(OP_INIT, 0, flat_weights)
 
-    def push(self, flat_grad: torch.Tensor, step: int) -> None:
-        """Send the accumulated gradient of this partition to the shards that own it."""
-        self._send(OP_PUSH, step, flat_grad)
+    def push(self, flat_grad: torch.Tensor, step: int, vectors: Vectors | None = None) -> None:
+        """Send the accumulated gradient of this partition to the shards that own it; with
+        the vector protocol, FC layers travel as `vectors` (their entries of `flat_grad` are
+        not read)."""
+        if (vectors is None) != (self.segments is None):
+            raise ValueError("vectors go with a client made for the vector protocol")
+        self._send(OP_PUSH, step, flat_grad, vectors)
 
     def pull(self, flat_out: torch.Tensor, step: int) -> None:
         """Overwrite `flat_out` with the shards' current weights for this partition."""
@@ -90,6 +110,8 @@ class ShardStats:
     """What a shard saw: pushes per worker rank, updates applied, time busy vs waiting."""
 
     pushes_by_rank: dict[int, int] = field(default_factory=dict)
+    values_received: int = 0
+    """Values received in pushes (gradients, or vectors under the vector protocol)."""
     pulls: int = 0
     updates_applied: int = 0
     busy_s: float = 0.0
@@ -104,7 +126,10 @@ class ShardServer:
     """
 
     def __init__(self, shard_map: ShardMap, shard: int, partitions: int, replicas: int,
-                 lr: float, synchronous: bool, requests: Any = None) -> None:
+                 lr: float, synchronous: bool, requests: Any = None,
+                 regions: tuple[Region, ...] = (), samples_per_push: int = 0) -> None:
+        """`regions` (model/vectors.py) turn on the vector protocol; a push then carries the
+        vectors of `samples_per_push` samples (n · k_push)."""
         self.shard_map, self.shard = shard_map, shard
         self.requests = requests
         self.partitions, self.replicas = partitions, replicas
@@ -114,6 +139,10 @@ class ShardServer:
         self.pieces: dict[int, Piece] = {piece.partition: piece
                                          for piece in shard_map.pieces_of_shard(shard)}
         self.stats = ShardStats()
+        self.samples_per_push = samples_per_push
+        self.segments: dict[int, tuple[Segment, ...]] = {
+            partition: piece_segments(regions, shard_map, piece)
+            for partition, piece in self.pieces.items()} if regions else {}
         self._pending: dict[int, tuple[torch.Tensor, int]] = {}  # step -> (sum, pushes)
         self._applied_steps: set[int] = set()
         self._held_pulls: dict[int, list[int]] = {}  # step -> worker ranks waiting
@@ -128,11 +157,27 @@ class ShardServer:
         self.stats.wait_s += time.perf_counter() - start
         return int(src), int(header[0]), int(header[1])
 
-    def _recv_payload(self, src: int) -> tuple[Piece, torch.Tensor]:
+    def _recv_payload(self, src: int, push: bool = False) -> tuple[Piece, torch.Tensor]:
+        """The piece `src` sends and its values: the weights (INIT), or the gradient (PUSH;
+        FC vectors under the vector protocol)."""
         piece = self._piece_of(src)
-        payload = torch.empty(piece.length)
+        segments = self.segments.get(piece.partition) if push else None
+        size = payload_length(segments, self.samples_per_push) if segments else piece.length
+        payload = torch.empty(size)
         dist.recv(payload, src, group=self.requests, tag=TAG_PAYLOAD)
+        if push:
+            self.stats.values_received += size
         return piece, payload
+
+    def _add(self, target: torch.Tensor, piece: Piece, payload: torch.Tensor,
+             alpha: float) -> None:
+        """target += alpha · the piece's pushed gradient (formed from FC vectors in place
+        under the vector protocol)."""
+        segments = self.segments.get(piece.partition)
+        if segments:
+            add_update(segments, payload, self.samples_per_push, target, alpha)
+        else:
+            target.add_(payload, alpha=alpha)
 
     def _reply(self, src: int) -> None:
         piece = self._piece_of(src)
@@ -157,13 +202,13 @@ class ShardServer:
             src, op, step = self._recv_header()
             start = time.perf_counter()
             if op == OP_PUSH:
-                piece, payload = self._recv_payload(src)
+                piece, payload = self._recv_payload(src, push=True)
                 self.stats.pushes_by_rank[src] = self.stats.pushes_by_rank.get(src, 0) + 1
                 if self.synchronous:
                     self._accumulate(step, piece, payload)
                 else:
                     view = self.weights[piece.shard_start:piece.shard_start + piece.length]
-                    view.add_(payload, alpha=-self.lr)
+                    self._add(view, piece, payload, -self.lr)
                     self.stats.updates_applied += 1
             elif op == OP_PULL:
                 if self.synchronous and step not in self._applied_steps:
@@ -179,7 +224,7 @@ class ShardServer:
 
     def _accumulate(self, step: int, piece: Piece, payload: torch.Tensor) -> None:
         total, count = self._pending.get(step, (torch.zeros_like(self.weights), 0))
-        total[piece.shard_start:piece.shard_start + piece.length] += payload
+        self._add(total[piece.shard_start:piece.shard_start + piece.length], piece, payload, 1.0)
         count += 1
         if count < len(self.pieces) * self.replicas:
             self._pending[step] = (total, count)

@@ -156,11 +156,11 @@ def _run_worker(setup: RankSetup, progress: Progress) -> dict[str, Any]:
 
     from dnnscale.runtime.data import TeacherData
     from dnnscale.runtime.layout import partition_group_ranks
-    from dnnscale.runtime.netplan import classes
+    from dnnscale.runtime.netplan import classes, vector_regions
     from dnnscale.runtime.network import PartitionComm, PartitionedNet
     from dnnscale.runtime.ps import PSClient
     from dnnscale.runtime.records import worker_totals
-    from dnnscale.runtime.worker import WorkerContext, train
+    from dnnscale.runtime.worker import EpochCutoff, WorkerContext, train
 
     spec, config, role = setup.spec, setup.config, setup.role
     comm = PartitionComm(setup.partition_group, role.partition, config.partitions,
@@ -170,12 +170,15 @@ def _run_worker(setup: RankSetup, progress: Progress) -> dict[str, Any]:
                        config.replicas, role.replica, spec.seed)
     client = None
     if setup.shard_map is not None:
-        client = PSClient(setup.shard_map, role.partition, config.workers, setup.loose)
+        client = PSClient(setup.shard_map, role.partition, config.workers, setup.loose,
+                          vector_regions(setup.workload, config, setup.schemes))
         if role.replica == 0:
             client.init(parameters_to_vector(net.parameters()).detach())
     dist.barrier(group=setup.loose)
     ctx = WorkerContext(rank=role.rank, replica=role.replica, partition=role.partition,
-                        config=config, lr=spec.lr, ps=client, replica_group=setup.replica_group)
+                        config=config, lr=spec.lr, ps=client, replica_group=setup.replica_group,
+                        epoch=EpochCutoff.for_run(config, spec.steps, spec.warmup,
+                                                  role.replica, role.partition))
     records = train(net, data, ctx, spec.steps, setup.writer.write, progress.set)
     if client is not None:
         client.done()
@@ -186,18 +189,22 @@ def _run_shard(setup: RankSetup) -> dict[str, Any]:
     """Receive the initial weights, serve the workers until all are done, report."""
     import torch.distributed as dist
 
+    from dnnscale.runtime.netplan import vector_regions
     from dnnscale.runtime.ps import ShardServer
 
     config, shard = setup.config, setup.role.shard
     server = ShardServer(setup.shard_map, shard, config.partitions, config.replicas,
                          setup.spec.lr, synchronous=config.sync == "ps-sync",
-                         requests=setup.loose)
+                         requests=setup.loose,
+                         regions=vector_regions(setup.workload, config, setup.schemes),
+                         samples_per_push=config.minibatch * config.push_every)
     server.receive_init()
     dist.barrier(group=setup.loose)
     stats = server.serve()
     record = {"type": "ps", **setup.role.to_dict(), "host": setup.host,
               "params": setup.shard_map.shard_size(shard),
               "pushes_by_rank": {str(k): v for k, v in sorted(stats.pushes_by_rank.items())},
+              "values_received": stats.values_received,
               "pulls": stats.pulls, "updates_applied": stats.updates_applied,
               "busy_s": stats.busy_s, "wait_s": stats.wait_s,
               "param_change_l2": server.change_l2()}

@@ -15,12 +15,15 @@ Format (see docs/formats.md)::
     network: {bandwidth: 10Gbit/s, latency: 50us}
     ps_network: {...}                 # optional
     ps_machines: 2                    # optional: hosts dedicated to PS shards (default 0: shared)
-    overlap_gamma: inf                # optional
+    overlap_gamma: inf                # optional (a profile's measured overlap replaces it)
+    straggler_spread: 0               # optional: std dev of ln(step time) across replicas
     profile: my-machine.yaml          # optional: a `dnnscale calibrate` hardware profile
 
 A `profile` (a path, relative to the cluster file) replaces the machines' compute rates, memory
 bandwidth and update cost, and the network's bandwidth and latency when it measured one, by the
-calibrated values; those fields may then be left out. The cluster is marked calibrated.
+calibrated values; those fields may then be left out, and its measured overlap γ and straggler
+spread (when it has them) replace `overlap_gamma` and `straggler_spread`. The cluster is marked
+calibrated.
 """
 
 from __future__ import annotations
@@ -48,8 +51,12 @@ from dnnscale.yamlio import is_yaml_source, load_yaml_file
 _MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
 _NETWORK_FIELDS = {"bandwidth", "latency"}
 _TOP_FIELDS = {"name", "machines", "calibrated", "machine", "ps_machine", "network", "ps_network",
-               "ps_machines", "overlap_gamma", "description", "profile"}
+               "ps_machines", "overlap_gamma", "straggler_spread", "description", "profile"}
 _RATE_KINDS = {"default", "conv2d", "linear", "generic"}
+MAX_STRAGGLER_SPREAD = 0.5
+"""The largest straggler spread a cluster may state (replicas a factor e^0.5 ≈ 1.6 apart per
+standard deviation): up to it an extra replica never lengthens the predicted epoch, which the
+exact search relies on (model/compose.py); a measured spread above it is capped."""
 MAX_MACHINES = 1_000_000
 """The largest cluster (and optimizer budget): ten times the largest training clusters built so
 far; the optimizer answers within seconds there."""
@@ -184,6 +191,10 @@ def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Hardwa
                 merged[key] = {**part, **machine_overrides(profile, float(cores))}
     if isinstance(data.get("network"), dict):
         merged["network"] = {**data["network"], **network_overrides(profile)}
+    if profile.overlap is not None:
+        merged["overlap_gamma"] = profile.overlap.gamma
+    if profile.stragglers is not None:
+        merged["straggler_spread"] = min(profile.stragglers.spread, MAX_STRAGGLER_SPREAD)
     merged["calibrated"] = True
     return merged, profile
 
@@ -217,6 +228,7 @@ def system_from_dict(data: dict[str, Any], source: str = "") -> System:
     if not gamma >= 1:
         raise InputError("cluster.overlap_gamma", f"must be >= 1 (1 = no overlap), got "
                          f"{short_repr(gamma)}")
+    spread = _straggler_spread(data.get("straggler_spread", 0.0))
     machines = require_int("cluster.machines", data["machines"], maximum=MAX_MACHINES)
     ps_machines = require_int("cluster.ps_machines", data.get("ps_machines", 0), minimum=0)
     if ps_machines >= machines:
@@ -226,10 +238,20 @@ def system_from_dict(data: dict[str, Any], source: str = "") -> System:
             if profile is not None else None)
     return System(name=str(data.get("name", "cluster")), machines=machines, machine=machine,
                   network=network, ps_machine=ps_machine, ps_network=ps_network,
-                  ps_machines=ps_machines, overlap_gamma=gamma,
+                  ps_machines=ps_machines, overlap_gamma=gamma, straggler_spread=spread,
                   calibrated=bool(data.get("calibrated", False)),
                   description=str(data.get("description", "")), profile_source=source,
                   profile=info)
+
+
+def _straggler_spread(value: Any) -> float:
+    """cluster.straggler_spread: a number in [0, MAX_STRAGGLER_SPREAD]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError("cluster.straggler_spread", f"must be a number, got {short_repr(value)}")
+    if not 0 <= value <= MAX_STRAGGLER_SPREAD:
+        raise InputError("cluster.straggler_spread", f"must be in [0, {MAX_STRAGGLER_SPREAD}] "
+                         f"(the std dev of ln step time across replicas), got {short_repr(value)}")
+    return float(value)
 
 
 def profile_machine(profile: HardwareProfile, cores: float = 1.0,
@@ -275,6 +297,7 @@ def check_system(system: System) -> System:
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma >= 1:
         raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got "
                          f"{short_repr(gamma)}")
+    _straggler_spread(system.straggler_spread)
     return system
 
 

@@ -15,6 +15,8 @@ Written by machines, so plain SI numbers (FLOP, FLOP/s, bytes, bytes/s, seconds)
     memory: {bandwidth_bytes_per_s: ..., update_s_per_param: ..., update_s_per_message: ...}
     network: {bandwidth_bytes_per_s: ..., latency_s: ..., points: [[bytes, s], ...]}   # optional
     allreduce: [{peers: 2, bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}]  # optional
+    overlap: {gamma: ..., points: [[compute_s, exchange_s, both_s], ...]}              # optional
+    stragglers: {spread: ..., processes: 4, steps: 40, mean_step_s: [...]}            # optional
     calibration: {...}                # how it was measured (grid, timings); informative
 
 No torch here: the predictor loads profiles. `load_profile` raises InputError naming the first
@@ -67,6 +69,28 @@ class HardwareProfile:
     allreduce: tuple[LinkFit, ...] = ()
     threads: int = 1
     calibration: dict[str, Any] = field(default_factory=dict)
+    overlap: OverlapFit | None = None
+    stragglers: StragglerSpread | None = None
+
+
+@dataclass(frozen=True)
+class OverlapFit:
+    """The γ of the γ-norm fitted to measured overlaps (calibrate/overlap.py): each point is
+    (compute alone, exchange alone, both with the exchange in the background), seconds."""
+
+    gamma: float
+    points: tuple[tuple[float, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class StragglerSpread:
+    """The spread of replica speeds (calibrate/stragglers.py): the standard deviation of
+    ln(mean step time) over `processes` identical processes running `steps` steps together."""
+
+    spread: float
+    processes: int = 0
+    steps: int = 0
+    mean_step_s: tuple[float, ...] = ()
 
 
 # ---------------------------------------------------------------- to and from plain data
@@ -104,9 +128,47 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
         data["network"] = {k: v for k, v in _link_data(profile.network).items() if k != "peers"}
     if profile.allreduce:
         data["allreduce"] = [_link_data(link) for link in profile.allreduce]
+    if profile.overlap is not None:
+        data["overlap"] = {"gamma": _finite_or_inf(profile.overlap.gamma),
+                           "points": [list(p) for p in profile.overlap.points]}
+    if profile.stragglers is not None:
+        data["stragglers"] = {"spread": profile.stragglers.spread,
+                              "processes": profile.stragglers.processes,
+                              "steps": profile.stragglers.steps,
+                              "mean_step_s": list(profile.stragglers.mean_step_s)}
     if profile.calibration:
         data["calibration"] = profile.calibration
     return data
+
+
+def _finite_or_inf(value: float) -> float | str:
+    return "inf" if math.isinf(value) else float(value)
+
+
+def _overlap(value: Any, where: str) -> OverlapFit:
+    gamma = _get(value, "gamma", where)
+    try:
+        gamma = float(gamma)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}.gamma", f"must be a number >= 1 or inf, got {gamma!r}") from None
+    if not gamma >= 1:
+        raise InputError(f"{where}.gamma", f"must be >= 1 (1 = no overlap), got {gamma!r}")
+    points = value.get("points") or []
+    if not isinstance(points, list) or any(not isinstance(p, list) or len(p) != 3 for p in points):
+        raise InputError(f"{where}.points", "must be a list of [compute_s, exchange_s, both_s]")
+    return OverlapFit(gamma, tuple((_number(a, f"{where}.points"), _number(b, f"{where}.points"),
+                                    _number(c, f"{where}.points")) for a, b, c in points))
+
+
+def _stragglers(value: Any, where: str) -> StragglerSpread:
+    spread = _number(_get(value, "spread", where), f"{where}.spread", None)
+    if spread < 0:
+        raise InputError(f"{where}.spread", f"must be >= 0, got {spread!r}")
+    times = value.get("mean_step_s") or []
+    if not isinstance(times, list):
+        raise InputError(f"{where}.mean_step_s", "must be a list of seconds")
+    return StragglerSpread(spread, int(value.get("processes", 0)), int(value.get("steps", 0)),
+                           tuple(_number(t, f"{where}.mean_step_s") for t in times))
 
 
 def _get(data: Any, key: str, where: str) -> Any:
@@ -198,7 +260,10 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
         network=_link(data["network"], f"{where}.network") if data.get("network") else None,
         allreduce=tuple(_link(item, f"{where}.allreduce[{i}]") for i, item in enumerate(allreduce)),
         threads=int(data.get("threads", 1)),
-        calibration=dict(data.get("calibration") or {}))
+        calibration=dict(data.get("calibration") or {}),
+        overlap=_overlap(data["overlap"], f"{where}.overlap") if data.get("overlap") else None,
+        stragglers=(_stragglers(data["stragglers"], f"{where}.stragglers")
+                    if data.get("stragglers") else None))
 
 
 # ---------------------------------------------------------------- files

@@ -50,6 +50,9 @@ class System:
     per-message latency."""
     overlap_gamma: float = math.inf
     """γ of the γ-norm (a^γ + b^γ)^(1/γ) that combines overlapped phases; ∞ = perfect overlap."""
+    straggler_spread: float = 0.0
+    """Spread of replica speeds: the standard deviation of ln(mean step time) across replicas
+    (model/stragglers.py); 0 = identical replicas, no straggler term."""
     calibrated: bool = False
     description: str = ""
     profile_source: str = ""
