@@ -14,13 +14,43 @@ on a shared, loaded machine it is what the same work would take on a core of its
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QuotaTiming:
+    """How a process inside a CPU quota times calls (`use_quota_timing`): wall seconds × the
+    quota's share, so that rates stay per core and the model's `share × per-core rate` is what
+    the host delivers, throttling and contention included; the median sample (what a run
+    sees, not the luckiest burst); samples of at least `min_sample_s` wall seconds (whole
+    periods of the quota, so that a sample cannot fit inside one period's burst)."""
+
+    share: float
+    min_sample_s: float
+
+
+_QUOTA: QuotaTiming | None = None
+
+
+def use_quota_timing(share: float, period_s: float, periods_per_sample: int = 5) -> None:
+    """Time every later `call_time_s` of this process as inside a quota of `share` cores."""
+    global _QUOTA
+    _QUOTA = QuotaTiming(share, periods_per_sample * period_s)
 
 
 def call_time_s(fn: Callable[[], object], samples: int = 5, sample_s: float = 0.02,
-                warmup: int = 1, clock: Callable[[], float] = time.thread_time) -> float:
-    """Seconds per call of `fn`: the fastest of `samples` samples of ≥ `sample_s` seconds each."""
+                warmup: int = 1, clock: Callable[[], float] | None = None) -> float:
+    """Seconds per call of `fn`: the fastest of `samples` samples of ≥ `sample_s` seconds each
+    (CPU time of this thread); under `use_quota_timing`, the median sample's wall seconds ×
+    share, samples of at least the quota's `min_sample_s`."""
+    quota = _QUOTA if clock is None else None
+    if clock is None:
+        clock = time.perf_counter if quota is not None else time.thread_time
+    if quota is not None:
+        sample_s = max(sample_s, quota.min_sample_s)
     for _ in range(warmup):
         fn()
     start = clock()
@@ -33,4 +63,6 @@ def call_time_s(fn: Callable[[], object], samples: int = 5, sample_s: float = 0.
         for _ in range(calls):
             fn()
         per_call.append((clock() - start) / calls)
+    if quota is not None:
+        return statistics.median(per_call) * quota.share
     return min(per_call)

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dnnscale.model.error_band import ErrorBand, band_for
 from dnnscale.model.stage import LayerCost
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import ParallelPlan
@@ -66,6 +67,17 @@ class Prediction:
     mfu: float | None = None
     """Accelerators: model FLOPs utilisation, the model's training FLOPs (no recomputation)
     per second over the devices' peak (Chowdhery et al. 2022, PaLM appendix B)."""
+    error_band: ErrorBand | None = None
+    """The validated error distribution of the plan's regime (model/error_band.py); looked up
+    when not given (accelerators are the predictions with an MFU)."""
+
+    def __post_init__(self) -> None:
+        if self.error_band is None:
+            aggregation = self.plan.data.aggregation
+            mode = ("allreduce" if not self.plan.data.uses_ps
+                    else "ps-async" if getattr(aggregation, "asynchronous", False) else "ps-sync")
+            object.__setattr__(self, "error_band",
+                               band_for(mode, self.bottleneck, self.mfu is not None))
 
     @property
     def breakdown_s(self) -> dict[str, float]:
@@ -138,6 +150,8 @@ class Prediction:
             data["tokens_per_s"] = self.tokens_per_s
         if self.mfu is not None:
             data["mfu"] = self.mfu
+        if self.error_band is not None:
+            data["error_band"] = self.error_band.to_dict()
         if with_layers:
             data["layers"] = [
                 {"name": c.name, "kind": c.kind, "scheme": c.scheme, "work_fraction": c.work_fraction,

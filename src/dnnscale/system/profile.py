@@ -15,6 +15,10 @@ Written by machines, so plain SI numbers (FLOP, FLOP/s, bytes, bytes/s, seconds)
     memory: {bandwidth_bytes_per_s: ..., update_s_per_param: ..., update_s_per_message: ...}
     network: {bandwidth_bytes_per_s: ..., latency_s: ..., points: [[bytes, s], ...]}   # optional
     allreduce: [{peers: 2, bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}]  # optional
+    ps_network: {bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}  # optional: to a PS host
+    ps_sync_pull: [{peers: 3, shards: 3, bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}]
+                                      # optional: held pulls answered in turn (testbed)
+    collective_call_wait: [[peers, seconds], ...]   # optional: a collective's wait under a quota
     calibration: {...}                # how it was measured (grid, timings); informative
 
 No torch here: the predictor loads profiles. `load_profile` raises InputError naming the first
@@ -47,6 +51,8 @@ class LinkFit:
     latency_s: float
     points: tuple[tuple[float, float], ...] = ()
     peers: int = 2
+    shards: int = 0
+    """ps_sync_pull fits: the shards that served the `peers` workers."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,14 @@ class HardwareProfile:
     allreduce: tuple[LinkFit, ...] = ()
     threads: int = 1
     calibration: dict[str, Any] = field(default_factory=dict)
+    ps_network: LinkFit | None = None
+    """Point-to-point between a worker host and a PS host (a testbed with PS hosts)."""
+    ps_sync_pull: tuple[LinkFit, ...] = ()
+    """A synchronous PS's held pulls answered in turn, per number of workers (`peers`), as the
+    registry's ps_sync_pull α-β (model/collectives.held_pull_convoy)."""
+    collective_call_wait: tuple[tuple[int, float], ...] = ()
+    """(group size, seconds): what a collective costs beyond its own time when the members
+    compute under a CPU quota right before it (calibrate/netbench.py coupled)."""
 
 
 # ---------------------------------------------------------------- to and from plain data
@@ -76,8 +90,11 @@ def _curve_data(curve: RateCurve) -> list[list[float]]:
 
 
 def _link_data(link: LinkFit) -> dict[str, Any]:
-    return {"peers": link.peers, "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
+    data = {"peers": link.peers, "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
             "latency_s": link.latency_s, "points": [list(p) for p in link.points]}
+    if link.shards:
+        data["shards"] = link.shards
+    return data
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
@@ -104,6 +121,13 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
         data["network"] = {k: v for k, v in _link_data(profile.network).items() if k != "peers"}
     if profile.allreduce:
         data["allreduce"] = [_link_data(link) for link in profile.allreduce]
+    if profile.ps_network is not None:
+        data["ps_network"] = {k: v for k, v in _link_data(profile.ps_network).items()
+                              if k != "peers"}
+    if profile.ps_sync_pull:
+        data["ps_sync_pull"] = [_link_data(link) for link in profile.ps_sync_pull]
+    if profile.collective_call_wait:
+        data["collective_call_wait"] = [[int(p), float(s)] for p, s in profile.collective_call_wait]
     if profile.calibration:
         data["calibration"] = profile.calibration
     return data
@@ -152,7 +176,27 @@ def _link(value: Any, where: str) -> LinkFit:
                                                  f"{where}.bandwidth_bytes_per_s"),
                    latency_s=_number(_get(value, "latency_s", where), f"{where}.latency_s", None),
                    points=tuple((float(p[0]), float(p[1])) for p in points),
-                   peers=int(value.get("peers", 2)))
+                   peers=int(value.get("peers", 2)), shards=int(value.get("shards", 0)))
+
+
+def _links(value: Any, where: str) -> tuple[LinkFit, ...]:
+    items = value or []
+    if not isinstance(items, list):
+        raise InputError(where, "must be a list of fits")
+    return tuple(_link(item, f"{where}[{i}]") for i, item in enumerate(items))
+
+
+def _call_waits(value: Any, where: str) -> tuple[tuple[int, float], ...]:
+    items = value or []
+    if not isinstance(items, list):
+        raise InputError(where, "must be a list of [peers, seconds]")
+    waits = []
+    for i, item in enumerate(items):
+        if not isinstance(item, list) or len(item) != 2:
+            raise InputError(f"{where}[{i}]", f"must be a [peers, seconds] pair, got {item!r}")
+        waits.append((int(_number(item[0], f"{where}[{i}]")),
+                       _number(item[1], f"{where}[{i}]", None)))
+    return tuple(waits)
 
 
 def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
@@ -198,7 +242,12 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
         network=_link(data["network"], f"{where}.network") if data.get("network") else None,
         allreduce=tuple(_link(item, f"{where}.allreduce[{i}]") for i, item in enumerate(allreduce)),
         threads=int(data.get("threads", 1)),
-        calibration=dict(data.get("calibration") or {}))
+        calibration=dict(data.get("calibration") or {}),
+        ps_network=(_link(data["ps_network"], f"{where}.ps_network")
+                    if data.get("ps_network") else None),
+        ps_sync_pull=_links(data.get("ps_sync_pull"), f"{where}.ps_sync_pull"),
+        collective_call_wait=_call_waits(data.get("collective_call_wait"),
+                                         f"{where}.collective_call_wait"))
 
 
 # ---------------------------------------------------------------- files

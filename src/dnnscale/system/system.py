@@ -50,6 +50,10 @@ class System:
     per-message latency."""
     overlap_gamma: float = math.inf
     """γ of the γ-norm (a^γ + b^γ)^(1/γ) that combines overlapped phases; ∞ = perfect overlap."""
+    ps_pull_convoy: bool = False
+    """Synchronous PS: True when its shards answer the held pulls of a step one worker after
+    another, as dnnscale's runtime does (runtime/ps.py; every testbed-derived system), so the
+    model adds the convoy (collectives.held_pull_convoy); False: pulls proceed in parallel."""
     calibrated: bool = False
     description: str = ""
     profile_source: str = ""

@@ -36,10 +36,18 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{figures.get('kendall_tau', float('nan')):.2f} |")
     opt = result.get("optimizer")
     if opt:
-        lines += ["", f"Optimizer (budget {opt['machines']} machines) chose {opt['label']}: "
+        ps = f", {opt['ps_machines']} of them PS hosts" if opt.get("ps_machines") else ""
+        lines += ["", f"Optimizer (budget {opt['machines']} machines{ps}) chose {opt['label']}: "
                   f"measured {opt['measured_throughput_samples_per_s']:.1f} samples/s; best measured "
                   f"{opt['best_label']} at {opt['best_measured_throughput_samples_per_s']:.1f} "
                   f"samples/s; regret {_pct(s['regret'])}."]
+    over = [row for row in result["rows"] if row.get("reason")]
+    if over:
+        lines += ["", "Rows over 15 % error, and the phase that separates prediction from "
+                  "measurement most (seconds per worker step; runtime phases, model parts mapped "
+                  "by validate/reasons.py):", ""]
+        lines += [f"- {row['id']} ({row['set']}, {row['label']}, {_pct(row['relative_error'])}): "
+                  f"{row['reason']}" for row in over]
     return "\n".join(lines) + "\n"
 
 
