@@ -32,6 +32,8 @@ from dnnscale.validate.grid import load_grid
 from dnnscale.validate.reasons import phase_gaps, phase_reason
 from dnnscale.workload import load_workload
 
+from tests.fake_ip import install_fake_ip
+
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ROOT / "benchmarks" / "validation"
 
@@ -106,12 +108,7 @@ def test_burst_pace_by_hand() -> None:
 
 def test_late_join_prefix_opens_the_cgroup_and_the_process_joins_itself(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_ip = bin_dir / "ip"
-    fake_ip.write_text('#!/bin/sh\n[ "$1 $2" = "netns exec" ] || exit 9\nshift 3\nexec "$@"\n')
-    fake_ip.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    install_fake_ip(tmp_path, monkeypatch)
     (tmp_path / "dns-tb-h1").mkdir()
     host = _host("h1", "worker", 1, 125e6, 0.25, cgroup_root=tmp_path)
     placement = rank_placements(_desc([host]), 1, join_late=True)[0]

@@ -25,10 +25,11 @@ CPU_BUDGET_SHARE = 0.8
 DEFAULT_CFS_PERIOD_S = 0.01
 """The CFS period of each host's quota unless `--cpu-period` says otherwise. A long period
 makes the quota a burst allowance: a host that idled (waiting on the network) runs at full core
-speed until the period's quota is spent, a compute-bound one at the quota's pace. Measured
-(results/testbed_check.md, 'Compute after idle gaps'): a compute chunk after idle gaps of
-0-500 ms in a 0.25-core host took 0.49-1.01x the quota's pace with a 100 ms period and
-0.89-1.04x with 10 ms (shared/design/testbed.md: 0.74-0.98x and 0.97-1.08x at 0.35 core)."""
+speed until the period's quota is spent, a compute-bound one at the quota's pace. Measured:
+a 47 ms compute chunk after idle gaps of 0-500 ms in a 0.35-core cgroup ran at 0.74-0.98x the
+quota's pace (a burst) with a 100 ms period and 0.97-1.08x with 10 ms (shared/design/
+testbed.md); on the loaded development machine (results/testbed_check.md, 'Compute after idle
+gaps', preliminary) 0.75-1.06x against 0.89-1.02x at 0.25 core, and 5 ms was no steadier."""
 MIN_CFS_QUOTA_S = 0.001
 """The kernel refuses a quota under 1 ms (cpu.cfs_quota_us >= 1000)."""
 MAX_CFS_PERIOD_S = 1.0

@@ -14,7 +14,8 @@ def markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [f"# Validation: {result['workload']} on testbed {result['testbed']}", "",
              f"{result['note']}", "",
-             f"Network: {result['network']}. Each configuration ran {result['repeats']} times "
+             f"Network: {result['network']}. Each configuration ran {result['repeats']} "
+             f"time{'s' if result['repeats'] != 1 else ''} "
              f"({result['steps']} timed steps after {result['warmup']} warm-up steps); measured = "
              "median over repeats, spread = (max − min) / median.", "",
              "| id | set | configuration | machines | predicted samples/s | measured samples/s | "
