@@ -450,13 +450,13 @@ def test_quota_timing_is_wall_time_times_the_share(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(timing, "time", clocks)
     monkeypatch.setattr(timing, "_QUOTA", None)
     assert timing.call_time_s(clocks.call, samples=3) == pytest.approx(0.001)   # CPU time
-    timing.use_quota_timing(0.25, 0.01)               # samples of >= 5 periods = 50 ms
-    assert timing._QUOTA is not None and timing._QUOTA.min_sample_s == pytest.approx(0.05)
+    timing.use_quota_timing(0.25, 0.01)               # samples of >= 10 periods = 100 ms
+    assert timing._QUOTA is not None and timing._QUOTA.min_sample_s == pytest.approx(0.1)
     before = clocks.wall
     assert timing.call_time_s(clocks.call, samples=3, sample_s=0.001) == pytest.approx(0.001)
-    # 4 ms of wall per call x 0.25 core; 1 warm-up + 1 sizing call + 3 samples of 12 calls
-    # (int(0.05 / 0.004) = 12) = 38 calls of 4 ms
-    assert clocks.wall - before == pytest.approx(38 * 0.004)
+    # 4 ms of wall per call x 0.25 core. Sized by CPU time: 100 ms x 0.25 = 25 ms of CPU per
+    # sample = 25 calls of 1 ms; 1 warm-up + 1 sizing call + 3 x 25 = 77 calls of 4 ms
+    assert clocks.wall - before == pytest.approx(77 * 0.004)
 
 
 def test_pull_groups_by_hand() -> None:
