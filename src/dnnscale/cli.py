@@ -11,17 +11,43 @@ from dnnscale.cli_errors import OneLineErrors
 from dnnscale.errors import InputError, user_errors
 from dnnscale.jsonout import print_json
 
-app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True,
-                  pretty_exceptions_enable=False,
+app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Predict DNN training time on a cluster and find the fastest configuration.")
 
 _print_json = print_json  # the name stage commands imported before jsonout existed
 
+WORKLOAD_HELP = ("zoo name, workload YAML, hf:config.json, or a PyTorch model as "
+                 "package.module:factory (with --input-shape)")
+INPUT_SHAPE_HELP = ("with -w package.module:factory: one sample's input shape without the "
+                    "batch, e.g. 3,224,224 (128:int64 for token ids; ';' between inputs)")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from dnnscale import __version__
+
+        print(f"dnnscale {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global(version: bool = typer.Option(False, "--version", "-V", callback=_version,
+                                         is_eager=True, help="print the version and exit"),
+            width: Optional[int] = typer.Option(
+                None, "--width", min=40, max=10_000,
+                help="columns for tables (default: the terminal's; piped: as wide as the "
+                     "tables need)")) -> None:
+    """Predict DNN training time on a cluster and find the fastest configuration."""
+    from dnnscale.report.console import set_width
+
+    set_width(width)
+
 
 def _console() -> Any:
-    from rich.console import Console
+    from dnnscale.report.console import console
 
-    return Console()
+    return console()
 
 
 @app.command()
@@ -94,7 +120,10 @@ def describe(workload: Optional[str] = typer.Argument(
 
 
 def workload_json(w: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
     return {"name": w.name, "input_shape": list(w.input_shape),
+            "transformer": asdict(w.transformer) if w.transformer is not None else None,
             "samples_per_epoch": w.samples_per_epoch,
             "layers": [{"name": layer.name, "kind": layer.kind,
                         "input_shape": list(layer.input_shape),
@@ -137,8 +166,7 @@ def plan_from_options(config_file: Optional[Path], adam: dict[str, Any],
 
 @app.command()
 @user_errors
-def predict(workload: str = typer.Option(..., "--workload", "-w",
-                                         help="zoo name, YAML, hf:config.json"),
+def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_HELP),
             cluster: str = typer.Option(..., "--cluster", "-c",
                                         help="preset name, GPU preset as NAME:NODES, or YAML"),
             config: Optional[Path] = typer.Option(None, "--config",
@@ -153,11 +181,16 @@ def predict(workload: str = typer.Option(..., "--workload", "-w",
                                                help="ps-async | ps-sync | allreduce"),
             minibatch: Optional[int] = typer.Option(None, "--minibatch", "-n",
                                                     help="Adam: samples per replica and step"),
-            push_every: Optional[int] = typer.Option(None, "--push-every"),
-            pull_every: Optional[int] = typer.Option(None, "--pull-every"),
-            fc_protocol: Optional[str] = typer.Option(None, "--fc-protocol",
-                                                      help="weights | vectors"),
-            overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap"),
+            push_every: Optional[int] = typer.Option(
+                None, "--push-every", help="Adam: steps between a worker's pushes to the PS"),
+            pull_every: Optional[int] = typer.Option(
+                None, "--pull-every", help="Adam: steps between a worker's pulls from the PS"),
+            fc_protocol: Optional[str] = typer.Option(
+                None, "--fc-protocol", help="Adam: what FC layers push: weights (gradients) | "
+                "vectors (activation and error vectors)"),
+            overlap: Optional[bool] = typer.Option(
+                None, "--overlap/--no-overlap",
+                help="Adam: overlap PS traffic with computation (the cluster's γ-norm)"),
             tp: Optional[int] = typer.Option(None, "--tp", help="GPU: tensor-parallel degree"),
             pp: Optional[int] = typer.Option(None, "--pp", help="GPU: pipeline stages"),
             dp: Optional[int] = typer.Option(None, "--dp", help="GPU: data-parallel replicas"),
@@ -175,18 +208,33 @@ def predict(workload: str = typer.Option(..., "--workload", "-w",
             precision: Optional[str] = typer.Option(None, "--precision",
                                                     help="fp32 | tf32 | bf16 | fp16 | fp8"),
             sequence_parallel: Optional[bool] = typer.Option(
-                None, "--sequence-parallel/--no-sequence-parallel"),
+                None, "--sequence-parallel/--no-sequence-parallel",
+                help="GPU: split norms and dropout over the tensor-parallel group too"),
             overlap_dp: Optional[bool] = typer.Option(
                 None, "--overlap-dp/--no-overlap-dp",
                 help="overlap data-parallel gradients with the backward pass"),
-            layers: bool = typer.Option(False, "--layers", help="include per-layer costs"),
+            input_shape: Optional[str] = typer.Option(None, "--input-shape",
+                                                      help=INPUT_SHAPE_HELP),
+            layers: bool = typer.Option(False, "--layers",
+                                        help="also print per-layer costs (in JSON: 'layers')"),
+            explain: bool = typer.Option(False, "--explain",
+                                         help="also print what every row means"),
+            html: Optional[Path] = typer.Option(
+                None, "--html", help="also write the HTML report (timeline, memory) to FILE"),
+            quiet: bool = typer.Option(False, "--quiet", "-q",
+                                       help="print nothing but errors (with --html)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Predict step time, throughput, epoch time and bottleneck of one plan."""
     from dnnscale.boundary import check_prediction, finite_answers
     from dnnscale.model.predict import predict as predict_any
     from dnnscale.plan import check_plan
     from dnnscale.system import load_system
-    from dnnscale.workload import load_workload
+    from dnnscale.workload.source import resolve_workload
+
+    if html is not None:
+        from dnnscale.atomic import check_output_path
+
+        check_output_path(html, "--html")
 
     plan = plan_from_options(
         config, dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards, sync=sync,
@@ -195,16 +243,30 @@ def predict(workload: str = typer.Option(..., "--workload", "-w",
         dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
              schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
              precision=precision, sequence_parallel=sequence_parallel, overlap_dp=overlap_dp))
-    w, c = load_workload(workload), load_system(cluster)
+    w = resolve_workload(workload, input_shape, field="--workload")
+    c = load_system(cluster)
     check_plan(plan, w, c)
-    prediction = check_prediction(finite_answers("predict")(predict_any)(w, c, plan))
+    prediction = check_prediction(finite_answers("predict")(predict_any)(
+        w, c, plan, per_layer=layers or html is not None))
+    if html is not None:
+        from dnnscale.report.pages import prediction_page, write_html
+
+        write_html(prediction_page(prediction, w, c), html)
+    if quiet:
+        return
     if as_json:
         _print_json(prediction.to_dict(with_layers=layers))
         return
-    from dnnscale.report.tables import prediction_table
+    from dnnscale.report.tables import explain_table, layer_table, prediction_table
 
     console = _console()
     console.print(prediction_table(prediction, w.name, c.name))
+    if layers:
+        console.print(layer_table(prediction))
+    if explain:
+        console.print(explain_table(prediction))
+    if html is not None:
+        console.print(f"report written to {html}")
     if not c.calibrated:
         console.print(f"[yellow]note:[/yellow] cluster {c.name!r} uses uncalibrated "
                       f"{'efficiencies' if c.machine.is_accelerator else 'compute rates'}")
@@ -216,7 +278,8 @@ def predict(workload: str = typer.Option(..., "--workload", "-w",
 # `register(app)`; importing it must stay cheap (no torch at import time).
 _COMMAND_MODULES = ("dnnscale.optimize.commands", "dnnscale.runtime.commands",
                     "dnnscale.testbed.commands", "dnnscale.calibrate.commands",
-                    "dnnscale.validate.commands")
+                    "dnnscale.validate.commands", "dnnscale.report.commands",
+                    "dnnscale.export.commands")
 
 
 def _register_stage_commands() -> None:

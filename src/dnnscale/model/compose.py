@@ -95,46 +95,48 @@ class StepContext:
         self.grad_bytes_per_value = precision.grad_bytes or b
         self.param_bytes_per_value = precision.param_bytes or b
         self.state_bytes_per_param = optimizer_state_bytes_per_param(plan, b)
-        self.p2p_s = tuple(self._p2p_s(index) for index in range(len(self.stages)))
+        self.p2p_s = self._p2p_seconds()
         launch_s = system.machine.launch_time_s(min(system.devices_per_node, plan.workers))
         recompute = plan.memory.recompute
-        self.device_s = tuple(stage.compute_s + stage.partition_s + stage.recompute_s(recompute)
-                              for stage in self.stages)
         pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
-        self.host_s = tuple(stage.launches(recompute) * launch_s + pipeline_step_s
-                            for stage in self.stages)
+        per_stage: dict[int, tuple[float, float, float]] = {}
+        for stage in self.stages:  # a pipeline's middle stages are often one shared record
+            if id(stage) not in per_stage:
+                per_stage[id(stage)] = (
+                    stage.compute_s + stage.partition_s + stage.recompute_s(recompute),
+                    stage.launches(recompute) * launch_s + pipeline_step_s,
+                    stage.stored_params(stage.params or workload.params) / self.P)
+        self.device_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
+        self.host_s = tuple(per_stage[id(stage)][1] for stage in self.stages)
         # A micro-batch takes the longer of its kernels' device time and their launch time.
         self.stage_seconds = tuple(max(device, host) + p2p for device, host, p2p
                                    in zip(self.device_s, self.host_s, self.p2p_s))
         self.busy_s = pipeline_time_s(self.stage_seconds, self.micro_batches,
                                       plan.pipeline.virtual_stages)
-        self.member_params = tuple(s.stored_params(s.params or workload.params) / self.P
-                                   for s in self.stages)
+        self.member_params = tuple(per_stage[id(stage)][2] for stage in self.stages)
         self.params_on_worker = self.member_params[0]
         self.ring_bytes = self.params_on_worker * self.grad_bytes_per_value
         self.update_s = self.update_time_s(1)
 
-    def _p2p_s(self, index: int) -> float:
-        """One micro-batch's pipeline sends of stage `index`: its activation forward to the next
+    def _p2p_seconds(self) -> tuple[float, ...]:
+        """Each stage's pipeline sends per micro-batch: its activation forward to the next
         stage and its input gradient backward to the previous, b·s·h values each, over the tier
-        between adjacent stages (v times with v virtual stages)."""
+        between adjacent stages (v times with v virtual stages); stages are t·d devices apart
+        (Megatron's order: tensor, data, then pipeline)."""
         stages = len(self.stages)
         if stages <= 1:
-            return 0.0
+            return (0.0,) * stages
         shape = self.workload.transformer
-        if shape is not None:
-            values = shape.seq * shape.hidden
-        else:
-            last = self.stages[index].layers[-1].name
-            values = next(layer.activation_values for layer in self.workload.layers
-                          if layer.name == last)
-        payload = values * self.plan.batch.micro_batch * (
-            self.plan.precision.activation_bytes or self.workload.bytes_per_value)
-        stride = self.P * self.plan.data.replicas
-        tier = self.topology.tier_for(2, stride)
-        sends = (index < stages - 1) + (index > 0)
-        return sends * self.plan.pipeline.virtual_stages * transfer_time_s(
-            payload, 1, tier.bandwidth_bytes_per_s, tier.latency_s)
+        bytes_per_value = self.plan.precision.activation_bytes or self.workload.bytes_per_value
+        tier = self.topology.tier_for(2, self.P * self.plan.data.replicas)
+        out = []
+        for index, stage in enumerate(self.stages):
+            values = shape.seq * shape.hidden if shape is not None else stage.boundary_values
+            payload = values * self.plan.batch.micro_batch * bytes_per_value
+            sends = (index < stages - 1) + (index > 0)
+            out.append(sends * self.plan.pipeline.virtual_stages * transfer_time_s(
+                payload, 1, tier.bandwidth_bytes_per_s, tier.latency_s))
+        return tuple(out)
 
     def update_time_s(self, replicas: int) -> float:
         """The slowest stage's optimizer step: on a CPU t_upd per parameter the worker holds;

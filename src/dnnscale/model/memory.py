@@ -87,7 +87,7 @@ def sharded_state_parts(params: float, param_bytes: float, grad_bytes: float,
     """Weights, gradients and optimizer state of one device holding `params` parameters of its
     tensor/pipeline shard, under ZeRO stage 0-3 over `replicas` data-parallel members.
 
-    Formula (Ψ params, d replicas; mixed-precision Adam 2 + 2 + 12 bytes): ZeRO-0 Ψ·(b_p + b_g
+    Formula: (Ψ params, d replicas; mixed-precision Adam 2 + 2 + 12 bytes) ZeRO-0 Ψ·(b_p + b_g
     + s); ZeRO-1 the state /d (4Ψ + 12Ψ/d); ZeRO-2 gradients and state /d (2Ψ + 14Ψ/d);
     ZeRO-3 everything /d (16Ψ/d).
     Units: parameters, bytes per value, count -> bytes.

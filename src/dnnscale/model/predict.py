@@ -10,16 +10,19 @@ from dnnscale.model.memory import (ps_memory_parts, sharded_state_parts,
                                    transformer_block_activation_bytes, worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
 from dnnscale.model.schedule import in_flight_micro_batches, stage_layers
-from dnnscale.model.stage import StageCosts, stage_costs
+from dnnscale.model.stage import (StageCosts, pipeline_layout, stage_costs, stage_template,
+                                  stages_from_template)
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import OPTIMIZERS, Collective, ParallelPlan, ParameterServer
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
 
-def plan_stage_costs(workload: Workload, system: System,
-                     plan: ParallelPlan) -> tuple[StageCosts, ...]:
-    """The costs of each pipeline stage of `plan` (its tensor split at its micro-batch)."""
+def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
+                     per_layer: bool = True) -> tuple[StageCosts, ...]:
+    """The costs of each pipeline stage of `plan` (its tensor split at its micro-batch);
+    without `per_layer`, a pipeline of identical transformer blocks is built from one block's
+    totals (model/stage.py; the same totals up to the order of summation, no per-layer list)."""
     aggregation = plan.data.aggregation
     fc_protocol = aggregation.fc_protocol if isinstance(aggregation, ParameterServer) else "weights"
     b = workload.bytes_per_value
@@ -29,17 +32,28 @@ def plan_stage_costs(workload: Workload, system: System,
     if plan.pipeline.stages == 1:
         return (stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
                             fc_protocol, plan.tensor.rules, **common),)
+    assignment = stage_layers(workload.layers, plan.pipeline.stages,
+                              plan.pipeline.virtual_stages)
+    layout = (pipeline_layout(workload, assignment)
+              if not per_layer and plan.tensor.rules == "megatron" else None)
+    if layout is not None:
+        template = stage_template(workload, system, plan.tensor.degree, plan.batch.micro_batch,
+                                  layout.block, **common)
+        return stages_from_template(workload, template, layout)
     return tuple(stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
                              fc_protocol, plan.tensor.rules, indices, **common)
-                 for indices in stage_layers(workload.layers, plan.pipeline.stages,
-                                             plan.pipeline.virtual_stages))
+                 for indices in assignment)
 
 
 def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
-                 stage: StageCosts | None = None, config: Config | None = None) -> Prediction:
+                 stage: StageCosts | None = None, config: Config | None = None,
+                 per_layer: bool = True) -> Prediction:
     """Predict one plan; `stage` may be passed in when already computed for a one-stage plan's
-    split and batch. `config`: the Adam flags the plan was built from, reported with it."""
-    stages = (stage,) if stage is not None else plan_stage_costs(workload, system, plan)
+    split and batch. `config`: the Adam flags the plan was built from, reported with it.
+    `per_layer`: keep every layer's costs (Prediction.layers); off, pipelines of identical
+    blocks are costed per block (faster)."""
+    stages = ((stage,) if stage is not None
+              else plan_stage_costs(workload, system, plan, per_layer))
     context = StepContext(workload, system, plan, stages)
     step = compose(context, plan.data.replicas, plan.ps_shards)
     if context.mode == "collective" and is_modern(context):
@@ -62,11 +76,12 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
                       tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu)
 
 
-def predict(workload: Workload, system: System, plan: Config | ParallelPlan) -> Prediction:
+def predict(workload: Workload, system: System, plan: Config | ParallelPlan,
+            per_layer: bool = True) -> Prediction:
     """Predict Adam's flags (a Config) or a plan."""
     if isinstance(plan, Config):
         return predict_config(workload, system, plan)
-    return predict_plan(workload, system, plan)
+    return predict_plan(workload, system, plan, per_layer=per_layer)
 
 
 def predict_config(workload: Workload, system: System, config: Config,
@@ -80,9 +95,7 @@ def memory_parts(workload: Workload, system: System, plan: ParallelPlan,
     """Memory parts per device role, and each role's capacity (bytes)."""
     b = workload.bytes_per_value
     state_bytes = OPTIMIZERS[plan.optimizer] * b
-    activations = math.prod(workload.input_shape) + sum(
-        cost.work_fraction * layer.activation_values
-        for cost, layer in zip(stage.layers, workload.layers))
+    activations = math.prod(workload.input_shape) + stage.totals.activation_values
     stored = stage.stored_params(workload.params)
     parts = worker_memory_parts(stored / plan.tensor.degree, b, b, state_bytes, activations, b,
                                 plan.batch.micro_batch)
@@ -106,13 +119,18 @@ def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelP
     recompute = plan.memory.recompute
     t, p = plan.tensor.degree, plan.pipeline.stages
     best: tuple[MemoryPart, ...] = ()
+    seen: set[tuple[float, float, float]] = set()
     for index, (stage, params) in enumerate(zip(context.stages, context.member_params)):
+        signature = (params, stage.totals.blocks, stage.totals.outside_activation_values)
+        if signature in seen:
+            continue  # a later stage like an earlier one holds no more micro-batches in flight
+        seen.add(signature)
         state = sharded_state_parts(params, context.param_bytes_per_value,
                                     context.grad_bytes_per_value, context.state_bytes_per_param,
                                     zero, plan.data.replicas)
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
-        blocks = len({layer.block for layer in stage.layers if layer.block is not None})
+        blocks = stage.blocks
         per_micro_batch = 0.0
         if shape is not None and blocks:
             ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
@@ -121,10 +139,9 @@ def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelP
                 ffn_in, shape.ffn, t, plan.tensor.sequence_parallel, recompute,
                 shape.flash_attention)
             per_micro_batch = per_block * blocks * act_bytes / 2
-        outside = [cost for cost in stage.layers if cost.block is None or shape is None]
-        by_name = {layer.name: layer for layer in workload.layers}
-        per_micro_batch += sum(cost.work_fraction * by_name[cost.name].activation_values
-                               * plan.batch.micro_batch * act_bytes for cost in outside)
+        outside = (stage.totals.outside_activation_values if shape is not None
+                   else stage.totals.activation_values)
+        per_micro_batch += outside * plan.batch.micro_batch * act_bytes
         parts = state + (MemoryPart("activations", per_micro_batch * held),)
         if sum(part.bytes for part in parts) > sum(part.bytes for part in best):
             best = parts

@@ -33,13 +33,15 @@ def stage_layers(layers: tuple[Layer, ...], stages: int, virtual_stages: int = 1
         return [[i for i in range(total) if (i * stages) // max(1, total) == s]
                 for s in range(stages)]
     count = max(known) + 1
+    first = blocks.index(known[0])
+    device_of_block = [min(chunks - 1, (b * chunks) // count) % stages for b in range(count)]
     devices: list[list[int]] = [[] for _ in range(stages)]
     for index, block in enumerate(blocks):
         if block is None:
-            chunk = 0 if index < blocks.index(known[0]) else chunks - 1
+            device = 0 if index < first else (chunks - 1) % stages
         else:
-            chunk = min(chunks - 1, (block * chunks) // count)
-        devices[chunk % stages].append(index)
+            device = device_of_block[block]
+        devices[device].append(index)
     return devices
 
 

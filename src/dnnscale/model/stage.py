@@ -8,7 +8,7 @@ workers are the tensor group.
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,52 +48,120 @@ class LayerCost(NamedTuple):
     forward_launches: int = 0
     """Kernels (compute and collectives) the host launches for the forward phase."""
     backward_launches: int = 0
+    activation_values: float = 0.0
+    """Work fraction × the layer's output values per sample: what this member keeps of it."""
 
     @property
     def compute_s(self) -> float:
         return self.forward_s + self.input_grad_s + self.weight_grad_s
 
 
+class StageTotals(NamedTuple):
+    """Sums over a stage's layers that the composition and the memory model read; additive, so
+    a stage of n identical blocks is n times one block's totals plus its other layers."""
+
+    forward_s: float = 0.0
+    input_grad_s: float = 0.0
+    weight_grad_s: float = 0.0
+    partition_s: float = 0.0
+    partition_bytes: float = 0.0
+    replicated_params: float = 0.0
+    recompute_full_s: float = 0.0
+    recompute_selective_s: float = 0.0
+    launches: float = 0.0
+    launches_full: float = 0.0
+    launches_selective: float = 0.0
+    activation_values: float = 0.0
+    """Σ work fraction × output values per sample, every layer (Adam's memory model)."""
+    outside_activation_values: float = 0.0
+    """The same over the layers outside transformer blocks."""
+    blocks: float = 0.0
+    """Transformer blocks in the stage."""
+
+    @classmethod
+    def of(cls, layers: Sequence[LayerCost]) -> "StageTotals":
+        totals = [0.0] * len(cls._fields)
+        blocks = set()
+        for layer in layers:
+            in_block = layer.block is not None
+            attention = layer.kind in ATTENTION_CORE
+            for index, value in enumerate((
+                    layer.forward_s, layer.input_grad_s, layer.weight_grad_s, layer.comm_s,
+                    layer.comm_bytes, layer.replicated_params,
+                    layer.forward_s + layer.comm_forward_s if in_block else 0.0,
+                    layer.forward_s if attention else 0.0,
+                    layer.forward_launches + layer.backward_launches,
+                    layer.forward_launches if in_block else 0,
+                    layer.forward_launches if attention else 0,
+                    layer.activation_values,
+                    0.0 if in_block else layer.activation_values)):
+                totals[index] += value
+            if in_block:
+                blocks.add(layer.block)
+        totals[-1] = float(len(blocks))
+        return cls(*totals)
+
+    def plus(self, other: "StageTotals", times: float = 1.0) -> "StageTotals":
+        return StageTotals(*(a + times * b for a, b in zip(self, other)))
+
+
 @dataclass(frozen=True)
 class StageCosts:
-    """Per-worker, per-step costs of one stage (most loaded worker, layer by layer)."""
+    """Per-worker, per-micro-batch costs of one stage (most loaded tensor-parallel member).
+
+    `layers` holds every layer's cost when the stage was costed layer by layer (predict); the
+    optimizer's search builds stages from one block's totals times the blocks they hold and
+    leaves it empty. `boundary_values`: values per sample the stage's last layer hands on (a
+    pipeline boundary's activation for workloads without a transformer shape).
+    """
 
     partitions: int
     minibatch: int
     layers: tuple[LayerCost, ...]
     params: int = 0
     """W_stage: parameters of the stage's layers (all of a replica's for one stage)."""
+    totals: StageTotals | None = None
+    boundary_values: int = 0
 
-    @functools.cached_property
+    def __post_init__(self) -> None:
+        if self.totals is None:
+            object.__setattr__(self, "totals", StageTotals.of(self.layers))
+
+    @property
     def forward_s(self) -> float:
-        return sum(layer.forward_s for layer in self.layers)
+        return self.totals.forward_s
 
-    @functools.cached_property
+    @property
     def input_grad_s(self) -> float:
-        return sum(layer.input_grad_s for layer in self.layers)
+        return self.totals.input_grad_s
 
-    @functools.cached_property
+    @property
     def weight_grad_s(self) -> float:
-        return sum(layer.weight_grad_s for layer in self.layers)
+        return self.totals.weight_grad_s
 
-    @functools.cached_property
+    @property
     def compute_s(self) -> float:
-        """T_comp: forward + both backward phases on the most loaded worker, per step."""
+        """T_comp: forward + both backward phases on the most loaded worker."""
         return self.forward_s + self.input_grad_s + self.weight_grad_s
 
-    @functools.cached_property
+    @property
     def partition_bytes(self) -> float:
-        return sum(layer.comm_bytes for layer in self.layers)
+        return self.totals.partition_bytes
 
-    @functools.cached_property
+    @property
     def partition_s(self) -> float:
-        """T_mp: time in split-caused (tensor-group) communication per step."""
-        return sum(layer.comm_s for layer in self.layers)
+        """T_mp: time in split-caused (tensor-group) communication."""
+        return self.totals.partition_s
 
-    @functools.cached_property
+    @property
     def replicated_params(self) -> int:
-        """W_rep: parameters that every worker of the replica holds whole (stripe-split convs)."""
-        return sum(layer.replicated_params for layer in self.layers)
+        """W_rep: parameters that every worker of the replica holds whole (stripe-split convs,
+        Megatron's norms)."""
+        return int(self.totals.replicated_params)
+
+    @property
+    def blocks(self) -> int:
+        return int(self.totals.blocks)
 
     def stored_params(self, params: int) -> int:
         """Parameters the replica's P workers hold together, W + (P−1)·W_rep: what they push,
@@ -102,24 +170,15 @@ class StageCosts:
 
     def launches(self, recompute: str) -> int:
         """Kernels the host launches per micro-batch: forward, backward and recomputed ones."""
-        total = sum(layer.forward_launches + layer.backward_launches for layer in self.layers)
-        if recompute == "full":
-            total += sum(layer.forward_launches for layer in self.layers
-                         if layer.block is not None)
-        elif recompute == "selective":
-            total += sum(layer.forward_launches for layer in self.layers
-                         if layer.kind in ATTENTION_CORE)
-        return total
+        extra = {"full": self.totals.launches_full,
+                 "selective": self.totals.launches_selective}.get(recompute, 0.0)
+        return int(self.totals.launches + extra)
 
     def recompute_s(self, recompute: str) -> float:
         """Forward work recomputed in the backward pass: 'full' every block layer's forward
         (with its tensor-parallel communication), 'selective' the attention core, else 0."""
-        if recompute == "full":
-            return sum(layer.forward_s + layer.comm_forward_s for layer in self.layers
-                       if layer.block is not None)
-        if recompute == "selective":
-            return sum(layer.forward_s for layer in self.layers if layer.kind in ATTENTION_CORE)
-        return 0.0
+        return {"full": self.totals.recompute_full_s,
+                "selective": self.totals.recompute_selective_s}.get(recompute, 0.0)
 
 
 def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, degree: int,
@@ -148,7 +207,8 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, degr
     block = layer.hyper.get("block")
     return LayerCost(layer.name, layer.kind, shard.scheme, shard.work_fraction, fwd, ing, wg,
                      comm_bytes, comm_messages, comm_s, shard.replicated_params, comm_forward_s,
-                     block if isinstance(block, int) else None, launches[0], launches[1])
+                     block if isinstance(block, int) else None, launches[0], launches[1],
+                     shard.work_fraction * layer.activation_values)
 
 
 def stage_costs(workload: Workload, system: System, partitions: int, minibatch: int,
@@ -208,4 +268,101 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
         if layer.has_weights:
             current_scheme = best.scheme
             input_distributed = partitions > 1
-    return StageCosts(partitions, minibatch, tuple(costs), params)
+    last = workload.layers[max(chosen)] if chosen else workload.layers[-1]
+    return StageCosts(partitions, minibatch, tuple(costs), params,
+                      boundary_values=last.activation_values)
+
+
+def homogeneous_blocks(workload: Workload) -> list[int] | None:
+    """Indices of block 0's layers when every transformer block is a copy of it (same costs,
+    layer for layer), else None."""
+    by_block: dict[int, list[int]] = {}
+    for index, layer in enumerate(workload.layers):
+        block = layer.hyper.get("block")
+        if isinstance(block, int):
+            by_block.setdefault(block, []).append(index)
+    if not by_block:
+        return None
+    first = by_block[min(by_block)]
+    keys = [workload.layers[i].cost_key for i in first]
+    for indices in by_block.values():
+        if [workload.layers[i].cost_key for i in indices] != keys:
+            return None
+    return first
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    """What each pipeline device holds: its number of (identical) blocks, its other layers, and
+    its last layer (the boundary) — computed once per (workload, stages, virtual stages)."""
+
+    block: tuple[int, ...]
+    """Indices of block 0's layers (every block costs the same)."""
+    blocks: tuple[int, ...]
+    others: tuple[tuple[int, ...], ...]
+    last: tuple[int, ...]
+
+
+def pipeline_layout(workload: Workload, assignment: list[list[int]]) -> PipelineLayout | None:
+    """The layout of `assignment` (schedule.stage_layers), or None when blocks differ."""
+    block = homogeneous_blocks(workload)
+    if block is None:
+        return None
+    layers = workload.layers
+    blocks, others = [], []
+    for indices in assignment:
+        held = {layers[i].hyper["block"] for i in indices
+                if isinstance(layers[i].hyper.get("block"), int)}
+        blocks.append(len(held))
+        others.append(tuple(i for i in indices if not isinstance(layers[i].hyper.get("block"),
+                                                                 int)))
+    return PipelineLayout(tuple(block), tuple(blocks), tuple(others),
+                          tuple(indices[-1] for indices in assignment))
+
+
+@dataclass(frozen=True)
+class StageTemplate:
+    """One split and micro-batch priced once: block 0's totals and parameters, and the cost of
+    every layer outside the blocks."""
+
+    partitions: int
+    minibatch: int
+    block_totals: StageTotals
+    block_params: int
+    outside: dict[int, LayerCost]
+
+
+def stage_template(workload: Workload, system: System, partitions: int, minibatch: int,
+                   block: tuple[int, ...], rules: str = "megatron", precision: str = "fp32",
+                   sequence_parallel: bool = False, bytes_scale: float = 1.0) -> StageTemplate:
+    outside = [i for i, layer in enumerate(workload.layers)
+               if not isinstance(layer.hyper.get("block"), int)]
+    indices = sorted(outside + list(block))
+    costed = stage_costs(workload, system, partitions, minibatch, "weights", rules, indices,
+                         precision=precision, sequence_parallel=sequence_parallel,
+                         bytes_scale=bytes_scale)
+    cost_of = dict(zip(indices, costed.layers))
+    return StageTemplate(partitions, minibatch, StageTotals.of([cost_of[i] for i in block]),
+                         sum(workload.layers[i].params for i in block),
+                         {i: cost_of[i] for i in outside})
+
+
+def stages_from_template(workload: Workload, template: StageTemplate,
+                         layout: PipelineLayout) -> tuple[StageCosts, ...]:
+    """Each device's StageCosts: its blocks times the block's totals plus its other layers
+    (devices that hold the same kind of stage share one record)."""
+    stages = []
+    made: dict[tuple[int, tuple[int, ...], int], StageCosts] = {}
+    for blocks, others, last in zip(layout.blocks, layout.others, layout.last):
+        boundary = workload.layers[last].activation_values
+        key = (blocks, others, boundary)
+        stage = made.get(key)
+        if stage is None:
+            totals = StageTotals.of([template.outside[i] for i in others]).plus(
+                template.block_totals, blocks)
+            params = (template.block_params * blocks
+                      + sum(workload.layers[i].params for i in others))
+            stage = made[key] = StageCosts(template.partitions, template.minibatch, (), params,
+                                           totals, boundary)
+        stages.append(stage)
+    return tuple(stages)

@@ -22,6 +22,15 @@ from dnnscale.plan.config import Config
 from dnnscale.system import System
 from dnnscale.workload import Workload
 
+def is_gpu_problem(workload: "str | Path | Workload", cluster: "str | Path | System") -> bool:
+    """Whether the GPU-plan search applies: a transformer workload on accelerators."""
+    from dnnscale.system import load_system
+    from dnnscale.workload import load_workload
+
+    return (load_workload(workload).transformer is not None
+            and load_system(cluster).machine.is_accelerator)
+
+
 CHECK_TOLERANCE = 1e-9
 """The search's throughput must match predict_config's to this relative tolerance."""
 

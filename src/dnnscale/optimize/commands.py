@@ -18,7 +18,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def optimize(
-            workload: str = typer.Option(..., "--workload", "-w", help="zoo name or YAML"),
+            workload: str = typer.Option(..., "--workload", "-w",
+                                         help="zoo name, YAML, or package.module:factory "
+                                              "(with --input-shape)"),
             cluster: str = typer.Option(..., "--cluster", "-c", help="preset name or YAML"),
             machines: Optional[int] = typer.Option(
                 None, "--machines", "-M", help="machine budget (default: the cluster's machines)"),
@@ -33,16 +35,50 @@ def register(app: typer.Typer) -> None:
                 None, "--pull-every", help="steps between pulls, or choices (default 1)"),
             fc_protocol: Optional[str] = typer.Option(None, "--fc-protocol",
                                                       help="weights | vectors"),
-            overlap: Optional[bool] = typer.Option(None, "--overlap/--no-overlap"),
+            overlap: Optional[bool] = typer.Option(
+                None, "--overlap/--no-overlap",
+                help="overlap PS traffic with computation (the cluster's γ-norm)"),
             optimizer: Optional[str] = typer.Option(None, "--optimizer",
                                                     help="sgd | momentum | adam"),
-            epoch_fraction: Optional[float] = typer.Option(None, "--epoch-fraction"),
+            epoch_fraction: Optional[float] = typer.Option(
+                None, "--epoch-fraction",
+                help="Adam's straggler cut-off: an epoch ends when this fraction is done"),
+            input_shape: Optional[str] = typer.Option(
+                None, "--input-shape", help="with -w package.module:factory: one sample's "
+                "input shape without the batch, e.g. 3,224,224"),
             exhaustive: bool = typer.Option(
                 False, "--exhaustive", help="enumerate every configuration (the slow reference)"),
             plot: Optional[Path] = typer.Option(None, "--plot",
                                                 help="write the scalability curve as a PNG"),
             full_curve: bool = typer.Option(False, "--full-curve",
                                             help="print every budget of the curve"),
+            global_batch: Optional[int] = typer.Option(
+                None, "--global-batch", help="GPU plans: samples (sequences) per step"),
+            tp: Optional[str] = typer.Option(None, "--tp", help="GPU: tensor degrees, e.g. 1,2,4,8"),
+            pp: Optional[str] = typer.Option(None, "--pp", help="GPU: pipeline stages, e.g. 1,2,4"),
+            micro_batch: Optional[str] = typer.Option(None, "--micro-batch",
+                                                      help="GPU: micro-batch choices"),
+            zero: Optional[str] = typer.Option(None, "--zero", help="GPU: ZeRO stages, e.g. 0,1"),
+            recompute: Optional[str] = typer.Option(
+                None, "--recompute", help="GPU: none,selective,full (choices)"),
+            schedule: Optional[str] = typer.Option(None, "--schedule",
+                                                   help="GPU: 1f1b,interleaved,gpipe (choices)"),
+            precision: str = typer.Option("bf16", "--precision", help="GPU: bf16 | fp16 | fp8 ..."),
+            objective: str = typer.Option("time", "--objective", help="time | cost"),
+            price: Optional[float] = typer.Option(
+                None, "--price", help="USD per device-hour (for --objective cost)"),
+            pareto: bool = typer.Option(False, "--pareto",
+                                        help="list the plans no other beats on time and GPUs"),
+            tokens: Optional[float] = typer.Option(
+                None, "--tokens", help="GPU: also report the time to train this many tokens"),
+            html: Optional[Path] = typer.Option(
+                None, "--html", help="also write the HTML report (timeline, memory, curve) to "
+                "FILE"),
+            csv: Optional[str] = typer.Option(None, "--csv",
+                                              help="also write the ranked plans as CSV to "
+                                                   "FILE ('-': stdout)"),
+            quiet: bool = typer.Option(False, "--quiet", "-q",
+                                       help="print nothing but errors (with --html, --csv)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
         """Find the configuration with the least predicted epoch time, rank the runners-up, and
         print the scalability curve (best epoch time and speedup per machine budget)."""
@@ -50,40 +86,76 @@ def register(app: typer.Typer) -> None:
         from dnnscale.optimize.api import optimize as run_optimize
         from dnnscale.optimize.space import parse_int_list
 
-        if plot is not None:
-            from dnnscale.atomic import check_output_path
+        from dnnscale.atomic import check_output_path
+        from dnnscale.optimize.api import is_gpu_problem
+        from dnnscale.system import load_system
+        from dnnscale.workload.source import resolve_workload
 
-            check_output_path(plot, "--plot")
+        for path, name in ((plot, "--plot"), (html, "--html"),
+                           (None if csv == "-" else csv, "--csv")):
+            if path is not None:
+                check_output_path(path, name)
+        w = resolve_workload(workload, input_shape, field="--workload")
+        c = load_system(cluster)
+        silent = quiet or csv == "-"
+        if is_gpu_problem(w, c):
+            from dnnscale.optimize.modern_commands import run_modern
+
+            found = run_modern(w, c, machines, global_batch, top, tp, pp, micro_batch, zero,
+                               recompute, schedule, precision, objective, price, pareto, tokens,
+                               plot, as_json, quiet=silent)
+            _write_outputs(found, w, c, html, csv, None, silent)
+            return
 
         base = config_from_dict({"fc_protocol": fc_protocol, "overlap": overlap,
                                  "optimizer": optimizer, "epoch_fraction": epoch_fraction},
                                 where="optimize")
-        result = run_optimize(workload, cluster, machines=machines, modes=modes, top=top,
-                              minibatch=parse_int_list(minibatch, "minibatch"),
-                              push_every=parse_int_list(push_every, "push_every"),
-                              pull_every=parse_int_list(pull_every, "pull_every"), base=base,
-                              method="exhaustive" if exhaustive else "fast")
-        if plot is not None:
-            from dnnscale.report.curve_plot import plot_curve
 
-            plot_curve([p.machines for p in result.curve], [p.epoch_time_s for p in result.curve],
-                       [p.speedup for p in result.curve], plot,
-                       title=f"{result.workload} on {result.cluster}: best predicted "
-                       f"configuration per budget")
+        def search(chosen_modes: Any, how_many: int) -> Any:
+            return run_optimize(w, c, machines=machines, modes=chosen_modes, top=how_many,
+                                minibatch=parse_int_list(minibatch, "minibatch"),
+                                push_every=parse_int_list(push_every, "push_every"),
+                                pull_every=parse_int_list(pull_every, "pull_every"), base=base,
+                                method="exhaustive" if exhaustive else "fast")
+
+        result = search(modes, top)
+        if plot is not None:
+            from dnnscale.report.curve_plot import plot_result_curve
+
+            plot_result_curve(result, plot)
+        _write_outputs(result, w, c, html, csv, lambda mode: search(mode, 1), True)
+        if silent:
+            return
         if as_json:
             from dnnscale.jsonout import print_json
 
             print_json(result.to_dict())
             return
-        _print_report(result, full_curve, plot)
+        _print_report(result, full_curve, plot, html)
 
 
-def _print_report(result: Any, full_curve: bool, plot: Optional[Path]) -> None:
-    from rich.console import Console
+def _write_outputs(result: Any, workload: Any, system: Any, html: Optional[Path],
+                   csv: Optional[str], rerun: Any, silent: bool) -> None:
+    """The HTML report and the CSV of the ranked plans, when asked for."""
+    if html is not None:
+        from dnnscale.report.build import optimize_report
+        from dnnscale.report.pages import write_html
 
+        write_html(optimize_report(result, workload, system, rerun), html)
+        if not silent:
+            print(f"report written to {html}")
+    if csv is not None:
+        from dnnscale.report.csv_out import write_ranked_csv
+
+        write_ranked_csv(result.top, csv)
+
+
+def _print_report(result: Any, full_curve: bool, plot: Optional[Path],
+                  html: Optional[Path] = None) -> None:
     from dnnscale.optimize.tables import curve_table, plan_table, top_table
+    from dnnscale.report.console import console as make_console
 
-    console = Console()
+    console = make_console()
     console.print(plan_table(result))
     console.print("[bold]Why it wins[/bold]")
     for line in result.explanation:
@@ -97,3 +169,5 @@ def _print_report(result: Any, full_curve: bool, plot: Optional[Path]) -> None:
                      else "") + f" in {result.search_time_s * 1000:.0f} ms")
     if plot is not None:
         console.print(f"curve plot written to {plot}")
+    if html is not None:
+        console.print(f"report written to {html}")

@@ -18,8 +18,9 @@ def plan_table(result: OptimizeResult) -> Table:
     """The best configuration: what it is, how fast, where the time goes, why it wins."""
     best = result.best
     cfg = best.config
-    table = Table(title=f"Fastest plan for {result.workload} on {result.cluster} within "
-                  f"{result.machines} machines", title_justify="left", show_header=False)
+    title = (f"Fastest plan for {result.workload} on {result.cluster} within "
+             f"{result.machines} machines")
+    table = Table(title=title, title_justify="left", show_header=False, min_width=len(title))
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("configuration", _config_cell(best))
@@ -36,8 +37,9 @@ def plan_table(result: OptimizeResult) -> Table:
 
 def top_table(result: OptimizeResult) -> Table:
     """The best configuration of each of the K best groups (mode, P, n, intervals)."""
-    table = Table(title=f"Top {len(result.top)} (the best R and S of each sync mode, P and n)",
-                  title_justify="left")
+    title = (f"Top {len(result.top)} plans, best first (each the best R and S of its sync "
+             f"mode, P, n and intervals)")
+    table = Table(title=title, title_justify="left", min_width=len(title))
     for header in ("#", "configuration", "used", "step", "epoch", "vs best", "bottleneck"):
         table.add_column(header, justify="left" if header in ("configuration", "bottleneck")
                          else "right")
@@ -72,9 +74,9 @@ def curve_table(result: OptimizeResult, full: bool = False) -> Table:
     """The scalability curve: best predicted epoch time and speedup per machine budget."""
     points = _shown(result.curve, full)
     first = result.curve[0].machines if result.curve else 1
-    table = Table(title=f"Scalability curve (speedup over {first} machine"
-                  f"{'s' if first > 1 else ''}, the smallest feasible budget)",
-                  title_justify="left")
+    title = (f"Scalability curve (speedup over {first} machine{'s' if first > 1 else ''}, "
+             f"the smallest feasible budget)")
+    table = Table(title=title, title_justify="left", min_width=len(title))
     for header in ("budget", "epoch", "speedup", "best configuration", "used"):
         table.add_column(header, justify="left" if header == "best configuration" else "right")
     for point in points:

@@ -7,6 +7,7 @@ from dnnscale.model.sharding import max_split
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.system.system import System
+from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
 
@@ -58,6 +59,23 @@ def check_config(config: Config, workload: Workload, system: System) -> None:
                              f"{narrow.name!r} can be split into (at most {limit})")
 
 
+def check_plan_shape(plan: ParallelPlan, shape: TransformerShape) -> None:
+    """A Megatron-style plan against a transformer's shape: the tensor-parallel degree divides
+    the attention and key/value heads, pp · virtual stages divide the layers (also what
+    `export` checks, with no system to place the plan on)."""
+    t = plan.tensor.degree
+    for field, count in (("heads", shape.heads), ("kv_heads", shape.kv_heads)):
+        if count % t:
+            raise InputError("plan.tp", f"{t} does not divide the model's {count} "
+                             f"{'attention heads' if field == 'heads' else 'key/value heads'}")
+    chunks = plan.pipeline.stages * plan.pipeline.virtual_stages
+    if shape.layers % chunks:
+        raise InputError("plan.pp", f"{shape.layers} layers do not divide into "
+                         f"{plan.pipeline.stages} stages"
+                         + (f" × {plan.pipeline.virtual_stages} chunks"
+                            if plan.pipeline.virtual_stages > 1 else ""))
+
+
 def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) -> None:
     """A Megatron-style plan against the workload and the system: devices, head and layer
     divisibility, the device's precision."""
@@ -67,18 +85,8 @@ def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) ->
                          f"{plan.pipeline.stages}·{plan.data.replicas}) but cluster "
                          f"{system.name!r} has {system.machines}")
     shape = workload.transformer
-    t = plan.tensor.degree
     if shape is not None:
-        for field, count in (("heads", shape.heads), ("kv_heads", shape.kv_heads)):
-            if count % t:
-                raise InputError("plan.tp", f"{t} does not divide the model's {count} "
-                                 f"{'attention heads' if field == 'heads' else 'key/value heads'}")
-        chunks = plan.pipeline.stages * plan.pipeline.virtual_stages
-        if shape.layers % chunks:
-            raise InputError("plan.pp", f"{shape.layers} layers do not divide into "
-                             f"{plan.pipeline.stages} stages"
-                             + (f" × {plan.pipeline.virtual_stages} chunks"
-                                if plan.pipeline.virtual_stages > 1 else ""))
+        check_plan_shape(plan, shape)
     elif plan.pipeline.stages > len(workload.layers):
         raise InputError("plan.pp", f"{plan.pipeline.stages} stages for {len(workload.layers)} "
                          f"layers")

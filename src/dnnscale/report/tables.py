@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from dnnscale.model.prediction import Prediction
+from dnnscale.report.explain import (breakdown_rows, human, memory_text, part_text,
+                                     utilization_text)
 from dnnscale.units import format_seconds, format_si
 from dnnscale.workload.workload import Workload
 
@@ -33,8 +35,8 @@ def workload_table(workload: Workload) -> Table:
 
 
 def prediction_table(prediction: Prediction, workload_name: str, cluster_name: str) -> Table:
-    table = Table(title=f"{workload_name} on {cluster_name}: {prediction.label()}",
-                  title_justify="left", show_header=False)
+    title = f"{workload_name} on {cluster_name}: {prediction.label()}"
+    table = Table(title=title, title_justify="left", show_header=False, min_width=len(title))
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("throughput", f"{prediction.throughput_samples_per_s:,.1f} samples/s")
@@ -52,18 +54,63 @@ def prediction_table(prediction: Prediction, workload_name: str, cluster_name: s
 
 
 def add_breakdown_rows(table: Table, prediction: Prediction) -> None:
-    """The sections every prediction table shares: seconds per activity, utilisation, memory."""
+    """The sections every prediction table shares: seconds per activity (a sum's parts nested
+    under it), utilisation, memory per device with its parts."""
     table.add_section()
-    for name, seconds in prediction.breakdown_s.items():
-        if name != "step":
-            table.add_row(f"  {name.replace('_', ' ')}", format_seconds(seconds))
+    for row in breakdown_rows(prediction):
+        if row.part.kind == "total":
+            continue
+        label = human(row.name) + (" (sum)" if row.part.kind == "sum" else "")
+        table.add_row(f"{'    ' if row.depth else '  '}{label}", format_seconds(row.part.seconds))
     table.add_section()
     for name, value in prediction.utilization.items():
-        table.add_row(f"  utilization {name.replace('_', ' ')}", f"{100 * value:.1f} %")
+        table.add_row(f"  utilization {human(name)}", f"{100 * value:.1f} %")
     table.add_section()
-    table.add_row("memory per worker", format_si(prediction.memory_bytes["worker"], "B"))
-    if prediction.plan.data.uses_ps:
-        table.add_row("memory per PS machine", format_si(prediction.memory_bytes["ps"], "B"))
-    elif prediction.plan.tensor.rules == "megatron" or prediction.mfu is not None:
-        for part in prediction.memory:
-            table.add_row(f"  {part.name.replace('_', ' ')}", format_si(part.bytes, "B"))
+    for role, heading in (("worker", "memory per worker"), ("ps", "memory per PS machine")):
+        parts = [part for part in prediction.memory if part.role == role]
+        if not parts:
+            continue
+        capacity = prediction.memory_capacity_bytes.get(role)
+        of = f" of {format_si(capacity, 'B')}" if capacity else ""
+        table.add_row(heading, f"{format_si(prediction.memory_of(role), 'B')}{of}")
+        for part in parts:
+            table.add_row(f"  {human(part.name)}", format_si(part.bytes, "B"))
+
+
+def layer_table(prediction: Prediction) -> Table:
+    """Per-layer costs on the most loaded worker (per micro-batch): split, work share, seconds
+    per phase, split-caused communication."""
+    table = Table(title="Per layer, on the most loaded worker (per micro-batch)",
+                  title_justify="left")
+    for header in ("layer", "kind", "split", "share", "forward", "input grad", "weight grad",
+                   "comm bytes", "comm"):
+        table.add_column(header, justify="left" if header in ("layer", "kind", "split")
+                         else "right")
+    for cost in prediction.layers:
+        table.add_row(cost.name, cost.kind, cost.scheme, f"{cost.work_fraction:.3g}",
+                      format_seconds(cost.forward_s), format_seconds(cost.input_grad_s),
+                      format_seconds(cost.weight_grad_s), format_si(cost.comm_bytes, "B"),
+                      format_seconds(cost.comm_s))
+    return table
+
+
+def explain_table(prediction: Prediction) -> Table:
+    """Every row of the breakdown, utilisation and memory with what it means."""
+    table = Table(title="What each row means", title_justify="left")
+    table.add_column("row")
+    table.add_column("value", justify="right")
+    table.add_column("what it is", max_width=76)
+    for row in breakdown_rows(prediction):
+        share = row.part.seconds / prediction.step_time_s if prediction.step_time_s else 0.0
+        table.add_row(("  " if row.depth else "") + human(row.name),
+                      f"{format_seconds(row.part.seconds)} ({100 * share:.0f} %)",
+                      part_text(row.name))
+    table.add_section()
+    for name, value in prediction.utilization.items():
+        table.add_row(f"utilization {human(name)}", f"{100 * value:.1f} %", utilization_text(name))
+    table.add_section()
+    for part in prediction.memory:
+        where = "" if part.role == "worker" else " (PS)"
+        table.add_row(f"{human(part.name)}{where}", format_si(part.bytes, "B"),
+                      memory_text(part.name))
+    return table

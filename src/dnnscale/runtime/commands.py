@@ -23,15 +23,27 @@ def register(app: typer.Typer) -> None:
     app.command("run")(user_errors(run))
 
 
-def run(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or YAML"),
+def run(workload: str = typer.Option(..., "--workload", "-w",
+                                     help="zoo name, YAML, or package.module:factory (with "
+                                          "--input-shape; conv2d, linear, pooling, relu and "
+                                          "flatten layers)"),
+        input_shape: Optional[str] = typer.Option(
+            None, "--input-shape", help="with -w package.module:factory: one sample's input "
+            "shape without the batch, e.g. 3,32,32"),
         config: Optional[Path] = typer.Option(None, "--config", help="config YAML"),
-        partitions: Optional[int] = typer.Option(None, "--partitions", "-P"),
-        replicas: Optional[int] = typer.Option(None, "--replicas", "-R"),
-        ps_shards: Optional[int] = typer.Option(None, "--ps-shards", "-S"),
+        partitions: Optional[int] = typer.Option(None, "--partitions", "-P",
+                                                 help="workers per replica"),
+        replicas: Optional[int] = typer.Option(None, "--replicas", "-R",
+                                               help="data-parallel replicas"),
+        ps_shards: Optional[int] = typer.Option(None, "--ps-shards", "-S",
+                                                help="parameter-server shards"),
         sync: Optional[str] = typer.Option(None, "--sync", help="ps-async | ps-sync | allreduce"),
-        minibatch: Optional[int] = typer.Option(None, "--minibatch", "-n"),
-        push_every: Optional[int] = typer.Option(None, "--push-every"),
-        pull_every: Optional[int] = typer.Option(None, "--pull-every"),
+        minibatch: Optional[int] = typer.Option(None, "--minibatch", "-n",
+                                                help="samples per replica and step"),
+        push_every: Optional[int] = typer.Option(None, "--push-every",
+                                                 help="steps between a worker's pushes"),
+        pull_every: Optional[int] = typer.Option(None, "--pull-every",
+                                                 help="steps between a worker's pulls"),
         local: bool = typer.Option(False, "--local", help="all ranks on this machine (loopback)"),
         testbed: Optional[Path] = typer.Option(None, "--testbed",
                                                help="testbed description file: ranks on its hosts"),
@@ -55,7 +67,7 @@ def run(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or 
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """Train WORKLOAD for real on torch.distributed and measure throughput and phase times."""
     from dnnscale.cli import config_from_options
-    from dnnscale.workload import load_workload
+    from dnnscale.workload.source import resolve_workload
 
     modes = [name for name, on in (("--local", local), ("--testbed", testbed is not None),
                                    ("--rank-from-env", rank_from_env)) if on]
@@ -74,7 +86,7 @@ def run(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or 
     cfg = config_from_options(config, partitions=partitions, replicas=replicas,
                               ps_shards=ps_shards, sync=sync, minibatch=minibatch,
                               push_every=push_every, pull_every=pull_every)
-    w = load_workload(workload)
+    w = resolve_workload(workload, input_shape, field="--workload")
     from dnnscale.runtime.layout import world_size
     from dnnscale.runtime.netplan import check_runnable, weighted_schemes
 
@@ -86,8 +98,20 @@ def run(workload: str = typer.Option(..., "--workload", "-w", help="zoo name or 
     check_runnable(w, cfg, weighted_schemes(w, split))
     from dnnscale.runtime.job import RunSpec
 
+    workload_ref = workload
+    if input_shape is not None:  # the ranks load workloads by name or path: write its YAML
+        import atexit
+        import shutil
+
+        from dnnscale.workload.spec import save_workload_yaml
+
+        folder = tempfile.mkdtemp(prefix="dnnscale-model-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        workload_ref = os.path.join(folder, "workload.yaml")
+        save_workload_yaml(w, Path(workload_ref), "--workload")
+
     def spec_for(out: str) -> Any:
-        return RunSpec(workload=workload, config=cfg.to_dict(), steps=steps, warmup=warmup,
+        return RunSpec(workload=workload_ref, config=cfg.to_dict(), steps=steps, warmup=warmup,
                        timeout_s=float(timeout), output=out, lr=lr, seed=seed, conv_split=split)
 
     if rank_from_env:

@@ -100,8 +100,9 @@ def check_runnable(workload: Workload, config: Config,
     for index, layer in enumerate(workload.layers):
         field = f"workload.layers[{index}]"
         if layer.kind not in RUNNABLE_KINDS:
-            raise InputError(f"{field}.kind", f"the runtime cannot build {layer.kind!r} layers "
-                             f"(it builds {', '.join(RUNNABLE_KINDS)})")
+            what = " (a module with no layer kind of its own)" if layer.kind == "generic" else ""
+            raise InputError(f"{field}.kind", f"the runtime cannot build layer {layer.name!r}: "
+                             f"kind {layer.kind!r}{what}; it builds {', '.join(RUNNABLE_KINDS)}")
         if layer.kind == "softmax_loss" and index != len(workload.layers) - 1:
             raise InputError(f"{field}.kind", "softmax_loss must be the last layer")
         if layer.has_weights:

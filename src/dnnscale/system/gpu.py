@@ -43,9 +43,17 @@ def _presets() -> Any:
     return resources.files("dnnscale.system") / "presets"
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""Package data is trusted: libyaml's safe loader where present (10x faster than PyYAML's)."""
+
+
+def _read(item: Any) -> Any:
+    return yaml.load(item.read_text(), Loader=_LOADER)  # noqa: S506 (a safe loader)
+
+
 @functools.cache
 def _table(name: str) -> dict[str, Any]:
-    data = yaml.safe_load((_presets() / f"{name}.yaml").read_text())
+    data = _read(_presets() / f"{name}.yaml")
     return data if isinstance(data, dict) else {}
 
 
@@ -56,7 +64,7 @@ def node_preset_names() -> list[str]:
 
 @functools.cache
 def _node(name: str) -> dict[str, Any]:
-    return yaml.safe_load((_presets() / "nodes" / f"{name}.yaml").read_text())
+    return _read(_presets() / "nodes" / f"{name}.yaml")
 
 
 def default_profile_path(device: str) -> Path | None:

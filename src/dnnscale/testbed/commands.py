@@ -166,8 +166,9 @@ def check(name: str = typer.Option("tb", "--name", help=NAME_HELP),
           tries: int = typer.Option(2, "--tries", help="flows per link and direction; the "
                                     "fastest counts (a busy machine can only slow one down)"),
           cpu_seconds: float = typer.Option(2.0, "--cpu-seconds", help="length of the CPU test"),
-          network: bool = typer.Option(True, "--network/--no-network"),
-          cpu: bool = typer.Option(True, "--cpu/--no-cpu"),
+          network: bool = typer.Option(True, "--network/--no-network",
+                                       help="measure every link's rate and latency"),
+          cpu: bool = typer.Option(True, "--cpu/--no-cpu", help="measure each host's CPU share"),
           tolerance: float = typer.Option(0.1, "--tolerance", help="exit 1 if a link's measured "
                                           "rate is off the expected by more than this fraction"),
           output: Optional[Path] = typer.Option(None, "-o", "--output",

@@ -27,17 +27,19 @@ def validate_command(
         reuse_runs: bool = typer.Option(False, "--reuse-runs", help="read runs already in "
                                         "OUTPUT/runs (same configuration and splits) instead of "
                                         "running them again; predictions are made anew"),
+        html: Optional[Path] = typer.Option(
+            None, "--html", help="write the HTML report here (default: OUTPUT/report.html)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """Predict and run every configuration of a grid on the testbed; errors, baselines, regret."""
     from dnnscale.errors import user_errors
 
     user_errors(_validate)(workload, testbed, configs, profile, output, repeats, steps,
-                           no_optimizer, as_json, reuse_runs)
+                           no_optimizer, as_json, reuse_runs, html)
 
 
 def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Optional[Path],
               output: Path, repeats: Optional[int], steps: Optional[int], no_optimizer: bool,
-              as_json: bool, reuse_runs: bool = False) -> None:
+              as_json: bool, reuse_runs: bool = False, html: Optional[Path] = None) -> None:
     import dataclasses
 
     from rich.console import Console
@@ -53,6 +55,8 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
     from dnnscale.jsonout import print_json
 
     check_output_path(output, "--output", folder=True)
+    if html is not None:
+        check_output_path(html, "--html")
     grid = load_grid(configs)
     overrides = {k: v for k, v in (("repeats", repeats), ("steps", steps)) if v is not None}
     grid = dataclasses.replace(grid, **overrides)
@@ -74,7 +78,7 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
     result["testbed"] = desc.name
     result["note"] = (f"Predictions from cluster {cluster.name!r}"
                       f"{' with profile ' + str(profile) if profile else ' (uncalibrated)'}.")
-    write_outputs(result, output)
+    write_outputs(result, output, html)
     if as_json:
         print_json(result["summary"])
     else:

@@ -52,17 +52,28 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(result: dict[str, Any], out_dir: Path) -> list[Path]:
-    """results.json, table.md, scatter.png, curves.png under `out_dir`."""
+def write_outputs(result: dict[str, Any], out_dir: Path, html: Path | None = None) -> list[Path]:
+    """results.json, table.md, scatter.png, curves.png and report.html under `out_dir` (the
+    HTML at `html` instead when given)."""
     from dnnscale.atomic import atomic_write_text
-    from dnnscale.jsonout import dumps
+    from dnnscale.jsonout import dumps, strict
+    from dnnscale.report.pages import validation_page, write_html
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "results.json", out_dir / "table.md"]
     atomic_write_text(paths[0], dumps(result), "--output")
     atomic_write_text(paths[1], markdown(result), "--output")
     paths += plot(result, out_dir)
+    paths.append(write_html(validation_page(strict(result)), html or out_dir / "report.html",
+                            "--html" if html else "--output"))
     return paths
+
+
+def _title(result: dict[str, Any], what: str) -> str:
+    """'adam-cifar10 on testbed tb (100 Mbit/s): predicted vs measured'."""
+    where = f" on testbed {result['testbed']}" if result.get("testbed") else ""
+    network = f" ({result['network']})" if result.get("network") else ""
+    return f"{result.get('workload', '?')}{where}{network}: {what}"
 
 
 def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
@@ -87,8 +98,8 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     ax.plot([low, high], [low, high], "k--", linewidth=0.8, label="exact")
     ax.fill_between([low, high], [low * 0.9, high * 0.9], [low * 1.1, high * 1.1], alpha=0.1,
                     color="gray", label="±10 %")
-    ax.set(xscale="log", yscale="log", xlabel="measured samples/s", ylabel="predicted samples/s",
-           title=f"{result['workload']}, {result['network']}")
+    ax.set(xscale="log", yscale="log", xlabel="measured samples/s", ylabel="predicted samples/s")
+    ax.set_title(_title(result, "predicted vs measured throughput"), fontsize=9)
     ax.legend()
     fig.tight_layout()
     _save(fig, scatter)
@@ -110,7 +121,12 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
             top = max(top, best[x])
             ys.append(top)
         ax.plot(xs, ys, style, label=label)
-    ax.set(xlabel="machines used", ylabel="best samples/s", title="scalability: measured vs predicted")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set(xlabel="machines used", ylabel="best samples/s (over plans on at most that many)")
+    ax.set_title(_title(result, "best throughput per machine count, measured vs predicted"),
+                 fontsize=9)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend()
     fig.tight_layout()
     _save(fig, curves)

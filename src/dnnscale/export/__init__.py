@@ -1,0 +1,61 @@
+"""The chosen plan as another engine's launch configuration (docs/export.md).
+
+`export_plan(source, engine)` reads a plan file or the JSON of `optimize --json` / `predict
+--json` (export/plan_source.py), loads the workload it trains (the file's ``workload`` key or
+the `workload` argument) and hands both to one engine's exporter:
+
+- ``megatron``: Megatron-LM's command-line options (export/megatron.py);
+- ``deepspeed``: a ds_config JSON and Megatron-DeepSpeed's options (export/deepspeed.py);
+- ``torchtitan``: a TOML job config (export/torchtitan.py).
+
+Each maps every plan field to the engine's own option or refuses it with an `InputError`
+naming the field and the engine. Nothing here imports torch or any engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dnnscale.errors import InputError
+from dnnscale.export.result import EngineExport, ExportFile
+
+ENGINES = ("megatron", "deepspeed", "torchtitan")
+
+__all__ = ["ENGINES", "EngineExport", "ExportFile", "export_plan"]
+
+
+def export_plan(source: "str | Path", engine: str, workload: "str | None" = None,
+                **options: Any) -> EngineExport:
+    """Export the plan at `source` for `engine`; `workload` names the workload when the file
+    does not (and must agree with it when it does). options: megatron's `output_format`
+    ('args' | 'torchrun') and `gpus_per_node`; deepspeed's `config_name`."""
+    from dnnscale.export.plan_source import read_plan_source
+    from dnnscale.workload import load_workload
+
+    if engine not in ENGINES:
+        raise InputError("--to", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    plan_source = read_plan_source(source, "plan")
+    name = workload if workload is not None else plan_source.workload
+    if name is None:
+        raise InputError("--workload", "the plan file names no workload: give -w/--workload "
+                         "(the model whose layer flags the engine needs)")
+    loaded = load_workload(name)
+    in_file = plan_source.workload
+    # optimize's JSON names the workload by its name; -w may give the YAML file it came from.
+    if workload is not None and in_file is not None and in_file not in (workload, loaded.name):
+        raise InputError("--workload", f"{workload!r} is workload {loaded.name!r}, but the plan "
+                         f"file names {in_file!r}; give the same or leave --workload out")
+    shape = loaded.transformer
+    if engine == "megatron":
+        from dnnscale.export.megatron import export_megatron
+
+        return export_megatron(plan_source.plan, shape, loaded.name, **options)
+    if engine == "deepspeed":
+        from dnnscale.export.deepspeed import export_deepspeed
+
+        return export_deepspeed(plan_source.plan, shape, loaded.name, **options)
+    from dnnscale.export.torchtitan import export_torchtitan
+
+    return export_torchtitan(plan_source.plan, shape, loaded.name, **options)
+

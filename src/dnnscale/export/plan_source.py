@@ -1,0 +1,162 @@
+"""The plan `export` hands on, read from a plan file or from a command's JSON.
+
+Three inputs are accepted (docs/export.md):
+
+- a plan YAML (or JSON) of the GPU plan fields (plan/modern.py: tp, pp, dp, micro_batch, ...),
+  which may also name its workload (``workload: gpt3-175b``; a key only `export` reads);
+- the JSON `optimize --json` prints: ``best.plan_fields`` (the plan fields) when present, else
+  ``best.prediction.plan`` (`ParallelPlan.to_dict()`), and the top-level ``workload``;
+- the JSON `predict --json` prints: its ``plan`` (`ParallelPlan.to_dict()`); no workload name.
+
+Whatever the input, the plan goes through `modern_plan_from_dict`, so it obeys the same rules
+as a plan given to `predict`. Errors are one-line `InputError`s naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dnnscale.errors import InputError, short_repr
+from dnnscale.plan.modern import MODERN_FIELDS, modern_plan_from_dict
+from dnnscale.plan.plan import ParallelPlan
+
+WORKLOAD_KEY = "workload"
+"""The top-level key of a plan file (and of optimize's JSON) that names the workload."""
+
+
+@dataclass(frozen=True)
+class PlanSource:
+    """A validated plan and the workload its file names (None when it names none)."""
+
+    plan: ParallelPlan
+    workload: str | None
+    origin: str
+    """What the plan came from: 'plan file', 'optimize JSON' or 'predict JSON'."""
+
+
+def read_plan_source(path: "str | Path", field: str = "plan") -> PlanSource:
+    """Read the plan at `path` (see the module docstring); errors name `field`."""
+    data = _read_mapping(Path(path), field)
+    if "best" in data:
+        return _from_optimize(data, field)
+    if "plan" in data and isinstance(data.get("plan"), dict) and "config" in data:
+        return PlanSource(_from_plan_dict(data["plan"], f"{field}.plan"), None, "predict JSON")
+    return _from_plan_file(data, field)
+
+
+def _read_mapping(path: Path, field: str) -> dict[str, Any]:
+    """The file's top-level mapping: strict JSON when it starts with '{', else safe YAML."""
+    from dnnscale.safe_yaml import load_yaml_text, read_limited
+
+    text = read_limited(path, field)
+    shown = short_repr(str(path))
+    if text.lstrip().startswith("{"):
+        data = _strict_json(text, field, shown)
+    else:
+        data = load_yaml_text(text, field, shown)
+    if not isinstance(data, dict):
+        raise InputError(field, f"{shown} must hold a mapping of plan fields (or the JSON of "
+                         f"optimize --json), got {type(data).__name__}")
+    return data
+
+
+def _strict_json(text: str, field: str, shown: str) -> Any:
+    """JSON as the standard defines it (no NaN or Infinity), one-line errors."""
+    def refuse(constant: str) -> None:
+        raise InputError(field, f"{shown} holds {constant}, which is not JSON")
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except json.JSONDecodeError as exc:
+        raise InputError(field, f"{shown} is not JSON: {exc.msg} at line {exc.lineno}") \
+            from None
+    except RecursionError:
+        raise InputError(field, f"{shown} nests too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InputError(field, f"{shown}: {' '.join(str(exc).split())[:120]}") from None
+
+
+def _workload_name(data: dict[str, Any], field: str) -> str | None:
+    value = data.get(WORKLOAD_KEY)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(field, f"must name a workload (a zoo name, a YAML path or "
+                         f"hf:config.json), got {short_repr(value)}")
+    return value
+
+
+def _from_plan_file(data: dict[str, Any], field: str) -> PlanSource:
+    workload = _workload_name(data, f"{field}.{WORKLOAD_KEY}")
+    fields = {k: v for k, v in data.items() if k != WORKLOAD_KEY}
+    if not any(key in fields for key in MODERN_FIELDS):
+        raise InputError(field, f"holds no GPU plan fields (expected some of "
+                         f"{', '.join(MODERN_FIELDS)}; Project Adam's plans have no engine to "
+                         f"export to)")
+    return PlanSource(modern_plan_from_dict(fields, field), workload, "plan file")
+
+
+def _from_optimize(data: dict[str, Any], field: str) -> PlanSource:
+    best = data["best"]
+    if not isinstance(best, dict):
+        raise InputError(f"{field}.best", f"must be a mapping (the best plan of optimize "
+                         f"--json), got {short_repr(best)}")
+    workload = _workload_name(data, f"{field}.{WORKLOAD_KEY}")
+    fields = best.get("plan_fields")
+    if fields is not None:
+        if not isinstance(fields, dict):
+            raise InputError(f"{field}.best.plan_fields", f"must be a mapping of plan fields, "
+                             f"got {short_repr(fields)}")
+        return PlanSource(modern_plan_from_dict(fields, f"{field}.best.plan_fields"), workload,
+                          "optimize JSON")
+    prediction = best.get("prediction")
+    plan = prediction.get("plan") if isinstance(prediction, dict) else None
+    if not isinstance(plan, dict):
+        raise InputError(f"{field}.best", "has neither plan_fields nor prediction.plan (is "
+                         "this the JSON of optimize --json for a GPU cluster?)")
+    return PlanSource(_from_plan_dict(plan, f"{field}.best.prediction.plan"), workload,
+                      "optimize JSON")
+
+
+def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = data.get(key)
+    if not isinstance(value, dict):
+        raise InputError(f"{where}.{key}", f"must be a mapping, got {short_repr(value)}")
+    return value
+
+
+def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
+    """A `ParallelPlan.to_dict()` mapping back to the plan fields, then validated."""
+    tensor = _section(plan, "tensor", where)
+    pipeline = _section(plan, "pipeline", where)
+    data = _section(plan, "data", where)
+    aggregation = _section(data, "aggregation", f"{where}.data")
+    batch = _section(plan, "batch", where)
+    memory = _section(plan, "memory", where)
+    precision = _section(plan, "precision", where)
+    if aggregation.get("kind") != "Collective":
+        raise InputError(f"{where}.data.aggregation.kind", f"{short_repr(aggregation.get('kind'))}"
+                         f": a parameter-server plan (Project Adam) has no engine to export to")
+    if tensor.get("rules") != "megatron":
+        raise InputError(f"{where}.tensor.rules", f"{short_repr(tensor.get('rules'))}: only "
+                         f"Megatron-style tensor splits have an engine to export to")
+    micro, accumulation, replicas = (batch.get("micro_batch"), batch.get("accumulation"),
+                                     data.get("replicas"))
+    counts = {"batch.micro_batch": micro, "batch.accumulation": accumulation,
+              "data.replicas": replicas}
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{where}.{name}", f"must be a positive integer, got "
+                             f"{short_repr(value)}")
+    fields = {"tp": tensor.get("degree"), "pp": pipeline.get("stages"), "dp": replicas,
+              "micro_batch": micro, "global_batch": micro * accumulation * replicas,
+              "schedule": pipeline.get("schedule"),
+              "virtual_stages": pipeline.get("virtual_stages"),
+              "zero": aggregation.get("zero_stage"), "recompute": memory.get("recompute"),
+              "precision": precision.get("compute"),
+              "sequence_parallel": tensor.get("sequence_parallel"),
+              "overlap_dp": aggregation.get("overlap"), "grad_bytes": precision.get("grad_bytes")}
+    return modern_plan_from_dict(fields, where)

@@ -1,0 +1,85 @@
+"""What an engine exporter returns, and the checks every engine shares.
+
+An exporter maps each plan field to the engine's own option or refuses it with an
+`InputError` naming the field and the engine. Where the engine always does one fixed thing
+that the plan only prices differently (torchtitan reduces gradients in fp32 whatever
+`grad_bytes` says), the export goes on and says so in a note: the run is the plan's, but its
+time differs from the prediction in that one respect.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dnnscale.errors import InputError
+from dnnscale.plan.plan import Collective, ParallelPlan
+from dnnscale.plan.rules import check_plan_shape
+from dnnscale.workload.transformer_shape import TransformerShape
+
+Flag = tuple[str, "str | None"]
+"""A command-line option and its value (None for a switch such as ``--bf16``)."""
+
+
+@dataclass(frozen=True)
+class ExportFile:
+    """One file of an export: its conventional name and its text."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class EngineExport:
+    """An engine's launch configuration: its files (the first is the main one) and notes."""
+
+    engine: str
+    files: tuple[ExportFile, ...]
+    notes: tuple[str, ...] = field(default=())
+    world_size: int = 1
+    """GPUs the job needs: tp · pp · dp."""
+
+
+def zero_stage(plan: ParallelPlan) -> int:
+    """The plan's ZeRO stage (0 for plain all-reduce)."""
+    aggregation = plan.data.aggregation
+    return aggregation.zero_stage if isinstance(aggregation, Collective) else 0
+
+
+def overlaps_dp(plan: ParallelPlan) -> bool:
+    """Whether the plan's data-parallel gradients overlap the backward pass."""
+    aggregation = plan.data.aggregation
+    return aggregation.overlap if isinstance(aggregation, Collective) else False
+
+
+def check_exportable(plan: ParallelPlan, shape: TransformerShape | None, workload: str,
+                     engine: str) -> TransformerShape:
+    """The checks each engine needs before its flags: a GPU plan, a decoder-only transformer
+    workload, and heads and layers that the plan's split divides (plan/rules.py, as `predict`
+    checks them: every engine splits heads over tensor-parallel ranks and whole layers over
+    pipeline chunks)."""
+    if not isinstance(plan.data.aggregation, Collective) or plan.tensor.rules != "megatron":
+        raise InputError("plan", f"{engine} runs GPU plans (tp, pp, dp, ...); a Project Adam "
+                         f"plan has no engine to export to")
+    if shape is None:
+        raise InputError("workload", f"{workload!r} is not a transformer; {engine} needs a "
+                         f"transformer workload (a zoo name such as gpt3-175b or llama2-70b, "
+                         f"or hf:config.json)")
+    if not shape.causal or shape.norm_position != "pre":
+        raise InputError("workload", f"{workload!r} is an encoder (bidirectional or post-norm); "
+                         f"the export writes {engine}'s decoder (GPT/Llama) configuration")
+    check_plan_shape(plan, shape)
+    return shape
+
+
+def refuse_grad_bytes_one(plan: ParallelPlan, engine: str) -> None:
+    """No engine reduces gradients in 1-byte values."""
+    if plan.precision.grad_bytes == 1:
+        raise InputError("plan.grad_bytes", f"1-byte gradient reduction has no {engine} "
+                         f"option (gradients are reduced in 2 or 4 bytes)")
+
+
+def args_text(flags: list[Flag]) -> str:
+    """One option per line (``--flag value``), nothing else: ``$(cat FILE)`` or ``xargs`` pass
+    it to the engine's script as it is."""
+    return "".join(f"{name} {value}\n" if value is not None else f"{name}\n"
+                   for name, value in flags)

@@ -1,0 +1,164 @@
+"""A plan as a torchtitan job config (TOML, read with ``--job.config_file FILE``).
+
+Sections and keys as torchtitan 0.2's JobConfig defines them (pytorch/torchtitan,
+torchtitan/config/job_config.py; docs/export.md gives the lines). torchtitan 0.3 replaced the
+TOML file by Python config registries; its command-line overrides keep these section and key
+names (``--parallelism.tensor_parallel_degree 8``).
+
+- [parallelism] tensor_parallel_degree, pipeline_parallel_degree, pipeline_parallel_schedule
+  (torch.distributed.pipelining's names: 1F1B, GPipe, Interleaved1F1B),
+  pipeline_parallel_microbatch_size, pipeline_parallel_layers_per_stage (with the first and
+  last stage's "less layers" set to 0, every stage gets the same number of layers, as the
+  plan assumes), and the data-parallel degrees: ZeRO-0 is DDP
+  (data_parallel_replicate_degree = DP), ZeRO-2 and ZeRO-3 are FSDP2
+  (data_parallel_shard_degree = DP, fsdp_reshard_after_forward "never" keeps the gathered
+  weights for the backward pass, as FSDP's SHARD_GRAD_OP = ZeRO-2 does; "always" re-gathers
+  them, ZeRO-3). torchtitan has no ZeRO-1 (its sharded mode shards the weights too).
+- [training] local_batch_size (per DP rank and gradient-accumulation step; with a pipeline it
+  holds all the step's micro-batches, which the pipeline splits), global_batch_size, seq_len,
+  mixed_precision_param, mixed_precision_reduce.
+- [activation_checkpoint] mode none | full | selective (selective_ac_option "op": per-op
+  checkpointing that saves matmul and attention outputs).
+- [model] name, flavor (the shape is a registered flavor, not options), converters
+  (["quantize.linear.float8"] for fp8).
+"""
+
+from __future__ import annotations
+
+from dnnscale.errors import InputError
+from dnnscale.export.result import (EngineExport, ExportFile, check_exportable, overlaps_dp,
+                                    refuse_grad_bytes_one, zero_stage)
+from dnnscale.export.toml_text import TomlValue, toml_text
+from dnnscale.plan.modern import plan_label
+from dnnscale.plan.plan import ParallelPlan
+from dnnscale.workload.transformer_shape import TransformerShape
+
+ENGINE = "torchtitan"
+CONFIG_NAME = "torchtitan.toml"
+SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+"""dnnscale schedule -> torch.distributed.pipelining schedule name (get_schedule_class)."""
+RESHARD_AFTER_FORWARD = {2: "never", 3: "always"}
+LLAMA3_FLAVORS = {
+    "8B": (32, 4096, 32, 8, 14336),
+    "70B": (80, 8192, 64, 8, 28672),
+    "405B": (126, 16384, 128, 8, 53248),
+}
+"""torchtitan 0.2's llama3 flavors (torchtitan/models/llama3/__init__.py) as (layers, dim,
+heads, kv_heads, ffn). Its FFN width is 2/3·4·dim, times ffn_dim_multiplier, rounded up to
+multiple_of: 8B 4096 → 10922 · 1.3 → 14336 (multiple of 1024); 70B 8192 → 21845 · 1.3 → 28672
+(4096); 405B 16384 → 43690 · 1.2 → 53248 (4096)."""
+
+
+def _llama3_flavor(shape: TransformerShape) -> str | None:
+    """The registered llama3 flavor with this shape, if any (a Llama: RMSNorm, SwiGLU, RoPE,
+    no biases, untied output)."""
+    if not _is_llama(shape):
+        return None
+    key = (shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.ffn)
+    return next((name for name, dims in LLAMA3_FLAVORS.items() if dims == key), None)
+
+
+def _is_llama(shape: TransformerShape) -> bool:
+    return (shape.gated and shape.norm == "rmsnorm" and shape.positional == "rope"
+            and not shape.bias and not shape.tied_embeddings)
+
+
+def _parallelism(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlValue]:
+    zero, dp = zero_stage(plan), plan.data.replicas
+    if zero == 1:
+        raise InputError("plan.zero", f"{ENGINE} has no ZeRO-1: its sharded data parallelism "
+                         f"(FSDP2) shards the weights as well; use zero 0 (replicated), 2 or 3")
+    section: dict[str, TomlValue] = {
+        "data_parallel_replicate_degree": 1 if zero else dp,
+        "data_parallel_shard_degree": dp if zero else 1,
+    }
+    if zero:
+        section["fsdp_reshard_after_forward"] = RESHARD_AFTER_FORWARD[zero]
+    section["tensor_parallel_degree"] = plan.tensor.degree
+    pipeline = plan.pipeline
+    section["pipeline_parallel_degree"] = pipeline.stages
+    if pipeline.stages > 1:
+        section["pipeline_parallel_schedule"] = SCHEDULES[pipeline.schedule]
+        section["pipeline_parallel_microbatch_size"] = plan.batch.micro_batch
+        section["pipeline_parallel_layers_per_stage"] = \
+            shape.layers // (pipeline.stages * pipeline.virtual_stages)
+        section["pipeline_parallel_first_stage_less_layers"] = 0
+        section["pipeline_parallel_last_stage_less_layers"] = 0
+    return section
+
+
+def _training(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlValue]:
+    compute = plan.precision.compute
+    if compute == "fp16":
+        raise InputError("plan.precision", f"{ENGINE} trains in bfloat16 or float32 "
+                         f"(training.mixed_precision_param); fp16 has no {ENGINE} option")
+    if compute == "tf32":
+        raise InputError("plan.precision", f"{ENGINE} has no TF32 option (float32 training "
+                         f"leaves the matmuls to PyTorch's allow_tf32); use fp32 or bf16")
+    micro = plan.batch.micro_batch
+    # With a pipeline, one local batch is the whole step's micro-batches (the pipeline splits
+    # it into pipeline_parallel_microbatch_size pieces); without one, the micro-batches are
+    # gradient-accumulation steps of local_batch_size each.
+    local = micro * plan.batch.accumulation if plan.pipeline.stages > 1 else micro
+    return {"local_batch_size": local, "global_batch_size": plan.samples_per_step,
+            "seq_len": shape.seq,
+            "mixed_precision_param": "float32" if compute == "fp32" else "bfloat16",
+            "mixed_precision_reduce": "float32"}
+
+
+def _activation_checkpoint(plan: ParallelPlan) -> dict[str, TomlValue]:
+    recompute = plan.memory.recompute
+    if recompute == "selective":
+        return {"mode": "selective", "selective_ac_option": "op"}
+    return {"mode": recompute}
+
+
+def _notes(plan: ParallelPlan, shape: TransformerShape, workload: str,
+           flavor: str | None) -> list[str]:
+    notes = []
+    if flavor is None:
+        if _is_llama(shape):
+            notes.append(f"no torchtitan llama3 flavor has {workload}'s shape: register one "
+                         f"named {workload!r} (dim={shape.hidden}, n_layers={shape.layers}, "
+                         f"n_heads={shape.heads}, n_kv_heads={shape.kv_heads}, FFN width "
+                         f"{shape.ffn}) in torchtitan/models/llama3/__init__.py")
+        else:
+            notes.append(f"torchtitan has no model for {workload}'s shape (its llama3 is "
+                         f"RMSNorm + SwiGLU + RoPE, untied, no biases); [model] names a flavor "
+                         f"{workload!r} that a model of yours must provide")
+    notes.append(f"the vocabulary ({shape.vocab}) comes from the tokenizer at "
+                 f"model.hf_assets_path")
+    if plan.precision.grad_bytes == 2:
+        notes.append("torchtitan reduces gradients in float32 (mixed_precision_reduce has no "
+                     "other value): twice the data-parallel bytes the plan priced")
+    if not overlaps_dp(plan) and plan.data.replicas > 1:
+        notes.append("torchtitan always overlaps data-parallel communication with computation "
+                     "(FSDP2 prefetch, DDP buckets); the plan priced it after the backward pass")
+    if plan.tensor.degree > 1 and not plan.tensor.sequence_parallel:
+        notes.append("torchtitan's tensor parallelism always shards the norms over the "
+                     "sequence (SequenceParallel); the plan priced it without")
+    notes.append(f"launch tp·pp·dp = {plan.tensor.degree}·{plan.pipeline.stages}·"
+                 f"{plan.data.replicas} = {plan.workers} processes: torchtitan checks that "
+                 f"the degrees multiply to the world size")
+    return notes
+
+
+def export_torchtitan(plan: ParallelPlan, shape: TransformerShape | None,
+                      workload: str) -> EngineExport:
+    """torchtitan's TOML job config for `plan` training `workload`."""
+    shape = check_exportable(plan, shape, workload, ENGINE)
+    refuse_grad_bytes_one(plan, ENGINE)
+    flavor = _llama3_flavor(shape)
+    model: dict[str, TomlValue] = {"name": "llama3", "flavor": flavor or workload}
+    if plan.precision.compute == "fp8":
+        model["converters"] = ["quantize.linear.float8"]
+    tables = {"job": {"description": f"{workload}: {plan_label(plan)} (exported by dnnscale)"},
+              "model": model, "training": _training(plan, shape),
+              "parallelism": _parallelism(plan, shape),
+              "activation_checkpoint": _activation_checkpoint(plan)}
+    notes = _notes(plan, shape, workload, flavor)
+    header = (f"torchtitan job config for {workload}, exported by dnnscale",
+              "run: torchrun --nproc-per-node ... -m torchtitan.train --job.config_file FILE",
+              *notes)
+    return EngineExport(ENGINE, (ExportFile(CONFIG_NAME, toml_text(tables, header)),),
+                        tuple(notes), plan.workers)

@@ -1,0 +1,538 @@
+"""The search over Megatron-style plans: TP × PP × DP × micro-batch × schedule × ZeRO ×
+recompute × sequence parallel, for a GPU count and a global batch (performance-model.md §9).
+
+A *group* fixes everything but the data-parallel degree d. Per group the stage costs are built
+once (one block's costs times the blocks each stage holds, model/stage.py), and two facts make
+the search exact and fast:
+
+- Memory never grows with d (ZeRO shards by d; the micro-batches in flight, min(m, p − i) with
+  m = B / (d · b), fall with d), so a group that does not fit at its largest d fits nowhere.
+- The step is the pipeline's time plus data-parallel communication and the optimizer step, each
+  ≥ 0, and the pipeline's time m · t_max + (Σ t − t_max) / v falls as d grows (m falls). The
+  pipeline time at the largest d, with no pipeline transfers, is a lower bound of the group's
+  step time; for the cost objective the bound is min over d of that time × devices.
+
+Groups are priced in order of their bound; the search stops when the next bound cannot beat the
+K-th best plan found. Every reported plan is re-predicted by `predict_plan`, the same
+composition, and must agree with the search to CHECK_TOLERANCE. `exhaustive` prices every plan
+through `predict_plan` (the reference the tests compare against).
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+from dnnscale.errors import InputError, require_int
+from dnnscale.model.compose import StepContext, throughput
+from dnnscale.model.predict import accelerator_memory_parts, predict_plan
+from dnnscale.model.prediction import Prediction
+from dnnscale.model.schedule import pipeline_time_s, stage_layers
+from dnnscale.model.stage import (PipelineLayout, StageCosts, StageTemplate, pipeline_layout,
+                                  stage_template, stages_from_template)
+from dnnscale.plan.modern import PRECISION_PRESETS, modern_plan_to_dict
+from dnnscale.plan.plan import (Batch, Collective, DataParallel, MemoryPolicy, ParallelPlan,
+                                Pipeline, TensorSplit)
+from dnnscale.system.system import System
+from dnnscale.workload.workload import Workload
+
+CHECK_TOLERANCE = 1e-9
+OBJECTIVES = ("time", "cost")
+DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+DEFAULT_VIRTUAL_STAGES = (2, 4)
+
+
+@dataclass(frozen=True)
+class ModernSpace:
+    """What the search may choose (each a tuple of allowed values) and what is fixed."""
+
+    global_batch: int
+    tensor: tuple[int, ...]
+    pipeline: tuple[int, ...]
+    micro_batch: tuple[int, ...]
+    schedules: tuple[str, ...] = ("1f1b", "interleaved")
+    virtual_stages: tuple[int, ...] = DEFAULT_VIRTUAL_STAGES
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    precision: str = "bf16"
+    overlap_dp: bool = False
+
+
+class Group(NamedTuple):
+    """A plan but its data-parallel degree."""
+
+    tensor: int
+    pipeline: int
+    schedule: str
+    virtual_stages: int
+    micro_batch: int
+    sequence_parallel: bool
+    recompute: str
+    zero: int
+
+    def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
+        micro_batches = space.global_batch // (replicas * self.micro_batch)
+        return ParallelPlan(
+            tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel),
+            pipeline=Pipeline(self.pipeline, self.schedule, self.virtual_stages),
+            data=DataParallel(replicas, Collective("ring", self.zero, space.overlap_dp)),
+            batch=Batch(self.micro_batch, micro_batches), memory=MemoryPolicy(self.recompute),
+            precision=PRECISION_PRESETS[space.precision], optimizer="adam")
+
+
+def _divisors(value: int) -> list[int]:
+    return [d for d in range(1, value + 1) if value % d == 0]
+
+
+@functools.lru_cache(maxsize=256)
+def _divisors_cached(value: int) -> tuple[int, ...]:
+    small = [d for d in range(1, int(value ** 0.5) + 1) if value % d == 0]
+    return tuple(sorted(set(small + [value // d for d in small])))
+
+
+def _choices(values: Iterable[int] | int | None, default: Sequence[int], field_name: str) -> tuple[int, ...]:
+    if values is None:
+        return tuple(default)
+    items = [values] if isinstance(values, int) else list(values)
+    if not items:
+        raise InputError(field_name, "must list at least one value")
+    return tuple(sorted({require_int(field_name, v) for v in items}))
+
+
+def make_modern_space(workload: Workload, system: System, global_batch: int,
+                      tensor: Iterable[int] | int | None = None,
+                      pipeline: Iterable[int] | int | None = None,
+                      micro_batch: Iterable[int] | int | None = None,
+                      zero: Iterable[int] | int | None = None,
+                      recompute: Sequence[str] | None = None,
+                      schedules: Sequence[str] | None = None, precision: str = "bf16",
+                      sequence_parallel: bool | None = None,
+                      overlap_dp: bool = False) -> ModernSpace:
+    """The space for a transformer on GPUs; defaults: TP dividing the heads and key/value heads
+    within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch."""
+    shape = workload.transformer
+    if shape is None:
+        raise InputError("workload", f"{workload.name} is not a transformer: the GPU-plan search "
+                         "needs one (a zoo name like gpt3-175b, gpt:..., or hf:config.json)")
+    global_batch = require_int("global_batch", global_batch)
+    per_node = system.devices_per_node
+    tp_default = [t for t in _divisors(per_node) if shape.heads % t == 0
+                  and shape.kv_heads % t == 0]
+    tp = _choices(tensor, tp_default, "tp")
+    for t in tp:
+        if shape.heads % t or shape.kv_heads % t:
+            raise InputError("tp", f"{t} does not divide the model's {shape.heads} heads and "
+                             f"{shape.kv_heads} key/value heads")
+    pp = _choices(pipeline, [p for p in _divisors(shape.layers) if p <= system.machines], "pp")
+    mb = _choices(micro_batch, [b for b in DEFAULT_MICRO_BATCHES if global_batch % b == 0],
+                  "micro_batch")
+    zeros = _choices(zero, (0, 1, 2, 3), "zero")
+    if any(z > 3 for z in zeros):
+        raise InputError("zero", "stages are 0-3")
+    from dnnscale.plan.plan import RECOMPUTE, SCHEDULES
+
+    rec = tuple(recompute) if recompute is not None else RECOMPUTE
+    for value in rec:
+        if value not in RECOMPUTE:
+            raise InputError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {value!r}")
+    sched = tuple(schedules) if schedules is not None else ("1f1b", "interleaved")
+    for value in sched:
+        if value not in SCHEDULES:
+            raise InputError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {value!r}")
+    if precision not in PRECISION_PRESETS:
+        raise InputError("precision", f"must be one of {', '.join(PRECISION_PRESETS)}")
+    if system.machine.is_accelerator and precision not in system.machine.peak_flops_per_s:
+        raise InputError("precision", f"{system.machine.name} has no {precision} units")
+    sp = (False, True) if sequence_parallel is None else (sequence_parallel,)
+    return ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
+                       precision, overlap_dp)
+
+
+def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
+    shape = workload.transformer
+    assert shape is not None
+    out = []
+    for tp, pp, mb, sp, rec, zero in itertools.product(
+            space.tensor, space.pipeline, space.micro_batch, space.sequence_parallel,
+            space.recompute, space.zero):
+        if sp and tp == 1:
+            continue
+        if zero >= 2 and pp > 1:
+            continue  # partitioned gradients cannot accumulate across micro-batches of a pipeline
+        for schedule in space.schedules:
+            virtuals = (1,) if schedule != "interleaved" else tuple(
+                v for v in space.virtual_stages if pp > 1 and shape.layers % (pp * v) == 0)
+            for v in virtuals:
+                out.append(Group(tp, pp, schedule, v, mb, sp, rec, zero))
+    return out
+
+
+def replica_choices(group: Group, space: ModernSpace, devices: int) -> list[int]:
+    """Data-parallel degrees the group may take within `devices` GPUs: the divisors d of
+    B / b with t · p · d ≤ devices (and m = B / (d · b) a multiple of p when interleaved)."""
+    out = []
+    limit = devices // (group.tensor * group.pipeline)
+    if space.global_batch % group.micro_batch:
+        return out
+    for d in _divisors_cached(space.global_batch // group.micro_batch):
+        if d > limit:
+            break
+        m = space.global_batch // (d * group.micro_batch)
+        if group.schedule == "interleaved" and m % group.pipeline:
+            continue
+        out.append(d)
+    return out
+
+
+@dataclass
+class Priced:
+    """One plan the search priced: its step time, devices, fit, and cost per step."""
+
+    group: Group
+    replicas: int
+    step_s: float
+    devices: int
+    cost: float
+
+
+@dataclass
+class Caches:
+    """What one workload on one system shares across searches (budgets, families): per-split
+    stage templates, per-pipeline layouts, built stages, and their device seconds."""
+
+    templates: dict[tuple[int, int, bool], StageTemplate] = field(default_factory=dict)
+    layouts: dict[tuple[int, int], PipelineLayout] = field(default_factory=dict)
+    built: dict[tuple[int, int, bool, int, int], tuple[StageCosts, ...]] = field(
+        default_factory=dict)
+    seconds: dict[tuple[int, str], tuple[float, ...]] = field(default_factory=dict)
+
+
+@dataclass
+class _Search:
+    workload: Workload
+    system: System
+    space: ModernSpace
+    objective: str = "time"
+    evaluated: int = 0
+    bounded: int = 0
+    caches: "Caches" = field(default_factory=lambda: Caches())
+
+    @property
+    def templates(self) -> dict[tuple[int, int, bool], StageTemplate]:
+        return self.caches.templates
+
+    @property
+    def layouts(self) -> dict[tuple[int, int], PipelineLayout]:
+        return self.caches.layouts
+
+    @property
+    def built(self) -> dict[tuple[int, int, bool, int, int], tuple[StageCosts, ...]]:
+        return self.caches.built
+
+    def price(self) -> float:
+        return self.system.price_per_device_hour or 1.0
+
+    def stages(self, group: Group) -> tuple[StageCosts, ...]:
+        """The group's stage costs from cached layouts and per-split templates."""
+        key = (group.pipeline, group.virtual_stages)
+        layout = self.layouts.get(key)
+        if layout is None:
+            layout = pipeline_layout(self.workload, stage_layers(
+                self.workload.layers, group.pipeline, group.virtual_stages))
+            if layout is None:
+                raise InputError("workload", f"{self.workload.name}: the GPU-plan search needs "
+                                 "identical transformer blocks")
+            self.layouts[key] = layout
+        split = (group.tensor, group.micro_batch, group.sequence_parallel)
+        built = self.built.get((*split, *key))
+        if built is not None:
+            return built
+        template = self.templates.get(split)
+        if template is None:
+            b = self.workload.bytes_per_value
+            precision = PRECISION_PRESETS[self.space.precision]
+            template = stage_template(self.workload, self.system, group.tensor,
+                                      group.micro_batch, layout.block,
+                                      precision=precision.compute,
+                                      sequence_parallel=group.sequence_parallel,
+                                      bytes_scale=(precision.activation_bytes or b) / b)
+            self.templates[split] = template
+        built = stages_from_template(self.workload, template, layout)
+        self.built[(*split, *key)] = built
+        return built
+
+    def context(self, group: Group, replicas: int,
+                stages: tuple[StageCosts, ...]) -> StepContext:
+        return StepContext(self.workload, self.system, group.plan(self.space, replicas), stages)
+
+    def fits(self, group: Group, replicas: int, context: StepContext) -> bool:
+        memory, capacity = accelerator_memory_parts(self.workload, self.system, context.plan,
+                                                    context)
+        return sum(part.bytes for part in memory) <= capacity["worker"]
+
+    def key(self, priced: Priced) -> tuple[object, ...]:
+        """Rank: the objective, then fewer devices, then a fixed order of the plan's fields."""
+        first = priced.step_s if self.objective == "time" else priced.cost
+        return first, priced.devices, priced.group, priced.replicas
+
+    def bound(self, group: Group, choices: list[int], stages: tuple[StageCosts, ...]) -> float:
+        """Lower bound of the objective over the group's data-parallel degrees: the pipeline's
+        time on the devices alone (no launch or transfer time, no data-parallel traffic, no
+        optimizer step), which falls as d grows (fewer micro-batches)."""
+        self.bounded += 1
+        key = (id(stages), group.recompute)
+        seconds = self.caches.seconds.get(key)
+        if seconds is None:
+            seconds = tuple(stage.compute_s + stage.partition_s
+                            + stage.recompute_s(group.recompute) for stage in stages)
+            self.caches.seconds[key] = seconds
+        if self.objective == "time":
+            m = self.space.global_batch // (choices[-1] * group.micro_batch)
+            return pipeline_time_s(seconds, m, group.virtual_stages)
+        best = float("inf")
+        for replicas in choices:
+            m = self.space.global_batch // (replicas * group.micro_batch)
+            devices = group.tensor * group.pipeline * replicas
+            best = min(best, pipeline_time_s(seconds, m, group.virtual_stages) * devices
+                       * self.price() / 3600)
+        return best
+
+    def run(self, devices: int, top: int) -> list[Priced]:
+        """The `top` best plans within `devices` GPUs: groups in order of their bound, each
+        priced at every data-parallel degree, until no bound can beat the top-th plan."""
+        heap: list[tuple[float, int, Group, tuple[StageCosts, ...], list[int]]] = []
+        for index, group in enumerate(groups_of(self.space, self.workload)):
+            choices = replica_choices(group, self.space, devices)
+            if not choices:
+                continue
+            stages = self.stages(group)
+            heapq.heappush(heap, (self.bound(group, choices, stages), index, group, stages,
+                                  choices))
+        found: list[Priced] = []
+        while heap:
+            bound, _, group, stages, choices = heapq.heappop(heap)
+            if len(found) >= top and bound >= self.key(found[top - 1])[0] * (1 + 1e-12):
+                break
+            for replicas in reversed(choices):  # memory never grows with d: stop at a misfit
+                context = self.context(group, replicas, stages)
+                if not self.fits(group, replicas, context):
+                    break
+                self.evaluated += 1
+                x = throughput(context, replicas, 0)
+                step = self.space.global_batch / x
+                used = group.tensor * group.pipeline * replicas
+                found.append(Priced(group, replicas, step, used, step * used * self.price() / 3600))
+            found.sort(key=self.key)
+            del found[max(top, 1) * 4:]
+        return found[:top]
+
+
+@dataclass(frozen=True)
+class ModernCurvePoint:
+    gpus: int
+    step_time_s: float
+    speedup: float
+    prediction: Prediction
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpus": self.gpus, "machines": self.gpus, "step_time_s": self.step_time_s,
+                "speedup": self.speedup, "gpus_used": self.prediction.plan.workers,
+                "plan_fields": modern_plan_to_dict(self.prediction.plan)}
+
+
+@dataclass
+class ModernResult:
+    """The answer for a transformer on a GPU cluster."""
+
+    workload: str
+    cluster: str
+    gpus: int
+    global_batch: int
+    objective: str
+    method: str
+    best: Prediction
+    top: list[Prediction]
+    curve: list[ModernCurvePoint]
+    pareto: list[Prediction]
+    families: dict[str, Prediction]
+    explanation: list[str]
+    warnings: list[str]
+    evaluated: int
+    bounds_evaluated: int
+    search_time_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        def entry(p: Prediction) -> dict[str, Any]:
+            return {"plan_fields": modern_plan_to_dict(p.plan), "label": p.label(),
+                    "gpus": p.plan.workers, "cost_per_step": _cost(p, self._price),
+                    "prediction": p.to_dict()}
+
+        return {"workload": self.workload, "cluster": self.cluster, "gpus": self.gpus,
+                "machines": self.gpus, "global_batch": self.global_batch,
+                "objective": self.objective, "method": self.method, "best": entry(self.best),
+                "top": [entry(p) for p in self.top], "explanation": list(self.explanation),
+                "warnings": list(self.warnings),
+                "families": {name: entry(p) for name, p in self.families.items()},
+                "pareto": [entry(p) for p in self.pareto],
+                "curve": [point.to_dict() for point in self.curve],
+                "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
+                "search_time_s": self.search_time_s}
+
+    _price: float | None = None
+
+
+def _cost(prediction: Prediction, price: float | None) -> float | None:
+    if price is None:
+        return None
+    return prediction.step_time_s * prediction.plan.workers * price / 3600
+
+
+def _checked(workload: Workload, system: System, space: ModernSpace, priced: Priced) -> Prediction:
+    prediction = predict_plan(workload, system, priced.group.plan(space, priced.replicas))
+    if abs(prediction.step_time_s - priced.step_s) > CHECK_TOLERANCE * priced.step_s:
+        raise RuntimeError(f"optimizer bug: {prediction.label()}: search step {priced.step_s!r} "
+                           f"!= predict's {prediction.step_time_s!r}")
+    if not prediction.fits:
+        raise RuntimeError(f"optimizer bug: {prediction.label()} does not fit")
+    return prediction
+
+
+FAMILIES = {"no pipeline (pp = 1)": {"pipeline": (1,)},
+            "no tensor parallelism (tp = 1)": {"tensor": (1,)},
+            "ZeRO-3 / FSDP": {"zero": (3,), "pipeline": (1,)}}
+"""The best plan of each family is reported beside the winner ("why it wins")."""
+LARGE_BATCH_TOKENS = 4 * 2**20
+"""A global batch above ~4M tokens is beyond what GPT-3 trained with (3.2M tokens for 175B,
+Brown et al. 2020 Table 2.1) and past the critical batch size of such models (McCandlish et al.
+2018): the model predicts throughput, not convergence."""
+
+
+def _search(workload: Workload, system: System, space: ModernSpace, devices: int, top: int,
+            objective: str, caches: Caches | None = None) -> tuple[list[Prediction], _Search]:
+    search = _Search(workload, system, space, objective, caches=caches or Caches())
+    found = search.run(devices, top)
+    return [_checked(workload, system, space, p) for p in found], search
+
+
+def _budgets(gpus: int, per_node: int) -> list[int]:
+    """GPU counts of the scalability curve: powers of two up to the budget, and the budget."""
+    counts = {gpus}
+    value = 1
+    while value < gpus:
+        counts.add(value)
+        value *= 2
+    return sorted(counts)
+
+
+def _why(best: Prediction, families: dict[str, Prediction], objective: str) -> list[str]:
+    parts = {p.name: p.seconds for p in best.parts if p.kind not in ("sum", "total")}
+    step = best.step_time_s
+    top_parts = sorted(parts.items(), key=lambda kv: -kv[1])[:3]
+    lines = [f"bottleneck: {best.bottleneck}",
+             "largest parts: " + ", ".join(f"{name.replace('_', ' ')} {100 * s / step:.0f} %"
+                                           for name, s in top_parts)]
+    if best.plan.memory.recompute != "none":
+        lines.append(f"recompute {best.plan.memory.recompute}: the plan fits in memory only "
+                     "with it, or it is faster overall" if objective == "time" else
+                     f"recompute {best.plan.memory.recompute}")
+    for name, other in families.items():
+        ratio = other.step_time_s / step
+        lines.append(f"best with {name}: {other.label()} at {ratio:.2f}x the step time")
+    return lines
+
+
+def optimize_modern(workload: Workload, system: System, space: ModernSpace,
+                    gpus: int | None = None, top: int = 5, objective: str = "time",
+                    pareto: bool = False, curve: bool = True) -> ModernResult:
+    """The fastest (or cheapest) plan within `gpus` GPUs, the top `top`, the best of each
+    family, the scalability curve over GPU counts and (with `pareto`) the plans no other beats
+    on both step time and GPUs (or cost)."""
+    if objective not in OBJECTIVES:
+        raise InputError("objective", f"must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if objective == "cost" and system.price_per_device_hour is None:
+        raise InputError("objective", f"cost needs a price per device-hour: the system "
+                         f"{system.name!r} has none (give --price)")
+    started = time.perf_counter()
+    devices = require_int("gpus", gpus if gpus is not None else system.machines)
+    if devices > system.machines:
+        raise InputError("gpus", f"{devices} GPUs but cluster {system.name!r} has {system.machines}")
+    caches = Caches()
+    ranked, search = _search(workload, system, space, devices, top, objective, caches)
+    if not ranked:
+        raise InputError("gpus", f"no plan of {workload.name} fits in {devices} GPUs of "
+                         f"{system.name} at global batch {space.global_batch} (memory, or the "
+                         f"batch does not divide)")
+    evaluated, bounded = search.evaluated, search.bounded
+    families = {}
+    for name, restriction in FAMILIES.items():
+        allowed = {k: tuple(v for v in values if v in getattr(space, k))
+                   for k, values in restriction.items()}
+        if any(not values for values in allowed.values()):
+            continue
+        family_space = replace(space, **allowed)
+        found, extra = _search(workload, system, family_space, devices, 1, objective, caches)
+        evaluated, bounded = evaluated + extra.evaluated, bounded + extra.bounded
+        if found:
+            families[name] = found[0]
+    points: list[ModernCurvePoint] = []
+    front: list[Prediction] = []
+    if curve or pareto:
+        best_by_count: dict[int, Prediction] = {}
+        for count in _budgets(devices, system.devices_per_node):
+            found, extra = _search(workload, system, space, count, 1, "time", caches)
+            evaluated, bounded = evaluated + extra.evaluated, bounded + extra.bounded
+            if found:
+                best_by_count[count] = found[0]
+        first = None
+        for count, prediction in sorted(best_by_count.items()):
+            first = first or prediction.step_time_s
+            points.append(ModernCurvePoint(count, prediction.step_time_s,
+                                           first / prediction.step_time_s, prediction))
+        if pareto:
+            candidates = sorted({id(p): p for p in list(best_by_count.values()) + ranked}.values(),
+                                key=lambda p: (p.plan.workers, p.step_time_s))
+            metric = ((lambda p: p.plan.workers) if objective == "time"
+                      else (lambda p: _cost(p, system.price_per_device_hour) or 0.0))
+            for p in sorted(candidates, key=lambda p: (metric(p), p.step_time_s)):
+                if not front or p.step_time_s < front[-1].step_time_s:
+                    front.append(p)
+    warnings = []
+    if not system.calibrated:
+        warnings.append(f"{system.name} is uncalibrated: its efficiencies are defaults "
+                        f"({system.profile_source})")
+    tokens = space.global_batch * (workload.transformer.seq if workload.transformer else 1)
+    if tokens > LARGE_BATCH_TOKENS:
+        warnings.append(f"a global batch of {tokens:,} tokens is beyond what trains well for "
+                        f"most models (GPT-3 used 3.2M tokens); dnnscale predicts throughput, "
+                        f"not convergence")
+    result = ModernResult(workload.name, system.name, devices, space.global_batch, objective,
+                          "fast", ranked[0], ranked, points, front, families,
+                          _why(ranked[0], families, objective), warnings, evaluated, bounded,
+                          time.perf_counter() - started)
+    result._price = system.price_per_device_hour
+    return result
+
+
+def exhaustive_modern(workload: Workload, system: System, space: ModernSpace, devices: int,
+                      objective: str = "time") -> list[Prediction]:
+    """Every plan of the space within `devices` GPUs through `predict_plan`, feasible ones
+    ranked (the reference for tests)."""
+    out = []
+    for group in groups_of(space, workload):
+        for replicas in replica_choices(group, space, devices):
+            prediction = predict_plan(workload, system, group.plan(space, replicas))
+            if prediction.fits:
+                out.append(prediction)
+    price = system.price_per_device_hour or 1.0
+
+    def key(p: Prediction) -> tuple[float, int, str]:
+        first = p.step_time_s if objective == "time" else p.step_time_s * p.plan.workers * price
+        return first, p.plan.workers, p.label()
+
+    return sorted(out, key=key)

@@ -1,0 +1,58 @@
+"""Rich tables for the GPU-plan search (human units only here, at the boundary)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from dnnscale.optimize.modern import ModernResult, _cost
+from dnnscale.report.tables import add_breakdown_rows
+from dnnscale.units import format_seconds
+
+
+def modern_plan_table(result: ModernResult) -> Table:
+    best = result.best
+    what = "cheapest" if result.objective == "cost" else "fastest"
+    table = Table(title=f"The {what} plan for {result.workload} on {result.cluster} within "
+                  f"{result.gpus} GPUs, global batch {result.global_batch}",
+                  title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row("plan", best.label())
+    table.add_row("GPUs used", f"{best.plan.workers}")
+    table.add_row("time per step", format_seconds(best.step_time_s))
+    if best.tokens_per_s is not None:
+        table.add_row("tokens", f"{best.tokens_per_s:,.0f} tokens/s")
+    if best.mfu is not None:
+        table.add_row("MFU", f"{100 * best.mfu:.1f} %")
+    cost = _cost(best, result._price)
+    if cost is not None:
+        table.add_row("cost per step", f"{cost:,.3f} USD")
+    table.add_row("bottleneck", best.bottleneck)
+    add_breakdown_rows(table, best)
+    return table
+
+
+def modern_top_table(result: ModernResult) -> Table:
+    table = Table(title=f"Top {len(result.top)} plans", title_justify="left")
+    for header in ("#", "plan", "GPUs", "step", "vs best", "MFU", "bottleneck"):
+        table.add_column(header, justify="left" if header in ("plan", "bottleneck") else "right")
+    best = result.best.step_time_s
+    for rank, p in enumerate(result.top, start=1):
+        table.add_row(str(rank), p.label(), str(p.plan.workers), format_seconds(p.step_time_s),
+                      f"{p.step_time_s / best:.3f}x",
+                      f"{100 * p.mfu:.1f} %" if p.mfu is not None else "-", p.bottleneck)
+    return table
+
+
+def modern_curve_table(result: ModernResult, pareto: bool) -> Table:
+    rows = result.pareto if pareto else [point.prediction for point in result.curve]
+    title = ("Pareto front: no other plan is both faster and uses fewer GPUs" if pareto else
+             "Scalability curve: the best plan per GPU count")
+    table = Table(title=title, title_justify="left")
+    for header in ("GPUs", "plan", "step", "speedup"):
+        table.add_column(header, justify="left" if header == "plan" else "right")
+    first = rows[0].step_time_s if rows else 1.0
+    for p in rows:
+        table.add_row(str(p.plan.workers), p.label(), format_seconds(p.step_time_s),
+                      f"{first / p.step_time_s:.2f}x")
+    return table

@@ -1,0 +1,135 @@
+"""What every row of a prediction means: one sentence per step part, memory part, utilisation.
+
+The text is written once here and read by `predict --explain`, the tables, the HTML report and
+the test that checks docs/report.md lists every name. Each sentence says what the model counts
+in that row (see docs/model.md for the formulas); a name the model emits without an entry here
+fails tests/test_report_explain.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dnnscale.model.prediction import Prediction, StepPart
+
+PART_TEXT: dict[str, str] = {
+    # the layers' work, per step on the most loaded worker (device) of the slowest stage
+    "forward": "computing every layer's forward pass on the worker's share of the layers "
+               "(the most loaded worker; on a pipeline, the slowest stage, all micro-batches)",
+    "input_grad": "backward pass: the gradient of each layer's input, passed to the layer "
+                  "below (the first weighted layer needs none)",
+    "weight_grad": "backward pass: the gradient of each layer's weights",
+    "compute": "the sum of forward, input_grad and weight_grad (not a separate activity)",
+    "recompute": "forward work done again in the backward pass because activation "
+                 "recomputation dropped those activations (--recompute selective or full)",
+    # communication
+    "partition_comm": "traffic between the P workers of one replica caused by splitting the "
+                      "layers across them (activations gathered, input gradients reduced; Adam's "
+                      "model parallelism)",
+    "tp_comm": "tensor-parallel collectives inside each layer (all-reduce, or all-gather and "
+               "reduce-scatter with sequence parallelism) among the TP group",
+    "pp_comm": "point-to-point sends between adjacent pipeline stages: activations forward, "
+               "input gradients backward, every micro-batch",
+    "ps_push": "the worker sending its share of the weight updates to the parameter-server "
+               "shards (one message per shard)",
+    "ps_pull": "the worker fetching its share of fresh weights from the parameter-server shards",
+    "allreduce": "ring all-reduce of the gradients among the replicas holding the same "
+                 "partition",
+    "dp_comm": "data-parallel gradient traffic among the replicas (all-reduce, or ZeRO's "
+               "reduce-scatter and all-gather), the part not hidden behind the backward pass",
+    # waits
+    "ps_serve_wait": "the worker waiting for the busiest parameter-server shard, which serves "
+                     "the replica's P workers one request at a time, beyond the worker's own "
+                     "push and pull time",
+    "ps_wait": "idle time imposed by the parameter servers' capacity (network or CPU): the "
+               "replicas together cannot go faster than the busiest shard serves them (R·n/X "
+               "minus the worker's own step)",
+    "launch_wait": "the device idle while the host launches kernels: the step is host bound "
+                   "where the launches take longer than the kernels",
+    "bubble": "pipeline bubble: stages idle while the pipeline fills and drains "
+              "((p−1)/(v·m) of the ideal time for equal stages)",
+    # updates
+    "ps_apply": "the parameter-server shards applying all R replicas' updates while the "
+                "workers wait (synchronous SGD)",
+    "update": "the worker applying the weight update to its own copy (all-reduce plans)",
+    "optimizer_step": "the optimizer updating the device's weights (memory bound; its 1/d "
+                      "shard under ZeRO)",
+    "step": "the whole step: from one step's start to the next on one replica",
+}
+
+MEMORY_TEXT: dict[str, str] = {
+    "weights": "the parameters the device holds (its share of the layers; 1/d of them under "
+               "ZeRO-3)",
+    "gradients": "the gradient buffer for those parameters (1/d under ZeRO-2 and -3)",
+    "optimizer_state": "the optimizer's values per parameter (momentum; Adam's m and v; the fp32 "
+                       "master copy under mixed precision; 1/d under ZeRO-1 and up)",
+    "activations": "activations kept from the forward for the backward pass (the micro-batches "
+                   "in flight on a pipeline; less with recomputation)",
+    "ps_weights": "the weights one parameter-server shard stores (ceil(W/S) parameters)",
+    "ps_optimizer_state": "the optimizer state one parameter-server shard keeps",
+}
+
+UTILIZATION_TEXT: dict[str, str] = {
+    "worker_compute": "fraction of the step the worker computes",
+    "partition_network": "fraction of the step the worker's NIC moves partition traffic",
+    "worker_ps_network": "fraction of the step the worker's NIC talks to the parameter servers",
+    "ps_network": "load on the busiest parameter-server shard's NIC (1.0 = saturated)",
+    "ps_cpu": "load on the busiest parameter-server shard's CPU (1.0 = saturated)",
+    "allreduce_network": "fraction of the step in the gradient all-reduce",
+    "compute": "fraction of the step the device computes (recomputation included)",
+    "tp_network": "fraction of the step in tensor-parallel collectives",
+    "pp_network": "fraction of the step in pipeline sends",
+    "dp_network": "fraction of the step in data-parallel communication",
+}
+
+def part_text(name: str) -> str:
+    """The sentence for a step part (a plain fallback for a name without one)."""
+    return PART_TEXT.get(name, "(no description yet)")
+
+
+def memory_text(name: str) -> str:
+    return MEMORY_TEXT.get(name, "(no description yet)")
+
+
+def utilization_text(name: str) -> str:
+    return UTILIZATION_TEXT.get(name, "(no description yet)")
+
+
+def human(name: str) -> str:
+    """'input_grad' -> 'input grad'."""
+    return name.replace("_", " ")
+
+
+@dataclass(frozen=True)
+class BreakdownRow:
+    """One row of the breakdown: a part, and how deep it is nested (a sum's parts are 1)."""
+
+    part: StepPart
+    depth: int
+
+    @property
+    def name(self) -> str:
+        return self.part.name
+
+
+def breakdown_rows(prediction: Prediction) -> list[BreakdownRow]:
+    """The step's parts in display order: each sum first with its parts nested under it, then
+    the others; 'step' last. A part that belongs to a sum is shown only under it."""
+    parts = prediction.parts
+    by_name = {part.name: part for part in parts}
+    inside = {name for part in parts if part.kind == "sum" for name in part.of}
+    rows: list[BreakdownRow] = []
+    for part in parts:
+        if part.name in inside or part.kind == "total":
+            continue
+        rows.append(BreakdownRow(part, 0))
+        if part.kind == "sum":
+            rows += [BreakdownRow(by_name[name], 1) for name in part.of if name in by_name]
+    rows += [BreakdownRow(part, 0) for part in parts if part.kind == "total"]
+    return rows
+
+
+def activities(prediction: Prediction) -> list[StepPart]:
+    """The parts that are activities of their own (no sums, no total), in the model's order:
+    they add up to the step unless the plan overlaps communication with computation."""
+    return [part for part in prediction.parts if part.kind not in ("sum", "total")]

@@ -1,0 +1,211 @@
+"""One step of a plan laid out in time, per worker or pipeline stage, from the model's records.
+
+Nothing here is measured: the segments are the model's own quantities (`Prediction.parts`, the
+per-layer `LayerCost`s, and for pipelines the per-stage micro-batch times of the model's
+`StepContext`), placed in the order the model composes them. A one-stage CPU plan (Project
+Adam's P × R × S) is drawn layer by layer: the forward pass with its partition traffic, the
+backward pass in reverse, then the parameter-server or all-reduce parts. A GPU plan is drawn per
+pipeline stage as the schedule's micro-batches (pipeline_schedule.py), then the data-parallel
+communication and the optimizer step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dnnscale.model.prediction import Prediction
+from dnnscale.report.explain import activities
+from dnnscale.report.pipeline_schedule import (FORWARD, interleaving_applies, simulate)
+from dnnscale.system.system import System
+from dnnscale.workload.workload import Workload
+
+AFTER_STEP = ("ps_wait", "update")
+"""Parts the model places after the overlapped part of a step (γ-norm plans)."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """`seconds` of activity `name` (a step part's name) on lane `lane` from `start_s`;
+    `pieces` divide it by part name when it holds several (a micro-batch's pass)."""
+
+    lane: int
+    start_s: float
+    seconds: float
+    name: str
+    label: str
+    pieces: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Lanes (workers or stages), their segments, the model's step time, marks and notes."""
+
+    lanes: tuple[str, ...]
+    segments: tuple[Segment, ...]
+    step_s: float
+    end_s: float
+    marks: tuple[tuple[float, str], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _ms(seconds: float) -> str:
+    from dnnscale.units import format_seconds
+
+    return format_seconds(seconds)
+
+
+def step_timeline(prediction: Prediction, workload: Workload, system: System) -> Timeline:
+    """The timeline of one step of `prediction` (made for `workload` on `system`)."""
+    if "bubble" in prediction.breakdown_s:
+        return _pipeline_timeline(prediction, workload, system)
+    return _layer_timeline(prediction)
+
+
+def _sequential(prediction: Prediction) -> bool:
+    """Whether the activities add up to the step (no γ-norm overlap)."""
+    total = sum(part.seconds for part in activities(prediction))
+    return abs(total - prediction.step_time_s) <= 1e-9 * max(1.0, prediction.step_time_s)
+
+
+def _layer_timeline(prediction: Prediction) -> Timeline:
+    """One worker (the most loaded of a replica), layer by layer, then the aggregation."""
+    segments: list[Segment] = []
+    t = 0.0
+
+    def add(lane: int, seconds: float, name: str, label: str) -> None:
+        nonlocal t
+        if seconds > 0:
+            segments.append(Segment(lane, t, seconds, name, f"{label}: {_ms(seconds)}"))
+            t += seconds
+
+    for layer in prediction.layers:
+        add(0, layer.forward_s, "forward", f"{layer.name} forward")
+        add(0, layer.comm_forward_s, "partition_comm", f"{layer.name} partition traffic "
+            "(forward)")
+    for layer in reversed(prediction.layers):
+        add(0, layer.comm_s - layer.comm_forward_s, "partition_comm",
+            f"{layer.name} partition traffic (backward)")
+        add(0, layer.input_grad_s, "input_grad", f"{layer.name} input gradient")
+        add(0, layer.weight_grad_s, "weight_grad", f"{layer.name} weight gradient")
+    compute_end = t
+    rest = [part for part in activities(prediction)
+            if part.kind not in ("compute",) and part.name != "partition_comm"]
+    lanes = ("worker (the most loaded of its replica's)",)
+    notes = ["Every replica's workers run alike; the model prices the most loaded one. The "
+             "segments are the model's per-layer costs and step parts in the order it adds "
+             "them, not a trace."]
+    marks: tuple[tuple[float, str], ...] = ()
+    if _sequential(prediction):
+        for part in rest:
+            add(0, part.seconds, part.name, part.name.replace("_", " "))
+    else:
+        lanes += ("worker network (overlapped)",)
+        t = 0.0
+        for part in rest:
+            if part.name not in AFTER_STEP:
+                add(1, part.seconds, part.name, part.name.replace("_", " "))
+        after = [part for part in rest if part.name in AFTER_STEP]
+        t = prediction.step_time_s - sum(part.seconds for part in after)
+        for part in after:
+            add(0, part.seconds, part.name, part.name.replace("_", " "))
+        notes.append("The plan overlaps communication with computation: the model combines the "
+                     "two with the cluster's γ-norm, so the lanes run side by side.")
+        marks = ((compute_end, "compute ends"),)
+    return Timeline(lanes, tuple(segments), prediction.step_time_s,
+                    max(prediction.step_time_s, t), marks, tuple(notes))
+
+
+def _pipeline_timeline(prediction: Prediction, workload: Workload, system: System) -> Timeline:
+    """Per pipeline stage: the schedule's forward and backward passes, then dp and optimizer."""
+    from dnnscale.model.compose import StepContext
+    from dnnscale.model.predict import plan_stage_costs
+
+    plan = prediction.plan
+    stages = plan_stage_costs(workload, system, plan)
+    ctx = StepContext(workload, system, plan, stages)
+    p, m = len(stages), ctx.micro_batches
+    schedule = plan.pipeline.schedule if p > 1 else "1f1b"
+    chunks = plan.pipeline.virtual_stages
+    v = chunks if schedule == "interleaved" and interleaving_applies(p, m, chunks) else 1
+    recompute = plan.memory.recompute
+    pieces_f: list[tuple[tuple[str, float], ...]] = []
+    pieces_b: list[tuple[tuple[str, float], ...]] = []
+    for index, stage in enumerate(stages):
+        tp_forward = sum(layer.comm_forward_s for layer in stage.layers)
+        forward = stage.forward_s + tp_forward
+        backward = stage.input_grad_s + stage.weight_grad_s + stage.partition_s - tp_forward
+        redo = stage.recompute_s(recompute)
+        device = forward + backward + redo
+        launch = max(0.0, ctx.host_s[index] - ctx.device_s[index])
+        share = forward / device if device > 0 else 0.5
+        pp = ctx.p2p_s[index]
+        pieces_f.append(tuple((name, seconds / v) for name, seconds in (
+            ("forward", stage.forward_s), ("tp_comm", tp_forward),
+            ("launch_wait", launch * share), ("pp_comm", pp / 2)) if seconds > 0))
+        pieces_b.append(tuple((name, seconds / v) for name, seconds in (
+            ("recompute", redo), ("input_grad", stage.input_grad_s),
+            ("weight_grad", stage.weight_grad_s),
+            ("tp_comm", stage.partition_s - tp_forward),
+            ("launch_wait", launch * (1 - share)), ("pp_comm", pp / 2)) if seconds > 0))
+    forward_s = [sum(s for _, s in pieces) for pieces in pieces_f]
+    backward_s = [sum(s for _, s in pieces) for pieces in pieces_b]
+    ops = simulate(schedule, p, m, v, forward_s, backward_s)
+    segments = []
+    for op in ops:
+        forward = op.kind == FORWARD
+        chunk = f", chunk {op.chunk + 1}" if v > 1 else ""
+        pieces = (pieces_f if forward else pieces_b)[op.device]
+        detail = ", ".join(f"{name.replace('_', ' ')} {_ms(seconds)}" for name, seconds in pieces)
+        segments.append(Segment(
+            op.device, op.start_s, op.seconds, "forward" if forward else "backward",
+            f"stage {op.device + 1}, micro-batch {op.micro_batch + 1}{chunk}: "
+            f"{'forward' if forward else 'backward'} {_ms(op.seconds)} ({detail})", pieces))
+    drawn_end = max(op.end_s for op in ops)
+    model_end = ctx.busy_s
+    start = max(drawn_end, model_end)
+    for name in ("dp_comm", "optimizer_step"):
+        seconds = prediction.part(name)
+        if seconds > 0:
+            for lane in range(p):
+                segments.append(Segment(lane, start, seconds, name,
+                                        f"{name.replace('_', ' ')}: {_ms(seconds)} (the slowest "
+                                        "stage's, as the model counts it)"))
+            start += seconds
+    lanes = tuple(_stage_label(index, stage, p) for index, stage in enumerate(stages))
+    schedule_name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}[schedule]
+    notes = [f"The model's {schedule_name} schedule of {m} micro-batch{'es' if m != 1 else ''} "
+             f"over {p} stage{'s' if p != 1 else ''}{f' with {v} chunks each' if v > 1 else ''}, "
+             "laid out from its per-stage micro-batch times; not a trace. Each stage's tensor- "
+             "and data-parallel peers run alike (the model prices the most loaded one)."]
+    if chunks > 1 and v == 1:
+        notes.append(f"Interleaving needs the micro-batch count to be a multiple of the stages "
+                     f"({m} of {p}): drawn as plain 1F1B.")
+    if abs(drawn_end - model_end) > 0.005 * model_end:
+        notes.append(f"The model prices the pipeline with the closed formula "
+                     f"m·t_max + (Σt − t_max)/v = {_ms(model_end)}; the drawn schedule of the "
+                     f"same micro-batch times ends at {_ms(drawn_end)}.")
+    if not _sequential(prediction):
+        notes.append("The plan overlaps communication with computation (γ-norm): the parts "
+                     "drawn end to end exceed the step.")
+    marks = ((model_end, "pipeline ends (model)"),)
+    return Timeline(lanes, tuple(segments), prediction.step_time_s, start, marks, tuple(notes))
+
+
+def _stage_label(index: int, stage: object, stages: int) -> str:
+    """'stage 1: embedding + blocks 0–11', 'stage 8: blocks 84–95 + 3 output layers'."""
+    layers = getattr(stage, "layers", ())
+    if stages == 1:
+        return "device (the most loaded of its group)"
+    if not layers:
+        return f"stage {index + 1}"
+    blocks = [layer.block for layer in layers if layer.block is not None]
+    if not blocks:
+        return f"stage {index + 1}: {layers[0].name}–{layers[-1].name}"
+    first = next(i for i, layer in enumerate(layers) if layer.block is not None)
+    before = list(dict.fromkeys(layer.kind for layer in layers[:first] if layer.block is None))
+    after = [layer for layer in layers[first:] if layer.block is None]
+    label = f"stage {index + 1}: " + "".join(f"{kind} + " for kind in before)
+    label += f"blocks {min(blocks)}–{max(blocks)}"
+    if after:
+        label += f" + {len(after)} output layer{'s' if len(after) > 1 else ''}"
+    return label

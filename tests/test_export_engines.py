@@ -1,0 +1,312 @@
+"""`export` for named plans, checked option by option against each engine's documented options.
+
+Expected values are written out by hand from the plan and the workload's published shape; the
+option names are the engines' own (docs/export.md gives each with its source file and line).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dnnscale.errors import InputError
+from dnnscale.export.deepspeed import ds_config, export_deepspeed
+from dnnscale.export.megatron import export_megatron
+from dnnscale.export.torchtitan import export_torchtitan
+from dnnscale.plan.modern import modern_plan_from_dict
+from dnnscale.workload import load_workload
+
+# GPT-3 175B as Narayanan et al. (SC'21, Table 1) trained it: TP 8, PP 8, interleaved, on
+# 768 GPUs (DP 12), global batch 1536.
+GPT3_PLAN = dict(tp=8, pp=8, dp=12, micro_batch=1, global_batch=1536, schedule="interleaved",
+                 virtual_stages=2, zero=1, recompute="selective", precision="bf16",
+                 sequence_parallel=True, overlap_dp=True)
+LLAMA70_PLAN = dict(tp=8, pp=4, dp=4, micro_batch=1, global_batch=512, schedule="1f1b", zero=1,
+                    recompute="full", precision="bf16", sequence_parallel=True,
+                    overlap_dp=True, grad_bytes=4)
+LLAMA8_PLAN = dict(tp=2, pp=1, dp=32, micro_batch=2, global_batch=256, zero=3,
+                   recompute="selective", precision="fp8", sequence_parallel=True,
+                   overlap_dp=True)
+
+
+def shape_of(name: str):
+    return load_workload(name).transformer
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+# --- Megatron-LM -----------------------------------------------------------------------------
+
+def test_megatron_gpt3_interleaved_every_option() -> None:
+    result = export_megatron(modern_plan_from_dict(GPT3_PLAN), shape_of("gpt3-175b"), "gpt3-175b")
+    assert result.world_size == 8 * 8 * 12 == 768
+    assert [f.name for f in result.files] == ["megatron.args"]
+    assert lines(result.files[0].text) == [
+        "--tensor-model-parallel-size 8",
+        "--pipeline-model-parallel-size 8",
+        "--num-layers-per-virtual-pipeline-stage 6",    # 96 layers / (8 stages · 2 chunks)
+        "--sequence-parallel",
+        "--micro-batch-size 1",
+        "--global-batch-size 1536",                     # 128 micro-batches · 12 replicas
+        "--use-distributed-optimizer",                  # ZeRO-1
+        "--overlap-grad-reduce",
+        "--recompute-granularity selective",
+        "--bf16",
+        "--grad-reduce-in-bf16",                        # bf16 plans price 2-byte gradients
+        "--num-layers 96",
+        "--hidden-size 12288",
+        "--ffn-hidden-size 49152",                      # 4 · 12288
+        "--num-attention-heads 96",
+        "--seq-length 2048",
+        "--max-position-embeddings 2048",
+        "--vocab-size 50257",
+        "--normalization LayerNorm",
+        "--position-embedding-type learned_absolute",
+    ]
+    assert any("world size / (TP·PP)" in note for note in result.notes)
+
+
+def test_megatron_llama_fsdp_fp8_model_flags() -> None:
+    result = export_megatron(modern_plan_from_dict(LLAMA8_PLAN), shape_of("llama3-8b"),
+                             "llama3-8b")
+    flags = lines(result.files[0].text)
+    # ZeRO-3 is Megatron-FSDP sharding optimizer state, gradients and parameters.
+    for flag in ("--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
+                 "--ckpt-format fsdp_dtensor", "--bf16", "--fp8-format hybrid",
+                 "--group-query-attention", "--num-query-groups 8", "--swiglu",
+                 "--normalization RMSNorm", "--position-embedding-type rope",
+                 "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+                 "--attention-dropout 0", "--hidden-dropout 0", "--ffn-hidden-size 14336",
+                 "--seq-length 8192", "--max-position-embeddings 8192", "--vocab-size 128256"):
+        assert flag in flags, flag
+    assert "--use-distributed-optimizer" not in flags
+    assert "--num-layers-per-virtual-pipeline-stage" not in result.files[0].text
+
+
+def test_megatron_zero2_and_full_recompute_and_fp16() -> None:
+    plan = modern_plan_from_dict(dict(tp=4, pp=1, dp=8, micro_batch=4, global_batch=64, zero=2,
+                                      recompute="full", precision="fp16", grad_bytes=4))
+    flags = lines(export_megatron(plan, shape_of("gpt3-6.7b"), "gpt3-6.7b").files[0].text)
+    assert "--data-parallel-sharding-strategy optim_grads" in flags
+    assert flags[flags.index("--recompute-granularity full"):][:3] == [
+        "--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    assert "--fp16" in flags and "--accumulate-allreduce-grads-in-fp32" in flags
+    assert "--overlap-grad-reduce" not in flags and "--sequence-parallel" not in flags
+
+
+def test_megatron_fp32_has_no_precision_flag() -> None:
+    plan = modern_plan_from_dict(dict(tp=1, pp=2, dp=2, micro_batch=1, global_batch=8,
+                                      precision="fp32"))
+    flags = lines(export_megatron(plan, shape_of("gpt3-125m"), "gpt3-125m").files[0].text)
+    assert not {"--bf16", "--fp16", "--grad-reduce-in-bf16"} & set(flags)
+    assert flags[:4] == ["--tensor-model-parallel-size 1", "--pipeline-model-parallel-size 2",
+                         "--micro-batch-size 1", "--global-batch-size 8"]
+
+
+def test_megatron_torchrun_script() -> None:
+    result = export_megatron(modern_plan_from_dict(GPT3_PLAN), shape_of("gpt3-175b"), "gpt3-175b",
+                             output_format="torchrun", gpus_per_node=8)
+    text = result.files[0].text
+    assert text.startswith("#!/bin/sh\n")
+    # 768 GPUs / 8 per node = 96 nodes.
+    assert "torchrun --nnodes 96 --nproc-per-node 8 " in text
+    assert "    pretrain_gpt.py \\\n    --tensor-model-parallel-size 8 \\\n" in text
+    assert text.endswith("    --position-embedding-type learned_absolute\n")
+
+
+def test_gpipe_without_a_pipeline_is_not_refused() -> None:
+    plan = modern_plan_from_dict(dict(tp=2, pp=1, dp=2, schedule="gpipe"))
+    assert export_megatron(plan, shape_of("gpt3-1.3b"), "gpt3-1.3b").files
+
+
+# --- DeepSpeed -------------------------------------------------------------------------------
+
+def test_deepspeed_llama70b_config_and_megatron_deepspeed_flags() -> None:
+    result = export_deepspeed(modern_plan_from_dict(LLAMA70_PLAN), shape_of("llama3-70b"),
+                              "llama3-70b")
+    assert [f.name for f in result.files] == ["ds_config.json", "megatron-deepspeed.args"]
+    config = json.loads(result.files[0].text)
+    assert config == {
+        "train_batch_size": 512,
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 128,        # 512 / (1 · 4 replicas)
+        "zero_optimization": {"stage": 1, "overlap_comm": True},
+        "bf16": {"enabled": True},
+        "communication_data_type": "fp32",         # grad_bytes 4
+        "activation_checkpointing": {"partition_activations": False,
+                                     "contiguous_memory_optimization": False,
+                                     "cpu_checkpointing": False},
+    }
+    assert lines(result.files[1].text) == [
+        "--deepspeed", "--deepspeed_config ds_config.json", "--zero-stage 1",
+        "--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 4",
+        "--sequence-parallel", "--micro-batch-size 1", "--global-batch-size 512",
+        "--checkpoint-activations", "--checkpoint-num-layers 1",
+        "--deepspeed-activation-checkpointing", "--bf16",
+        "--num-layers 80", "--hidden-size 8192", "--ffn-hidden-size 28672",
+        "--num-attention-heads 64", "--seq-length 8192", "--max-position-embeddings 8192",
+        "--vocab-size 128256", "--swiglu", "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear", "--attention-dropout 0", "--hidden-dropout 0",
+        "--num-key-value-heads 8", "--normalization rmsnorm",
+        "--use-rotary-position-embeddings", "--no-position-embedding"]
+
+
+def test_deepspeed_without_pipeline_zero3_fp16() -> None:
+    plan = modern_plan_from_dict(dict(tp=1, pp=1, dp=16, micro_batch=4, global_batch=128,
+                                      zero=3, precision="fp16", overlap_dp=True))
+    config = ds_config(plan)
+    assert config["gradient_accumulation_steps"] == 2          # 128 / (4 · 16)
+    assert config["zero_optimization"] == {"stage": 3, "overlap_comm": True}
+    assert config["fp16"] == {"enabled": True, "loss_scale": 0}  # 0: dynamic loss scaling
+    assert config["communication_data_type"] == "fp16" and "bf16" not in config
+    flags = lines(export_deepspeed(plan, shape_of("gpt3-1.3b"), "gpt3-1.3b").files[1].text)
+    assert "--no-pipeline-parallel" in flags and "--fp16" in flags and "--zero-stage 3" in flags
+
+
+def test_deepspeed_zero0_fp32() -> None:
+    config = ds_config(modern_plan_from_dict(dict(dp=4, micro_batch=8, global_batch=32,
+                                                  precision="fp32")))
+    assert config == {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 8,
+                      "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 0},
+                      "communication_data_type": "fp32"}
+
+
+def test_deepspeed_config_name_in_flags() -> None:
+    result = export_deepspeed(modern_plan_from_dict(LLAMA70_PLAN), shape_of("llama3-70b"),
+                              "llama3-70b", config_name="cfg/run1.json")
+    assert result.files[0].name == "cfg/run1.json"
+    assert "--deepspeed_config cfg/run1.json" in lines(result.files[1].text)
+
+
+# --- torchtitan ------------------------------------------------------------------------------
+
+def toml_tables(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+def test_torchtitan_llama3_8b_fsdp_fp8() -> None:
+    result = export_torchtitan(modern_plan_from_dict(LLAMA8_PLAN), shape_of("llama3-8b"),
+                               "llama3-8b")
+    tables = toml_tables(result.files[0].text)
+    assert tables["model"] == {"name": "llama3", "flavor": "8B",
+                               "converters": ["quantize.linear.float8"]}
+    assert tables["training"] == {"local_batch_size": 2, "global_batch_size": 256,
+                                  "seq_len": 8192, "mixed_precision_param": "bfloat16",
+                                  "mixed_precision_reduce": "float32"}
+    # 256 / (2 · 32) = 4 gradient-accumulation steps, which torchtitan derives itself.
+    assert tables["parallelism"] == {"data_parallel_replicate_degree": 1,
+                                     "data_parallel_shard_degree": 32,
+                                     "fsdp_reshard_after_forward": "always",   # ZeRO-3
+                                     "tensor_parallel_degree": 2,
+                                     "pipeline_parallel_degree": 1}
+    assert tables["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert any("float32" in note for note in result.notes)   # the 2-byte gradients differ
+
+
+def test_torchtitan_llama3_70b_interleaved_pipeline_ddp() -> None:
+    plan = modern_plan_from_dict(dict(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64,
+                                      schedule="interleaved", virtual_stages=2, zero=0,
+                                      recompute="full", precision="bf16",
+                                      sequence_parallel=True, overlap_dp=True, grad_bytes=4))
+    result = export_torchtitan(plan, shape_of("llama3-70b"), "llama3-70b")
+    tables = toml_tables(result.files[0].text)
+    assert tables["model"] == {"name": "llama3", "flavor": "70B"}
+    # 64 / (1 · 2) = 32 micro-batches per step, all in one local batch the pipeline splits.
+    assert tables["training"]["local_batch_size"] == 32
+    assert tables["training"]["global_batch_size"] == 64
+    assert tables["parallelism"] == {"data_parallel_replicate_degree": 2,
+                                     "data_parallel_shard_degree": 1,
+                                     "tensor_parallel_degree": 8,
+                                     "pipeline_parallel_degree": 4,
+                                     "pipeline_parallel_schedule": "Interleaved1F1B",
+                                     "pipeline_parallel_microbatch_size": 1,
+                                     "pipeline_parallel_layers_per_stage": 10,   # 80 / (4 · 2)
+                                     "pipeline_parallel_first_stage_less_layers": 0,
+                                     "pipeline_parallel_last_stage_less_layers": 0}
+    assert tables["activation_checkpoint"] == {"mode": "full"}
+    assert not any("float32" in note for note in result.notes)
+
+
+def test_torchtitan_gpipe_zero2_fp32_and_unregistered_shapes() -> None:
+    plan = modern_plan_from_dict(dict(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8, zero=2,
+                                      precision="fp32"))
+    result = export_torchtitan(plan, shape_of("gpt3-1.3b"), "gpt3-1.3b")
+    tables = toml_tables(result.files[0].text)
+    assert tables["parallelism"]["fsdp_reshard_after_forward"] == "never"     # ZeRO-2
+    assert tables["training"]["mixed_precision_param"] == "float32"
+    assert tables["model"] == {"name": "llama3", "flavor": "gpt3-1.3b"}
+    assert any("no model for gpt3-1.3b" in note for note in result.notes)
+    gpipe = modern_plan_from_dict(dict(tp=1, pp=4, dp=1, micro_batch=1, global_batch=8,
+                                       schedule="gpipe"))
+    llama = export_torchtitan(gpipe, shape_of("llama2-7b"), "llama2-7b")
+    tables = toml_tables(llama.files[0].text)
+    assert tables["parallelism"]["pipeline_parallel_schedule"] == "GPipe"
+    assert tables["parallelism"]["pipeline_parallel_layers_per_stage"] == 8    # 32 / 4
+    assert tables["training"]["local_batch_size"] == 8                        # 8 micro-batches
+    assert any("register one named 'llama2-7b'" in note for note in llama.notes)
+
+
+# --- refusals, every engine ------------------------------------------------------------------
+
+MEGATRON_BASE = dict(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8)
+DEEPSPEED_BASE = {**MEGATRON_BASE, "zero": 1}
+TORCHTITAN_BASE = dict(tp=2, pp=1, dp=4, micro_batch=1, global_batch=8)
+
+
+@pytest.mark.parametrize("exporter, engine, base, change, field, words", [
+    (export_megatron, "Megatron-LM", MEGATRON_BASE, dict(schedule="gpipe"), "plan.schedule",
+     "no GPipe"),
+    (export_megatron, "Megatron-LM", MEGATRON_BASE, dict(precision="tf32"), "plan.precision",
+     "no TF32"),
+    (export_megatron, "Megatron-LM", MEGATRON_BASE, dict(grad_bytes=1), "plan.grad_bytes",
+     "1-byte"),
+    (export_megatron, "Megatron-LM", MEGATRON_BASE, dict(precision="fp32", grad_bytes=2),
+     "plan.grad_bytes", "fp32"),
+    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(schedule="interleaved",
+                                                         virtual_stages=2), "plan.schedule",
+     "1F1B"),
+    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(schedule="gpipe"), "plan.schedule",
+     "1F1B"),
+    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(zero=0, overlap_dp=True),
+     "plan.overlap_dp", "only under ZeRO"),
+    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(precision="tf32"), "plan.precision",
+     "no TF32"),
+    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(grad_bytes=1), "plan.grad_bytes",
+     "1-byte"),
+    (export_torchtitan, "torchtitan", TORCHTITAN_BASE, dict(zero=1), "plan.zero", "no ZeRO-1"),
+    (export_torchtitan, "torchtitan", TORCHTITAN_BASE, dict(precision="fp16"), "plan.precision",
+     "fp16"),
+    (export_torchtitan, "torchtitan", TORCHTITAN_BASE, dict(precision="tf32"), "plan.precision",
+     "no TF32"),
+    (export_torchtitan, "torchtitan", TORCHTITAN_BASE, dict(grad_bytes=1), "plan.grad_bytes",
+     "1-byte"),
+])
+def test_refusals_name_the_field_and_the_engine(exporter, engine, base, change, field,
+                                                words) -> None:
+    with pytest.raises(InputError) as caught:
+        exporter(modern_plan_from_dict({**base, **change}), shape_of("llama3-8b"), "llama3-8b")
+    assert caught.value.field == field
+    assert engine in caught.value.problem and words in caught.value.problem
+    assert "\n" not in str(caught.value)
+
+
+# --- shared checks ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("exporter", [export_megatron, export_deepspeed, export_torchtitan])
+def test_every_engine_refuses_what_it_cannot_split(exporter) -> None:
+    plan = modern_plan_from_dict(dict(tp=16, dp=2, micro_batch=1))
+    with pytest.raises(InputError) as caught:   # llama3-8b has 8 key/value heads
+        exporter(plan, shape_of("llama3-8b"), "llama3-8b")
+    assert caught.value.field == "plan.tp" and "8 key/value heads" in caught.value.problem
+    three = modern_plan_from_dict(dict(pp=3, dp=1, micro_batch=1))   # 32 layers
+    with pytest.raises(InputError, match="32 layers do not divide into 3 stages"):
+        exporter(three, shape_of("llama3-8b"), "llama3-8b")
+    with pytest.raises(InputError, match="not a transformer"):
+        exporter(three, load_workload("adam-mnist").transformer, "adam-mnist")
+    with pytest.raises(InputError, match="encoder"):
+        exporter(modern_plan_from_dict(dict(dp=2)), shape_of("bert-large"), "bert-large")
