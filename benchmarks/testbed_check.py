@@ -1,7 +1,9 @@
 """Asked vs measured link rate, latency and CPU share of a 6-host testbed at 100 mbit and 1 gbit
-(and of 5 workers at 200 mbit with a 1 gbit parameter-server host, filled by fan-in/fan-out).
+(and of 5 workers at 200 mbit with a 1 gbit parameter-server host, filled by fan-in/fan-out),
+and the testbed's CPU fidelity: compute after idle gaps for several CFS periods.
 
     sudo .venv/bin/python benchmarks/testbed_check.py [--repeats 3]   # writes results/testbed_check.md
+    sudo .venv/bin/python benchmarks/testbed_check.py --fidelity-only  # only the fidelity section
 
 For each scenario: `dnnscale testbed up ... --cpu 0.25 --name bench`, then
 `dnnscale testbed check --name bench --json` REPEATS times, then `down` (always, also on
@@ -30,6 +32,8 @@ SCENARIOS = {  # title -> `up` flags
                                                   "--ps-hosts", "1", "--ps-rate", "1gbit"],
 }
 DNNSCALE = [sys.executable, "-m", "dnnscale.cli"]
+FIDELITY_HEADING = "## Compute after idle gaps (CPU fidelity)"
+FIDELITY_PERIODS = ("100ms", "20ms", "10ms", "5ms")
 
 
 def dnnscale(*args: str) -> subprocess.CompletedProcess[str]:
@@ -86,12 +90,88 @@ def table(title: str, runs: list[dict]) -> tuple[str, dict[str, list[float]]]:  
     return "\n".join(lines) + "\n", ratios
 
 
+def fidelity_rows(period: str, rounds: int) -> list[dict]:  # type: ignore[type-arg]
+    """Burst probe in h1 of a 6-host 1gbit testbed at CPU share CPU and `period`: alone, then
+    with the other five hosts busy; the load average next to each."""
+    from dnnscale.testbed.build import up
+    from dnnscale.testbed.fidelity import measure_burst
+    from dnnscale.testbed.spec import make_spec
+    from dnnscale.testbed.teardown import down
+
+    down(NAME)
+    rows = []
+    try:
+        desc = up(make_spec(NAME, HOSTS, "1gbit", cpu=CPU, cpu_period=period))
+        for busy in (False, True):
+            load = os.getloadavg()[0]
+            result = measure_burst(desc, rounds=rounds, busy_others=busy).to_dict()
+            rows.append({**result, "load_before": load, "load_after": os.getloadavg()[0]})
+    finally:
+        down(NAME)
+    return rows
+
+
+def fidelity_section(rounds: int) -> str:
+    from dnnscale.testbed.fidelity import DEFAULT_GAPS_S
+    from dnnscale.testbed.spec import DEFAULT_CFS_PERIOD_S
+
+    rows = [row for period in FIDELITY_PERIODS for row in fidelity_rows(period, rounds)]
+    gaps = [f"{g:g}" for g in DEFAULT_GAPS_S]
+    lines = [FIDELITY_HEADING, "",
+             f"Date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Produced by `sudo .venv/bin/"
+             f"python benchmarks/testbed_check.py --fidelity-only --rounds {rounds}`: for each CFS "
+             f"period, `testbed up --hosts {HOSTS} --rate 1gbit --cpu {CPU} --cpu-period P`, then "
+             "the burst probe (testbed/fidelity.py) in h1: sleep an idle gap, then a chunk of "
+             "256×256 matmuls worth 50 ms of CPU time, each gap "
+             f"{rounds} times, once alone and once with the other five hosts running CPU loops "
+             "in their cgroups (1.5 cores of quota on 2 cores). **pace** = wall time / (CPU time "
+             f"/ {CPU}): 1.00 is a machine of {CPU} core's speed, below 1 a burst (the host spends "
+             "a period's quota at full core speed after idling), above 1 contention. The load "
+             "average (1 min) of the whole machine is shown beside each row; other sessions "
+             "shared the machine, so rows with a load above about 1 are preliminary.", "",
+             "| period | other hosts | pace min–max | median | " + " | ".join(
+                 f"gap {g} s" for g in gaps) + " | load before / after |",
+             "|---|---|---|---|" + "---|" * len(gaps) + "---|"]
+    for row in rows:
+        by_gap = row["paces_by_gap"]
+        cells = " | ".join("–".join(f"{v:.2f}" for v in (min(by_gap[g]), max(by_gap[g])))
+                           for g in gaps)
+        lines.append(f"| {1000 * row['cpu_period_s']:g} ms | "
+                     f"{'busy' if row['busy_others'] else 'idle'} | {row['pace_min']:.2f}–"
+                     f"{row['pace_max']:.2f} | {row['pace_median']:.2f} | {cells} | "
+                     f"{row['load_before']:.2f} / {row['load_after']:.2f} |")
+    lines += ["", f"`testbed up` uses a {1000 * DEFAULT_CFS_PERIOD_S:g} ms period unless "
+              "`--cpu-period` says otherwise (longer only where a share needs it for the "
+              "kernel's 1 ms minimum quota).", ""]
+    return "\n".join(lines)
+
+
+def replace_section(text: str, heading: str, section: str) -> str:
+    """`text` with the section under `heading` (up to the next '## ' heading) replaced by
+    `section`, or `section` appended."""
+    start = text.find(heading)
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + section
+    end = text.find("\n## ", start + len(heading))
+    return text[:start] + section + (text[end + 1:] if end >= 0 else "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", default="0.5", help="length of each bandwidth flow")
     parser.add_argument("--cpu-seconds", default="3", help="length of the CPU test")
+    parser.add_argument("--rounds", type=int, default=3, help="chunks per idle gap (fidelity)")
+    parser.add_argument("--fidelity-only", action="store_true",
+                        help="only measure the CPU fidelity section and update it in place")
     args = parser.parse_args()
+    out = Path(__file__).resolve().parents[1] / "results" / "testbed_check.md"
+    if args.fidelity_only:
+        section = fidelity_section(args.rounds)
+        out.write_text(replace_section(out.read_text() if out.exists() else "", FIDELITY_HEADING,
+                                       section))
+        print(section)
+        return
     check_args = ["--seconds", args.seconds, "--cpu-seconds", args.cpu_seconds]
     load_before = os.getloadavg()
     started = datetime.now(timezone.utc)
@@ -142,7 +222,7 @@ def main() -> None:
         f"Load average after the run: {load_after:.2f}.\n\n"
         "## Summary\n\n| scenario | measured / expected, every link and direction | cpu share / asked |\n"
         "|---|---|---|\n" + "\n".join(summary) + "\n\n## Per host\n\n" + "\n".join(sections))
-    out = Path(__file__).resolve().parents[1] / "results" / "testbed_check.md"
+    text = replace_section(text, FIDELITY_HEADING, fidelity_section(args.rounds))
     out.write_text(text)
     print(text)
 

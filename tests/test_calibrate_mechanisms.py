@@ -15,7 +15,7 @@ from dnnscale.system import load_system
 from dnnscale.system.profile import (OverlapFit, StragglerSpread, profile_from_dict,
                                      profile_to_dict)
 
-PROFILE = Path(__file__).parent.parent / "results" / "validation" / "profile-100mbit.yaml"
+PROFILE = Path(__file__).parent.parent / "results" / "validation" / "wave1" / "profile-100mbit.yaml"
 
 
 def test_fit_gamma_by_hand() -> None:

@@ -24,6 +24,7 @@ from dnnscale.testbed.describe import (HostDescription, HostMeasurement, Testbed
                                        cluster_from_description, load_description,
                                        rank_placements, save_description)
 from dnnscale.testbed.names import TestbedNames, check_name, is_ours, owner_of
+from tests.fake_ip import install_fake_ip
 
 runner = CliRunner()
 
@@ -215,12 +216,7 @@ def test_prefix_joins_the_cgroup_and_keeps_the_pid(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The prefix writes its own pid into the cgroup, then execs `ip netns exec NS CMD`; a fake
     `ip` (that just runs CMD) shows the command keeps that pid and receives its arguments."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_ip = bin_dir / "ip"
-    fake_ip.write_text('#!/bin/sh\n[ "$1 $2" = "netns exec" ] || exit 9\nshift 3\nexec "$@"\n')
-    fake_ip.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    fake_ip = install_fake_ip(tmp_path, monkeypatch)
     cgroup = tmp_path / "dns-tb-h1"
     cgroup.mkdir()
     host = _host("h1", "worker", 1, 25e6, 0.3, cgroup_root=tmp_path)

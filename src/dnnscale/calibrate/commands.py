@@ -33,8 +33,12 @@ def register(app: typer.Typer) -> None:
                   kinds: Optional[str] = typer.Option(None, "--kinds", help="comma-separated "
                                                       "grid groups (conv2d, linear, pooling, "
                                                       "elementwise); default all"),
-                  allreduce_peers: str = typer.Option("2,4", "--allreduce-peers",
-                                                      help="all-reduce group sizes"),
+                  allreduce_peers: Optional[str] = typer.Option(
+                      None, "--allreduce-peers", help="all-reduce group sizes (default 2,4; on "
+                      "a testbed every size from 2 to its worker hosts)"),
+                  free_core: bool = typer.Option(False, "--free-core", help="testbed: measure "
+                                                 "compute on a free core of this machine, not "
+                                                 "inside a host under its quota"),
                   gpu: bool = typer.Option(False, "--gpu", help="measure a CUDA GPU's kernels "
                                            "and write a GPU profile"),
                   device: str = typer.Option("cuda", "--device", help="--gpu: cuda or cuda:N"),
@@ -45,13 +49,21 @@ def register(app: typer.Typer) -> None:
                                              help="--gpu: fit the step constants on short "
                                                   "training runs")) -> None:
         """Measure compute, memory and network rates and write a hardware profile (YAML);
-        with --gpu, a GPU's kernel efficiencies as a GPU profile."""
+        with --gpu, a GPU's kernel efficiencies as a GPU profile.
+
+        On a testbed, compute is measured inside its first worker host, under the host's CPU
+        quota, while every other host runs a CPU loop (what runs see), and the network between
+        its hosts: point-to-point, all-reduce at every group size, the wait a collective costs
+        after compute under the quota, and a synchronous PS's held pulls.
+        """
         from dnnscale.errors import InputError
 
         from dnnscale.atomic import check_output_path
 
         if sum((local, testbed is not None, gpu)) != 1:
             raise InputError("calibrate", "give exactly one of --local, --testbed FILE or --gpu")
+        if free_core and testbed is None:
+            raise InputError("--free-core", "only with --testbed")
         check_output_path(output, "--output")
         if gpu:
             from dnnscale.calibrate.gpu_commands import run_gpu_calibration
@@ -62,9 +74,10 @@ def register(app: typer.Typer) -> None:
             run_gpu_calibration(output, quick, device, as_device, steps)
             return
         grid_kinds = _kinds(kinds)
-        peers = _peers(allreduce_peers)
+        peers = _peers(allreduce_peers) if allreduce_peers is not None else None
         run_calibration(output, quick, not no_network, grid_kinds, peers,
-                        str(testbed) if testbed is not None else None)
+                        str(testbed) if testbed is not None else None,
+                        under_quota=testbed is not None and not free_core)
 
 
 def _kinds(text: Optional[str]) -> Optional[tuple[str, ...]]:
@@ -99,28 +112,50 @@ def _peers(text: str) -> tuple[int, ...]:
 
 
 def run_calibration(output: Path, quick: bool, network: bool,
-                    grid_kinds: Optional[tuple[str, ...]], peers: tuple[int, ...],
-                    testbed: Optional[str]) -> Any:
+                    grid_kinds: Optional[tuple[str, ...]], peers: Optional[tuple[int, ...]],
+                    testbed: Optional[str], under_quota: bool = False) -> Any:
     """Calibrate with a rich progress bar, write the profile atomically, print a summary."""
+    from dataclasses import replace
+
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dnnscale.system.profile import save_profile
-    from dnnscale.calibrate.run import Plan, calibrate, testbed_network, testbed_placements
+    from dnnscale.calibrate.run import (Plan, calibrate, testbed_network, testbed_placements,
+                                        testbed_steps)
 
+    desc = None
+    if testbed is not None:
+        from dnnscale.testbed.describe import load_description
+
+        desc = load_description(testbed)
+        if peers is None:
+            workers = len(desc.hosts_with_role("worker"))
+            peers = tuple(range(2, min(workers, MAX_PEERS) + 1))
     runner = testbed_network(testbed) if testbed is not None else None
     placements = testbed_placements(testbed) if testbed is not None else None
-    plan = Plan.make(quick, network=network, grid_kinds=grid_kinds, allreduce_peers=peers)
+    plan = Plan.make(quick, network=network, grid_kinds=grid_kinds,
+                     allreduce_peers=peers or (2, 4))
+    total = plan.steps()
+    if desc is not None and network:
+        total += testbed_steps(desc, plan) - (1 + len(plan.allreduce_peers))
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]calibrate[/bold] {task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                   console=console) as progress:
-        task = progress.add_task("starting", total=plan.steps())
+        task = progress.add_task("starting", total=total)
 
         def advance(label: str) -> None:
             progress.update(task, advance=1, description=label)
 
-        profile = calibrate(plan, advance, runner, placements)
+        compute = None
+        if under_quota:
+            from dnnscale.calibrate.quota import calibrate_compute_under_quota
+
+            compute = calibrate_compute_under_quota(desc, plan.quick, plan.grid_kinds, advance)
+        profile = calibrate(plan, advance, runner, compute, placements)
+    if desc is not None:
+        profile = replace(profile, calibration={**profile.calibration, "testbed": desc.name})
     save_profile(profile, output)
     _summary(console, profile, output)
     return profile

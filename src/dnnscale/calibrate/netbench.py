@@ -1,10 +1,28 @@
 """One rank of the network microbenchmark (run as ``python -m dnnscale.calibrate.netbench``).
 
 Environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (and GLOO_SOCKET_IFNAME); arguments:
-``p2p|allreduce SIZE,SIZE,... REPEATS``. Rank 0 prints one JSON line {"points": [[bytes, s]]}:
-for p2p the one-way time of a message (half a ping-pong round trip), for allreduce the time of
-one all-reduce of SIZE bytes of float32; each the median over REPEATS batches of individually
-timed calls (the median shrugs off the calls another process delayed).
+``p2p|allreduce|coupled|pspull SIZE,SIZE,... REPEATS [CHUNK_CPU_S | SHARDS]``. Rank 0 prints
+one JSON line {"points": [[bytes, s]]}:
+
+- p2p: the one-way time of a message (half a ping-pong round trip);
+- allreduce: the time of one all-reduce of SIZE bytes of float32;
+- coupled: what an all-reduce of SIZE bytes costs beyond its own time when it follows
+  CHUNK_CPU_S of one-thread matmul on every rank, as in a model-parallel step (each rank
+  computes, then they meet): the mean iteration of (chunk, all-reduce) minus the mean
+  iteration of the chunk alone (no meeting) minus the median all-reduce alone. Under a CPU
+  quota a rank that spent its period's quota cannot answer until the next period, and the
+  group waits for its slowest member; the points also carry the three raw times;
+- pspull: a synchronous parameter server's reply round: the last SHARDS ranks are shards, the
+  others workers; every worker asks every shard (in rank order) for its SIZE/SHARDS bytes, and
+  each shard answers the requests one after another in the order they arrived, as
+  runtime/ps.py's ShardServer answers the pulls it held for a step; the time from the request
+  to the last byte received, the slowest worker's, per round.
+
+Each the median (mean for coupled, whose waits are the point) over REPEATS batches of
+individually timed calls (the median shrugs off the calls another process delayed).
+
+The process joins its testbed host's CPU cgroup after importing torch, if its placement
+deferred the join (runtime/placement.join_cgroup).
 """
 
 from __future__ import annotations
@@ -20,19 +38,102 @@ def _batch_calls(size: int) -> int:
     return max(3, min(100, int(1e7 / max(size, 1))))
 
 
+def _matmul_chunk(cpu_s: float):  # type: ignore[no-untyped-def]
+    """A function that runs about `cpu_s` CPU seconds of one-thread 128x128 matmuls."""
+    import torch
+
+    a, b = torch.rand(128, 128), torch.rand(128, 128)
+    start, calls = time.process_time(), 0
+    while time.process_time() - start < 0.02:
+        torch.mm(a, b)
+        calls += 1
+    per_call = (time.process_time() - start) / calls
+    count = max(1, round(cpu_s / per_call))
+
+    def run() -> None:
+        for _ in range(count):
+            torch.mm(a, b)
+
+    return run
+
+
+def _pspull(size: int, shards: int, calls: int) -> list[float]:
+    """Rounds of a synchronous PS's held pulls (see the module docstring); the slowest worker's
+    seconds per round, on rank 0 (every rank returns its own)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    workers = world - shards
+    piece = torch.zeros(max(1, size // 4 // shards), dtype=torch.float32)
+    timed = []
+    for _ in range(calls):
+        dist.barrier()
+        start = time.perf_counter()
+        if rank < workers:
+            asks = [dist.isend(torch.tensor([rank]), workers + s) for s in range(shards)]
+            replies = [dist.irecv(torch.empty_like(piece), workers + s) for s in range(shards)]
+            for work in asks + replies:
+                work.wait()
+        else:
+            order = []  # the requests in their order of arrival, then the replies in it
+            for _ in range(workers):
+                who = torch.zeros(1, dtype=torch.int64)
+                order.append(int(dist.recv(who)))
+            for worker in order:
+                dist.send(piece, worker)
+        elapsed = torch.tensor([time.perf_counter() - start])
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        timed.append(float(elapsed))
+    return timed
+
+
+def _coupled(size: int, chunk, calls: int, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
+    """[bytes, extra s, iteration s, chunk-alone s, all-reduce-alone s] (see the docstring)."""
+    import torch
+    import torch.distributed as dist
+
+    buffer = torch.ones(max(1, size // 4), dtype=torch.float32)
+    together, alone, bare = [], [], []
+    for attempt in range(repeats + 1):
+        for target, body in ((together, lambda: (chunk(), dist.all_reduce(buffer))),
+                             (alone, chunk), (bare, lambda: dist.all_reduce(buffer))):
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(calls):
+                body()
+            if attempt:  # the first round warms up
+                target.append((time.perf_counter() - start) / calls)
+    iteration, own, collective = (statistics.fmean(together), statistics.fmean(alone),
+                                  statistics.median(bare))
+    return [buffer.numel() * 4, iteration - own - collective, iteration, own, collective]
+
+
 def main(argv: list[str]) -> int:
     import torch
     import torch.distributed as dist
 
+    from dnnscale.runtime.placement import join_cgroup
+
+    join_cgroup()
     torch.set_num_threads(1)
-    mode, sizes_text, repeats_text = argv
+    mode, sizes_text, repeats_text = argv[:3]
+    extra = float(argv[3]) if len(argv) > 3 else 0.0
     sizes = [int(s) for s in sizes_text.split(",")]
     repeats = int(repeats_text)
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
+    chunk = _matmul_chunk(extra) if mode == "coupled" else None
     points = []
     try:
         for size in sizes:
+            if mode == "pspull":
+                timed = _pspull(size, int(extra), repeats * _batch_calls(size))
+                points.append([size, statistics.median(timed)])
+                continue
+            if mode == "coupled":
+                points.append(_coupled(size, chunk, 10, repeats))
+                continue
             if mode == "p2p":
                 buffer = torch.zeros(size, dtype=torch.uint8)
             else:

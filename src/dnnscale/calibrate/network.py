@@ -29,10 +29,12 @@ def free_port(address: str = "127.0.0.1") -> int:
 
 
 def run_ranks(placements: Sequence[RankPlacement], mode: str, sizes: Sequence[int],
-              repeats: int, timeout_s: float = 120.0,
+              repeats: int, timeout_s: float = 120.0, extra: float | None = None,
               module: str = "dnnscale.calibrate.netbench") -> list[list[float]]:
-    """Run a benchmark `module` (netbench: ``MODE SIZES REPEATS``) on one process per
-    placement; rank 0's points ([[bytes, seconds], ...] for netbench)."""
+    """Run a benchmark `module` (netbench: ``MODE SIZES REPEATS [EXTRA]``) on one process per
+    placement; rank 0's points ([[bytes, seconds, ...], ...] for netbench). `extra`: the mode's
+    fourth argument (coupled: CPU seconds of the chunk; pspull: the number of shards, the last
+    ranks)."""
     master = placements[0].address
     if placements[0].prefix:  # a testbed host: find the port inside its namespace
         from dnnscale.testbed.describe import free_port as free_port_on  # type: ignore
@@ -48,7 +50,8 @@ def run_ranks(placements: Sequence[RankPlacement], mode: str, sizes: Sequence[in
                    "WORLD_SIZE": str(len(placements)), "GLOO_SOCKET_IFNAME": placement.ifname,
                    "OMP_NUM_THREADS": "1"}
             command = [*placement.prefix, sys.executable, "-m", module,
-                       mode, ",".join(str(s) for s in sizes), str(repeats)]
+                       mode, ",".join(str(s) for s in sizes), str(repeats),
+                       *([f"{extra:g}"] if extra is not None else [])]
             processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                               stderr=subprocess.PIPE, text=True))
         outputs = [process.communicate(timeout=timeout_s) for process in processes]
@@ -115,3 +118,40 @@ def measure_allreduce(placements: Sequence[RankPlacement], sizes: Sequence[int],
     return LinkFit(bandwidth_bytes_per_s=2 * (peers - 1) / peers / b,
                    latency_s=a / (2 * (peers - 1)),
                    points=tuple((p[0], p[1]) for p in points), peers=peers)
+
+
+COUPLED_CHUNK_CPU_S = 0.01
+"""CPU seconds each member computes before the coupled collective: a few periods of a small
+quota (40 ms of wall time at 0.25 core), like a layer's compute between two partition
+collectives."""
+
+
+def measure_call_wait(placements: Sequence[RankPlacement], sizes: Sequence[int] = (4096, 65_536),
+                      chunk_cpu_s: float = COUPLED_CHUNK_CPU_S, quick: bool = False) -> float:
+    """Seconds a collective among the placements costs beyond its own time when every member
+    computes right before it (netbench `coupled`), the mean over `sizes`, at least 0.
+
+    Under a CPU quota the members finish their compute at different points of their periods
+    and a member that spent its quota answers only in the next period; the group waits for the
+    last. Without a quota (or with a short period) this is about 0.
+    """
+    points = run_ranks(placements, "coupled", sizes, 2 if quick else 4, timeout_s=300,
+                       extra=chunk_cpu_s)
+    return max(0.0, float(np.mean([p[1] for p in points])))
+
+
+def measure_ps_sync_pull(placements: Sequence[RankPlacement], shards: int, sizes: Sequence[int],
+                         quick: bool = False) -> LinkFit:
+    """A synchronous PS's held pulls answered in turn (netbench `pspull`: the last `shards`
+    placements are shards, the others workers, each pulling SIZE bytes), fitted as the
+    registry's ps_sync_pull: t = g·x / B + g·α for g workers of x bytes each.
+
+    Formula: with t = a + x · b fitted, B = g / b and α = a / g
+    (model/collectives.held_pull_convoy).
+    """
+    workers = len(placements) - shards
+    points = run_ranks(placements, "pspull", sizes, 2 if quick else 4, timeout_s=600,
+                       extra=shards)
+    a, b = fit_alpha_beta(points)
+    return LinkFit(bandwidth_bytes_per_s=workers / b, latency_s=a / workers,
+                   points=tuple((p[0], p[1]) for p in points), peers=workers, shards=shards)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from dnnscale.system.profile import HardwareProfile, LinkFit, OverlapFit, StragglerSpread
+from dnnscale.system.profile import HardwareProfile, OverlapFit, StragglerSpread
 
 Advance = Callable[[str], None]
 Placements = Callable[[Sequence[str]], list[Any]]
@@ -56,6 +56,7 @@ class Plan:
     def steps(self) -> int:
         from dnnscale.calibrate.compute import calibration_grid
 
+        # p2p, each all-reduce group, the overlap and the straggler benchmarks
         network_steps = (3 + len(self.allreduce_peers)) if self.network else 0
         return len(calibration_grid(self.quick, self.grid_kinds)) + 3 + network_steps
 
@@ -76,12 +77,32 @@ def machine_facts() -> dict[str, Any]:
     return {"hostname": platform.node(), "cpu_model": cpu_model(), "cores": os.cpu_count() or 1}
 
 
+NetworkRunner = Callable[[Plan, Advance], dict[str, Any]]
+"""Measures the network for `plan`; returns HardwareProfile fields (network, allreduce, ...)."""
+
+
 def calibrate(plan: Plan, advance: Advance = lambda _: None,
-              network_runner: Callable[..., tuple[LinkFit | None, tuple[LinkFit, ...]]] | None = None,
+              network_runner: NetworkRunner | None = None,
+              compute: HardwareProfile | None = None,
               placements: Placements | None = None) -> HardwareProfile:
     """Measure and fit everything in `plan`; `network_runner(plan, advance)` measures the
-    network (default: two local processes over loopback), and with it the overlap and
-    straggler benchmarks run on `placements` (default: local processes)."""
+    network (default: local processes over loopback), and with it the overlap and straggler
+    benchmarks run on `placements` (default: local processes). `compute`: a profile whose
+    compute and memory were measured already (inside a testbed host, calibrate/quota.py); then
+    only the network and the mechanisms are measured here."""
+    profile = compute if compute is not None else measure_compute(plan, advance)
+    if plan.network:
+        runner = network_runner or local_network
+        profile = replace(profile, **runner(plan, advance))
+        # Testbed links are rate-limited (Mbit/s): overlap messages up to 1 MiB there.
+        overlap, stragglers = measure_mechanisms(plan, advance, placements or _local,
+                                                 2**20 if placements is not None else None)
+        profile = replace(profile, overlap=overlap, stragglers=stragglers)
+    return profile
+
+
+def measure_compute(plan: Plan, advance: Advance = lambda _: None) -> HardwareProfile:
+    """Compute, memory and update rates of this process (one thread); no network."""
     import torch
 
     from dnnscale.calibrate.compute import calibration_grid, fit_compute, measure_grid
@@ -102,22 +123,13 @@ def calibrate(plan: Plan, advance: Advance = lambda _: None,
     shapes = calibration_grid(plan.quick, plan.grid_kinds)
     samples = list(measure_grid(shapes, plan.samples, plan.sample_s, advance))
     fit = fit_compute(samples, allocation)
-    network, allreduce = None, ()
-    overlap, stragglers = None, None
-    if plan.network:
-        runner = network_runner or local_network
-        network, allreduce = runner(plan, advance)
-        # Testbed links are rate-limited (Mbit/s): overlap messages up to 1 MiB there.
-        overlap, stragglers = measure_mechanisms(plan, advance, placements or _local,
-                                                 2**20 if placements is not None else None)
     return HardwareProfile(
         machine=machine_facts(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         torch_version=str(torch.__version__), flops_per_s_per_core=fit.flops_per_s,
         intensity_factors=fit.intensity_factors, bytes_per_s_per_core=fit.bytes_per_s,
         allocation_bytes_per_s_per_core=allocation, memory_bandwidth_bytes_per_s=bandwidth,
         update_s_per_param=update.s_per_param, update_s_per_message=update.s_per_message,
-        network=network, allreduce=allreduce, threads=1, overlap=overlap,
-        stragglers=stragglers,
+        threads=1,
         calibration={"quick": plan.quick, "seconds": round(time.perf_counter() - started, 1),
                      "compute_shapes": len(shapes), "compute_samples": len(samples),
                      "timing": {"samples": plan.samples, "sample_s": plan.sample_s},
@@ -153,7 +165,7 @@ def measure_mechanisms(plan: Plan, advance: Advance, placements: Placements,
                                     tuple(means))
 
 
-def local_network(plan: Plan, advance: Advance) -> tuple[LinkFit | None, tuple[LinkFit, ...]]:
+def local_network(plan: Plan, advance: Advance) -> dict[str, Any]:
     """Point-to-point and all-reduce over loopback between local gloo processes."""
     from dnnscale.calibrate.network import measure_allreduce, measure_p2p
     from dnnscale.runtime.placement import local_placements
@@ -165,35 +177,86 @@ def local_network(plan: Plan, advance: Advance) -> tuple[LinkFit | None, tuple[L
         fits.append(measure_allreduce(local_placements(peers), plan.allreduce_sizes,
                                       quick=plan.quick))
         advance(f"all-reduce x{peers}")
-    return p2p, tuple(fits)
+    return {"network": p2p, "allreduce": tuple(fits)}
 
 
-def testbed_network(testbed_file: str) -> Callable[[Plan, Advance],
-                                                   tuple[LinkFit | None, tuple[LinkFit, ...]]]:
-    """A network runner that measures between the testbed's hosts (needs the testbed stage)."""
+TESTBED_MAX_MESSAGE_BYTES = 4 * 2**20
+"""Testbed links are rate-limited (Mbit/s): messages up to 4 MiB keep calibration to minutes."""
+
+
+def pull_groups(workers: int, ps_hosts: int, hosts: int) -> list[tuple[int, int]]:
+    """(workers, shards) of the ps_sync_pull measurements on a testbed: every worker count from
+    2 that leaves a host for a shard, with the dedicated PS hosts as shards, else as many shards
+    as workers where the hosts allow (the grids' S = R configurations), at least one."""
+    if ps_hosts:
+        return [(g, ps_hosts) for g in range(2, workers + 1)]
+    return [(g, max(1, min(g, hosts - g))) for g in range(2, min(workers, hosts - 1) + 1)]
+
+
+def testbed_steps(desc: Any, plan: Plan) -> int:
+    """Network steps a testbed calibration reports: p2p, PS p2p, all-reduces, waits, pulls."""
+    workers, ps_hosts = len(desc.hosts_with_role("worker")), len(desc.hosts_with_role("ps"))
+    return (1 + bool(ps_hosts) + len(plan.allreduce_peers) + len(coupled_groups(workers))
+            + len(pull_groups(workers, ps_hosts, len(desc.hosts))))
+
+
+def coupled_groups(workers: int) -> list[int]:
+    """Group sizes whose collective wait under the quota is measured: 2 up to 4 workers (the
+    model-parallel widths the grids use)."""
+    return list(range(2, min(workers, 4) + 1))
+
+
+def testbed_network(testbed_file: str) -> NetworkRunner:
+    """A network runner that measures between the testbed's hosts, every rank in its host's
+    namespace and cgroup (joined after torch is imported): point-to-point between two workers
+    (and between a worker and a PS host), all-reduce at each group size asked, the wait a
+    collective costs after compute under the quota, and a synchronous PS's held pulls."""
     from dnnscale.errors import InputError
 
     try:
-        from dnnscale.testbed.describe import rank_placements  # type: ignore[import-not-found]
+        from dnnscale.testbed.describe import load_description, rank_placements
     except ImportError:
         raise InputError("--testbed", "the testbed stage (dnnscale.testbed.describe."
                          "rank_placements) is not available in this installation yet") from None
-    rank_placements(testbed_file, 2)  # a missing or broken description fails before measuring
+    desc = load_description(testbed_file)
+    rank_placements(desc, 2)  # a testbed with one worker host fails before measuring
 
-    def run(plan: Plan, advance: Advance) -> tuple[LinkFit | None, tuple[LinkFit, ...]]:
-        from dnnscale.calibrate.network import measure_allreduce, measure_p2p
+    def run(plan: Plan, advance: Advance) -> dict[str, Any]:
+        from dnnscale.calibrate.network import (measure_allreduce, measure_call_wait,
+                                                measure_p2p, measure_ps_sync_pull)
 
-        # Testbed links are rate-limited (Mbit/s): messages up to 4 MiB keep this to seconds.
-        sizes = [size for size in plan.message_sizes if size <= 4 * 2**20]
-        p2p = measure_p2p(rank_placements(testbed_file, 2), sizes, quick=plan.quick)
+        def place(count: int, roles: list[str] | None = None) -> list[Any]:
+            return rank_placements(desc, count, roles=roles, join_late=True)
+
+        sizes = [size for size in plan.message_sizes if size <= TESTBED_MAX_MESSAGE_BYTES]
+        reduce_sizes = [s for s in plan.allreduce_sizes if s <= TESTBED_MAX_MESSAGE_BYTES]
+        fields: dict[str, Any] = {"network": measure_p2p(place(2), sizes, quick=plan.quick)}
         advance("point-to-point")
+        workers = len(desc.hosts_with_role("worker"))
+        ps_hosts = len(desc.hosts_with_role("ps"))
+        if ps_hosts:
+            fields["ps_network"] = measure_p2p(place(2, ["worker", "ps"]), sizes,
+                                               quick=plan.quick)
+            advance("point-to-point to a PS host")
         fits = []
         for peers in plan.allreduce_peers:
-            fits.append(measure_allreduce(rank_placements(testbed_file, peers),
-                                          [s for s in plan.allreduce_sizes if s <= 4 * 2**20],
-                                          quick=plan.quick))
+            fits.append(measure_allreduce(place(peers), reduce_sizes, quick=plan.quick))
             advance(f"all-reduce x{peers}")
-        return p2p, tuple(fits)
+        fields["allreduce"] = tuple(fits)
+        waits = []
+        for peers in coupled_groups(workers):
+            waits.append((peers, measure_call_wait(place(peers), quick=plan.quick)))
+            advance(f"collective wait under the quota x{peers}")
+        fields["collective_call_wait"] = tuple(waits)
+        pulls = []
+        for count, shards in pull_groups(workers, ps_hosts, len(desc.hosts)):
+            roles = ["worker"] * count + ["ps"] * shards
+            pulls.append(measure_ps_sync_pull(place(count + shards, roles), shards,
+                                              [1024, 262_144, 2**20, 4 * 2**20],
+                                              quick=plan.quick))
+            advance(f"held pulls x{count} from {shards} shards")
+        fields["ps_sync_pull"] = tuple(pulls)
+        return fields
 
     return run
 
@@ -203,7 +266,8 @@ def testbed_placements(testbed_file: str) -> Placements:
     def placements(roles: Sequence[str]) -> list[Any]:
         from dnnscale.testbed.describe import rank_placements  # type: ignore[import-not-found]
 
-        return list(rank_placements(testbed_file, len(roles), roles=list(roles)))
+        return list(rank_placements(testbed_file, len(roles), roles=list(roles),
+                                    join_late=True))
 
     return placements
 

@@ -26,6 +26,10 @@ def main(argv: list[str]) -> int:
     import torch
     import torch.distributed as dist
 
+    from dnnscale.runtime.placement import join_cgroup
+
+    join_cgroup()  # a testbed rank joins its host's cgroup after importing torch
+
     torch.set_num_threads(1)
     _, steps_text, _ = argv
     steps = int(steps_text)

@@ -21,7 +21,9 @@ from dnnscale.model.registry import cost_formula
 from dnnscale.system.topology import LinkTier, Topology
 
 LIBRARIES = ("gloo", "nccl")
-OPERATIONS = ("allgather", "reduce_scatter", "allreduce", "halo")
+OPERATIONS = ("allgather", "reduce_scatter", "allreduce", "halo", "ps_sync_pull")
+FIT_OF = {("reduce_scatter", "gloo"): "allreduce"}
+"""Operations priced with another's calibrated fit: gloo runs reduce_scatter as an all-reduce."""
 
 
 class Transfer(NamedTuple):
@@ -110,6 +112,30 @@ def halo_exchange(payload_bytes: float, neighbours: int) -> Transfer:
     return Transfer(neighbours * payload_bytes, float(neighbours))
 
 
+@collective_cost("ps_sync_pull", "gloo", "nccl")
+def held_pull_convoy(payload_bytes: float, members: int) -> Transfer:
+    """A synchronous parameter server's held pulls, answered one worker after another.
+
+    Each shard holds the pulls of step t until it has applied the step's update, then answers
+    them in their order of arrival with blocking sends; every worker asked every shard at
+    once, so all shards answer the same worker first: one worker's link receives all its
+    shards' pieces while the others wait (a convoy). On the workers' tier the members' pulls
+    follow one another instead of overlapping.
+    Formula: bytes = g · x, messages = g, for g workers served (R·P) each pulling x bytes; the
+    shards' own links are priced apart (R·share·pull / B_ps). A tier's calibrated fit
+    (`dnnscale calibrate` on a testbed: the pspull microbenchmark, whose shards reply as
+    runtime/ps.py does) replaces (B, α): socket buffers let a shard move on before a reply has
+    drained, so the measured convoy is partial.
+    Units: bytes, count -> bytes, count.
+    Source: runtime/ps.py (ShardServer answers held pulls in arrival order, dist.send);
+    measured on the testbed (wave 1 validation: P=1 R=3 S=3 ps-sync pulled in 0.57 s against
+    0.26 s predicted without this term); calibrate/netbench.py pspull.
+    """
+    if members <= 0 or payload_bytes <= 0:
+        return Transfer(0.0, 0.0)
+    return Transfer(members * payload_bytes, float(members))
+
+
 def collective_transfer(operation: str, library: str, payload_bytes: float,
                         members: int) -> Transfer:
     """The registered cost of `operation` under `library` (KeyError names both if missing)."""
@@ -123,13 +149,13 @@ def collective_transfer(operation: str, library: str, payload_bytes: float,
 def collective_time_s(operation: str, library: str, payload_bytes: float, members: int,
                       tier: LinkTier) -> float:
     """Seconds one member spends in the collective on `tier`: bytes / B + messages · α, with a
-    calibrated all-reduce fit for this group size replacing (B, α) where the tier has one."""
+    calibrated fit of the operation (FIT_OF: or the one it runs as) for this group size
+    replacing (B, α) where the tier has one."""
     transfer = collective_transfer(operation, library, payload_bytes, members)
     bandwidth, latency = tier.bandwidth_bytes_per_s, tier.latency_s
-    if operation == "allreduce":
-        fit = tier.allreduce_fit(members)
-        if fit is not None:
-            bandwidth, latency = fit
+    fit = tier.fit(FIT_OF.get((operation, library), operation), members)
+    if fit is not None:
+        bandwidth, latency = fit
     return transfer_time_s(transfer.bytes, transfer.messages, bandwidth, latency)
 
 

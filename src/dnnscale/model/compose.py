@@ -16,9 +16,13 @@ The structure the exact search relies on, read off these formulas (performance-m
   as the busiest shard's share ceil(W/S)/W falls. Over S in [lo, hi], T_w >= its value with the
   latency of lo shards and the share of hi shards.
 - ps-sync: X = R·n / T(R, share, S) with T = combine(T_comp + T_mp, push + apply + pull), where
-  push = max(W_push/P/B, R·share·W_push/B_ps) + S/k_push·α (pull alike) and apply =
+  push = max(W_push/P/B, R·share·W_push/B_ps) + S/k_push·α, pull alike but at least the
+  held-pull convoy R·W_pull/B + R·P·α (collectives.held_pull_convoy) on systems whose PS
+  answers held pulls one worker after another (System.ps_pull_convoy), and apply =
   R·share·t_apply. T/R is nonincreasing in R (each term is a constant or proportional to R;
   combine is 1-homogeneous), so X is nondecreasing in R; X falls as share or S-latency grows.
+  (A calibrated convoy fit per worker count keeps each term proportional to R only where the
+  fits' per-worker cost does not grow with R, as measured ones do not beyond noise.)
 - PS modes, both: for fixed S the best R is the largest, floor((M − S)/P). Over an interval
   S ∈ [lo, hi], X ≤ X(R(lo), share(hi), latency of lo shards): a valid upper bound.
 - Adam's vector protocol prices every shard from the parameter layout (model/vectors.py); the
@@ -42,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from dnnscale.model.collectives import group_collective_time_s
+from dnnscale.model.collectives import collective_time_s, group_collective_time_s
 from dnnscale.model.data_parallel import (buckets_for, exposed_after_backward_s,
                                           optimizer_step_bytes, zero_traffic)
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
@@ -190,6 +194,14 @@ class StepContext:
                     buckets_for(params * self.grad_bytes_per_value))
             slowest = max(slowest, seconds)
         return slowest
+
+    def pull_convoy_s(self, replicas: int) -> float:
+        """ps-sync: the held pulls of R·P workers answered one worker after another
+        (collectives.held_pull_convoy) on the workers' tier, on systems whose PS does that."""
+        if not self.system.ps_pull_convoy:
+            return 0.0
+        return collective_time_s("ps_sync_pull", self.system.collective_library,
+                                 self.pull_bytes / self.P, replicas * self.P, self.system.network)
 
     @property
     def uses_ps(self) -> bool:
@@ -366,8 +378,8 @@ def _ps_sync(ctx: StepContext, replicas: int, share_shards: int,
     worker_push = terms.worker_push_bytes if ctx.regions else ctx.push_bytes / P
     push_s = max(worker_push / B, replicas * terms.push_bytes / B_ps) \
         + latency_shards / ctx.push_every * ctx.latency
-    pull_s = max(ctx.pull_bytes / P / B, replicas * terms.pull_bytes / B_ps) \
-        + latency_shards / ctx.pull_every * ctx.latency
+    pull_s = max(max(ctx.pull_bytes / P / B, replicas * terms.pull_bytes / B_ps)
+                 + latency_shards / ctx.pull_every * ctx.latency, ctx.pull_convoy_s(replicas))
     apply_s = replicas * terms.apply_s
     step_s = ctx.combine(ctx.busy_s, push_s + apply_s + pull_s)
     return replicas * ctx.n / step_s, step_s, push_s, apply_s, pull_s

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dnnscale.model.error_band import ErrorBand, band_for
 from dnnscale.model.stage import LayerCost
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import ParallelPlan
@@ -69,6 +70,17 @@ class Prediction:
     straggler_factor: float = 1.0
     """Asynchronous replicas of unequal speed: the epoch takes f·N/X times this
     (model/stragglers.py); 1 without a measured spread."""
+    error_band: ErrorBand | None = None
+    """The validated error distribution of the plan's regime (model/error_band.py); looked up
+    when not given (accelerators are the predictions with an MFU)."""
+
+    def __post_init__(self) -> None:
+        if self.error_band is None:
+            aggregation = self.plan.data.aggregation
+            mode = ("allreduce" if not self.plan.data.uses_ps
+                    else "ps-async" if getattr(aggregation, "asynchronous", False) else "ps-sync")
+            object.__setattr__(self, "error_band",
+                               band_for(mode, self.bottleneck, self.mfu is not None))
 
     @property
     def epoch_throughput_samples_per_s(self) -> float:
@@ -148,6 +160,8 @@ class Prediction:
             data["mfu"] = self.mfu
         if self.straggler_factor != 1.0:
             data["straggler_factor"] = self.straggler_factor
+        if self.error_band is not None:
+            data["error_band"] = self.error_band.to_dict()
         if with_layers:
             data["layers"] = [
                 {"name": c.name, "kind": c.kind, "scheme": c.scheme, "work_fraction": c.work_fraction,

@@ -30,6 +30,7 @@ def plan_table(result: OptimizeResult) -> Table:
     table.add_row("time per epoch", format_seconds(best.epoch_time_s))
     table.add_row("throughput", f"{best.throughput_samples_per_s:,.1f} samples/s")
     table.add_row("bottleneck", best.bottleneck)
+    table.add_row("error band", best.error_band.text() if best.error_band else "-")
     add_breakdown_rows(table, best)
     return table
 

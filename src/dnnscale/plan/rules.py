@@ -36,8 +36,10 @@ def check_config(config: Config, workload: Workload, system: System) -> None:
                          f"{config.replicas * config.minibatch} samples per global step is more "
                          f"than one epoch ({workload.samples_per_epoch} samples); at most "
                          f"{max_replicas(workload, config.minibatch)} replicas")
-    if system.ps_machines and config.uses_ps:
-        if config.ps_shards > system.ps_machines:
+    if system.ps_machines:
+        # Dedicated PS hosts: shards go there, and every worker (all-reduce ones too) needs a
+        # worker machine of its own (testbed/describe.rank_placements places them so).
+        if config.uses_ps and config.ps_shards > system.ps_machines:
             raise InputError("config.ps_shards", f"{config.ps_shards} shards but cluster "
                              f"{system.name!r} has {system.ps_machines} parameter-server machines")
         if config.workers > system.worker_machines:

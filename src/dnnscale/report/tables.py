@@ -47,6 +47,7 @@ def prediction_table(prediction: Prediction, workload_name: str, cluster_name: s
     table.add_row("time per step", format_seconds(prediction.step_time_s))
     table.add_row("time per epoch", format_seconds(prediction.epoch_time_s))
     table.add_row("bottleneck", prediction.bottleneck)
+    table.add_row("error band", prediction.error_band.text() if prediction.error_band else "-")
     add_breakdown_rows(table, prediction)
     table.add_row("fits in memory", "yes" if prediction.fits else "[red]NO[/red]")
     return table

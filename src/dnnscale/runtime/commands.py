@@ -221,7 +221,7 @@ def _placements(testbed: Optional[Path], roles: list[str]) -> list[Any]:
     except ImportError:
         raise InputError("run.testbed", "testbed placement is not available in this build "
                          "(dnnscale.testbed.describe.rank_placements is missing)") from None
-    return list(rank_placements(testbed, len(roles), roles=roles))
+    return list(rank_placements(testbed, len(roles), roles=roles, join_late=True))
 
 
 def _run_from_env(spec_for: Any, output: Optional[Path]) -> dict[str, Any] | None:

@@ -231,9 +231,24 @@ def _summary(setup: RankSetup, gathered: list[dict[str, Any]]) -> dict[str, Any]
     return summary
 
 
+def import_then_join() -> None:
+    """Import what a rank needs, then join the host's CPU cgroup if the placement deferred it
+    (a testbed host's quota would make the imports take ~7 s instead of ~1.6 s)."""
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    import dnnscale.runtime.network  # noqa: F401
+    import dnnscale.runtime.ps  # noqa: F401
+    import dnnscale.runtime.worker  # noqa: F401
+    from dnnscale.runtime.placement import join_cgroup
+
+    join_cgroup()
+
+
 def main() -> int:
     """Module entry point for ranks started by launch.py."""
     progress = Progress(os.environ.get("DNNSCALE_HEARTBEAT"))
+    import_then_join()
     from dnnscale.runtime.job import RunSpec
 
     spec = RunSpec.load(os.environ["DNNSCALE_RUN_SPEC"])

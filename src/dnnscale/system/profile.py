@@ -17,6 +17,10 @@ Written by machines, so plain SI numbers (FLOP, FLOP/s, bytes, bytes/s, seconds)
     allreduce: [{peers: 2, bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}]  # optional
     overlap: {gamma: ..., points: [[compute_s, exchange_s, both_s], ...]}              # optional
     stragglers: {spread: ..., processes: 4, steps: 40, mean_step_s: [...]}            # optional
+    ps_network: {bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}  # optional: to a PS host
+    ps_sync_pull: [{peers: 3, shards: 3, bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}]
+                                      # optional: held pulls answered in turn (testbed)
+    collective_call_wait: [[peers, seconds], ...]   # optional: a collective's wait under a quota
     calibration: {...}                # how it was measured (grid, timings); informative
 
 No torch here: the predictor loads profiles. `load_profile` raises InputError naming the first
@@ -49,6 +53,8 @@ class LinkFit:
     latency_s: float
     points: tuple[tuple[float, float], ...] = ()
     peers: int = 2
+    shards: int = 0
+    """ps_sync_pull fits: the shards that served the `peers` workers."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,14 @@ class HardwareProfile:
     calibration: dict[str, Any] = field(default_factory=dict)
     overlap: OverlapFit | None = None
     stragglers: StragglerSpread | None = None
+    ps_network: LinkFit | None = None
+    """Point-to-point between a worker host and a PS host (a testbed with PS hosts)."""
+    ps_sync_pull: tuple[LinkFit, ...] = ()
+    """A synchronous PS's held pulls answered in turn, per number of workers (`peers`), as the
+    registry's ps_sync_pull α-β (model/collectives.held_pull_convoy)."""
+    collective_call_wait: tuple[tuple[int, float], ...] = ()
+    """(group size, seconds): what a collective costs beyond its own time when the members
+    compute under a CPU quota right before it (calibrate/netbench.py coupled)."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +114,11 @@ def _curve_data(curve: RateCurve) -> list[list[float]]:
 
 
 def _link_data(link: LinkFit) -> dict[str, Any]:
-    return {"peers": link.peers, "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
+    data = {"peers": link.peers, "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
             "latency_s": link.latency_s, "points": [list(p) for p in link.points]}
+    if link.shards:
+        data["shards"] = link.shards
+    return data
 
 
 def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
@@ -136,6 +153,13 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
                               "processes": profile.stragglers.processes,
                               "steps": profile.stragglers.steps,
                               "mean_step_s": list(profile.stragglers.mean_step_s)}
+    if profile.ps_network is not None:
+        data["ps_network"] = {k: v for k, v in _link_data(profile.ps_network).items()
+                              if k != "peers"}
+    if profile.ps_sync_pull:
+        data["ps_sync_pull"] = [_link_data(link) for link in profile.ps_sync_pull]
+    if profile.collective_call_wait:
+        data["collective_call_wait"] = [[int(p), float(s)] for p, s in profile.collective_call_wait]
     if profile.calibration:
         data["calibration"] = profile.calibration
     return data
@@ -214,7 +238,27 @@ def _link(value: Any, where: str) -> LinkFit:
                                                  f"{where}.bandwidth_bytes_per_s"),
                    latency_s=_number(_get(value, "latency_s", where), f"{where}.latency_s", None),
                    points=tuple((float(p[0]), float(p[1])) for p in points),
-                   peers=int(value.get("peers", 2)))
+                   peers=int(value.get("peers", 2)), shards=int(value.get("shards", 0)))
+
+
+def _links(value: Any, where: str) -> tuple[LinkFit, ...]:
+    items = value or []
+    if not isinstance(items, list):
+        raise InputError(where, "must be a list of fits")
+    return tuple(_link(item, f"{where}[{i}]") for i, item in enumerate(items))
+
+
+def _call_waits(value: Any, where: str) -> tuple[tuple[int, float], ...]:
+    items = value or []
+    if not isinstance(items, list):
+        raise InputError(where, "must be a list of [peers, seconds]")
+    waits = []
+    for i, item in enumerate(items):
+        if not isinstance(item, list) or len(item) != 2:
+            raise InputError(f"{where}[{i}]", f"must be a [peers, seconds] pair, got {item!r}")
+        waits.append((int(_number(item[0], f"{where}[{i}]")),
+                       _number(item[1], f"{where}[{i}]", None)))
+    return tuple(waits)
 
 
 def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
@@ -263,7 +307,12 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
         calibration=dict(data.get("calibration") or {}),
         overlap=_overlap(data["overlap"], f"{where}.overlap") if data.get("overlap") else None,
         stragglers=(_stragglers(data["stragglers"], f"{where}.stragglers")
-                    if data.get("stragglers") else None))
+                    if data.get("stragglers") else None),
+        ps_network=(_link(data["ps_network"], f"{where}.ps_network")
+                    if data.get("ps_network") else None),
+        ps_sync_pull=_links(data.get("ps_sync_pull"), f"{where}.ps_sync_pull"),
+        collective_call_wait=_call_waits(data.get("collective_call_wait"),
+                                         f"{where}.collective_call_wait"))
 
 
 # ---------------------------------------------------------------- files

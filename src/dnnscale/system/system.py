@@ -53,6 +53,10 @@ class System:
     straggler_spread: float = 0.0
     """Spread of replica speeds: the standard deviation of ln(mean step time) across replicas
     (model/stragglers.py); 0 = identical replicas, no straggler term."""
+    ps_pull_convoy: bool = False
+    """Synchronous PS: True when its shards answer the held pulls of a step one worker after
+    another, as dnnscale's runtime does (runtime/ps.py; every testbed-derived system), so the
+    model adds the convoy (collectives.held_pull_convoy); False: pulls proceed in parallel."""
     calibrated: bool = False
     description: str = ""
     profile_source: str = ""

@@ -21,17 +21,30 @@ from dataclasses import dataclass
 class LinkTier:
     """One tier of links: per-device bandwidth in each direction (full duplex) and per-message
     latency. `allreduce_fits`: calibrated all-reduce α-β fits per group size, as
-    ((peers, bandwidth_bytes_per_s, latency_s), ...) — measured by `dnnscale calibrate`."""
+    ((peers, bandwidth_bytes_per_s, latency_s), ...) — measured by `dnnscale calibrate`.
+    `fits`: calibrated α-β fits of other registered operations per group size, as
+    ((operation, members, bandwidth_bytes_per_s, latency_s), ...) (a testbed's
+    ps_sync_pull)."""
 
     bandwidth_bytes_per_s: float
     latency_s: float
     name: str = "network"
     allreduce_fits: tuple[tuple[int, float, float], ...] = ()
+    fits: tuple[tuple[str, int, float, float], ...] = ()
 
     def allreduce_fit(self, peers: int) -> tuple[float, float] | None:
         """The calibrated (bandwidth, latency) of an all-reduce among `peers`, if measured."""
         for size, bandwidth, latency in self.allreduce_fits:
             if size == peers:
+                return bandwidth, latency
+        return None
+
+    def fit(self, operation: str, members: int) -> tuple[float, float] | None:
+        """The calibrated (bandwidth, latency) of `operation` among `members`, if measured."""
+        if operation == "allreduce":
+            return self.allreduce_fit(members)
+        for name, size, bandwidth, latency in self.fits:
+            if name == operation and size == members:
                 return bandwidth, latency
         return None
 

@@ -25,11 +25,10 @@ from dnnscale.testbed.describe import (HostDescription, TestbedDescription,
                                        description_path, save_copy, save_description, state_dir)
 from dnnscale.testbed.inventory import BRIDGE_ALIAS_TAG, take_inventory, used_subnets
 from dnnscale.testbed.names import TestbedNames
-from dnnscale.testbed.spec import SUBNETS, HostSpec, TestbedSpec, host_address
+from dnnscale.testbed.spec import SUBNETS, HostSpec, TestbedSpec, cfs_quota_us, host_address
 from dnnscale.testbed.system import TestbedError, require_root_and_support, run, write_file
 from dnnscale.testbed.teardown import kill_cgroup_processes, remove_cgroup, state_lock
 
-CFS_PERIOD_US = 100_000
 # Testing aid: seconds to sleep after each step of `up`, so a test can kill `up` half-way.
 STEP_DELAY_ENV = "DNNSCALE_TESTBED_STEP_DELAY_S"
 
@@ -216,9 +215,12 @@ def _make_host(names: TestbedNames, host: HostSpec, address: str,
     except OSError as exc:
         raise TestbedError(f"cannot create cgroup {cgroup}: {exc.strerror}") from None
     rollback.done(f"cgroup {cgroup}", lambda: _remove_cgroup(cgroup))
-    write_file(cgroup / "cpu.cfs_period_us", str(CFS_PERIOD_US))
-    write_file(cgroup / "cpu.cfs_quota_us", str(max(1000, round(host.cpu_cores * CFS_PERIOD_US))))
+    period_us, quota_us = cfs_quota_us(host.cpu_cores, host.cpu_period_s)
+    write_file(cgroup / "cpu.cfs_period_us", str(period_us))
+    write_file(cgroup / "cpu.cfs_quota_us", str(quota_us))
+    if (cgroup / "cpu.cfs_burst_us").exists():  # no carry-over of unused quota (Linux >= 5.14)
+        write_file(cgroup / "cpu.cfs_burst_us", "0")
     return HostDescription(name=host.name, role=host.role, namespace=namespace, address=address,
                            ifname="eth0", veth=veth, cgroup=str(cgroup),
                            rate_bytes_per_s=host.rate_bytes_per_s, latency_s=host.latency_s,
-                           cpu_cores=host.cpu_cores)
+                           cpu_cores=host.cpu_cores, cpu_period_s=host.cpu_period_s)

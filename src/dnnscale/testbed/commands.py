@@ -62,6 +62,10 @@ def up(hosts: int = typer.Option(..., "--hosts", "-n", help="number of worker ho
        ps_latency: Optional[str] = typer.Option(None, "--ps-latency",
                                                 help="PS added latency (default: --latency)"),
        ps_cpu: Optional[float] = typer.Option(None, "--ps-cpu", help="PS CPU quota (default: --cpu)"),
+       cpu_period: Optional[str] = typer.Option(None, "--cpu-period", help="CFS period of every "
+                                                "host's quota (e.g. 10ms; default 10ms, longer "
+                                                "when a share needs it for a 1 ms quota); a long "
+                                                "period lets an idle host burst"),
        name: str = typer.Option("tb", "--name", help=NAME_HELP),
        output: Optional[Path] = typer.Option(None, "-o", "--output",
                                              help="also write the description file here"),
@@ -74,7 +78,8 @@ def up(hosts: int = typer.Option(..., "--hosts", "-n", help="number of worker ho
         from dnnscale.atomic import check_output_path
 
         check_output_path(output, "--output")
-    spec = make_spec(name, hosts, rate, latency, cpu, ps_hosts, ps_rate, ps_latency, ps_cpu)
+    spec = make_spec(name, hosts, rate, latency, cpu, ps_hosts, ps_rate, ps_latency, ps_cpu,
+                     cpu_period)
     warning = cpu_budget_warning(spec)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
@@ -97,11 +102,12 @@ def _hosts_table(desc: Any) -> Any:
     from rich.table import Table
 
     table = Table(title=f"testbed {desc.name} ({desc.subnet}, bridge {desc.bridge})")
-    for column in ("host", "role", "namespace", "address", "rate", "latency", "cpu"):
-        table.add_column(column, justify="right" if column in ("rate", "latency", "cpu") else "left")
+    numeric = ("rate", "latency", "cpu", "cpu period")
+    for column in ("host", "role", "namespace", "address", *numeric):
+        table.add_column(column, justify="right" if column in numeric else "left")
     for h in desc.hosts:
         table.add_row(h.name, h.role, h.namespace, h.address, _rate(h.rate_bytes_per_s),
-                      _seconds(h.latency_s), f"{h.cpu_cores:g}")
+                      _seconds(h.latency_s), f"{h.cpu_cores:g}", _seconds(h.cpu_period_s))
     return table
 
 

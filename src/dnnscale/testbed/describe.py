@@ -28,6 +28,7 @@ Format (SI units, the unit in every key)::
       rate_bytes_per_s: 12500000.0                # asked, each direction
       latency_s: 0.0001                           # asked, added one-way (netem on egress)
       cpu_cores: 0.3                              # asked CPU quota
+      cpu_period_s: 0.01                          # CFS period of the quota (0.1 if absent)
       measured:                                   # after `check`
         egress_bytes_per_s: 11950000.0            # TCP payload rate
         ingress_bytes_per_s: 11960000.0
@@ -50,7 +51,7 @@ from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
 from dnnscale.errors import InputError
-from dnnscale.runtime.placement import RankPlacement
+from dnnscale.runtime.placement import CGROUP_FD_ENV, RankPlacement
 from dnnscale.testbed.names import check_name, is_ours
 from dnnscale.testbed.spec import ROLES, TESTBED_BLOCK
 
@@ -58,6 +59,10 @@ if TYPE_CHECKING:
     from dnnscale.system import System
 
 STATE_DIR_ENV = "DNNSCALE_TESTBED_DIR"
+LEGACY_CFS_PERIOD_S = 0.1
+"""The period of testbeds described before the period was recorded (the kernel's default)."""
+CGROUP_FD = 9
+"""Late join: the prefix opens the host's cgroup.procs on this descriptor (see enter_prefix)."""
 DEFAULT_STATE_DIR = Path("/run/dnnscale/testbeds")
 _MEASURED_KEYS = ("egress_bytes_per_s", "ingress_bytes_per_s", "latency_s", "cpu_share",
                   "matmul_flops_per_s")
@@ -101,13 +106,15 @@ class HostDescription:
     latency_s: float
     cpu_cores: float
     measured: HostMeasurement | None = None
+    cpu_period_s: float = LEGACY_CFS_PERIOD_S
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
             "name": self.name, "role": self.role, "namespace": self.namespace,
             "address": self.address, "ifname": self.ifname, "veth": self.veth,
             "cgroup": self.cgroup, "rate_bytes_per_s": self.rate_bytes_per_s,
-            "latency_s": self.latency_s, "cpu_cores": self.cpu_cores}
+            "latency_s": self.latency_s, "cpu_cores": self.cpu_cores,
+            "cpu_period_s": self.cpu_period_s}
         if self.measured is not None:
             data["measured"] = self.measured.to_dict()
         return data
@@ -261,6 +268,11 @@ def _host_from_dict(data: Any, where: str, testbed: str,
     for key, value in values.items():
         if value < 0 or (key != "latency_s" and value == 0):
             raise InputError(f"{where}.{key}", f"must be > 0, got {value!r}")
+    if isinstance(data, dict) and data.get("cpu_period_s") is not None:
+        period = _field(data, "cpu_period_s", float, where)
+        if not 0.001 <= period <= 1.0:
+            raise InputError(f"{where}.cpu_period_s", f"must be between 0.001 and 1, got {period!r}")
+        values["cpu_period_s"] = period
     return HostDescription(name=_field(data, "name", str, where), role=role, namespace=namespace,
                            address=address, ifname=_field(data, "ifname", str, where),
                            veth=_field(data, "veth", str, where), cgroup=cgroup,
@@ -287,8 +299,14 @@ def _measured_from_dict(data: Any, where: str) -> HostMeasurement | None:
 
 # --- what runs read -----------------------------------------------------------------------------
 
-def enter_prefix(host: HostDescription) -> tuple[str, ...]:
+def enter_prefix(host: HostDescription, join_late: bool = False) -> tuple[str, ...]:
     """Command prefix that runs a command in `host`'s CPU cgroup and network namespace.
+
+    With `join_late`, the shell only opens the cgroup's ``cgroup.procs`` on descriptor
+    CGROUP_FD (``exec 9>>CGROUP/cgroup.procs``), which the command inherits; the command runs
+    at full speed until it writes its pid there (runtime/placement.join_cgroup, after importing
+    torch: ~1.6 s of CPU, ~7 s under a 0.25-core quota). The environment's DNNSCALE_CGROUP_FD
+    (placement env) says so.
 
     ``sh -c 'echo $$ > CGROUP/cgroup.procs && exec ip netns exec NS "$@"' dnnscale-rank CMD…``:
     the shell moves itself into the cgroup, then becomes `ip netns exec`, which enters the
@@ -300,7 +318,8 @@ def enter_prefix(host: HostDescription) -> tuple[str, ...]:
     ip = shutil.which("ip") or "ip"
     procs = shlex.quote(f"{host.cgroup}/cgroup.procs")
     namespace = shlex.quote(host.namespace)
-    script = f'echo $$ > {procs} && exec {shlex.quote(ip)} netns exec {namespace} "$@"'
+    enter = f'exec {CGROUP_FD}>>{procs}' if join_late else f'echo $$ > {procs}'
+    script = f'{enter} && exec {shlex.quote(ip)} netns exec {namespace} "$@"'
     return (sh, "-c", script, "dnnscale-rank")
 
 
@@ -311,14 +330,23 @@ def host_env(host: HostDescription) -> dict[str, str]:
             "DNNSCALE_TESTBED_HOST": host.name}
 
 
-def placement_for(host: HostDescription) -> RankPlacement:
-    return RankPlacement(address=host.address, ifname=host.ifname, prefix=enter_prefix(host),
-                         host=host.name, env=host_env(host))
+def placement_for(host: HostDescription, join_late: bool = False) -> RankPlacement:
+    env = host_env(host)
+    if join_late:
+        env[CGROUP_FD_ENV] = str(CGROUP_FD)
+    return RankPlacement(address=host.address, ifname=host.ifname,
+                         prefix=enter_prefix(host, join_late), host=host.name, env=env)
 
 
 def rank_placements(ref: "str | Path | TestbedDescription", count: int,
-                    roles: Sequence[str] | None = None) -> list[RankPlacement]:
+                    roles: Sequence[str] | None = None,
+                    join_late: bool = False) -> list[RankPlacement]:
     """Where each of `count` ranks runs on the testbed.
+
+    `join_late`: the rank joins its host's cgroup itself once it has imported what it needs
+    (runtime/placement.join_cgroup); until then it runs unthrottled. Every torch process of
+    dnnscale (ranks, network benchmarks, calibration under a quota) does; other commands get
+    the immediate join.
 
     `roles[i]` is 'worker' or 'ps' (default: all workers). The k-th rank of a role goes to the
     (k mod H)-th host of that role, H the number of such hosts, so ranks spread over hosts before
@@ -346,7 +374,7 @@ def rank_placements(ref: "str | Path | TestbedDescription", count: int,
         if not hosts:
             raise InputError("testbed", f"rank {rank} needs a {role} host but testbed "
                              f"{desc.name!r} has none")
-        placements.append(placement_for(hosts[seen[role] % len(hosts)]))
+        placements.append(placement_for(hosts[seen[role] % len(hosts)], join_late))
         seen[role] += 1
     return placements
 
@@ -376,9 +404,15 @@ def free_port(placement: RankPlacement, timeout_s: float = 30.0) -> int:
 def cluster_from_description(ref: "str | Path | TestbedDescription") -> "System":
     """A `System` for the predictor that describes the testbed.
 
-    - machines: all hosts (workers + PS); network: each role's link rate and one-way latency,
-      measured by `check` when it ran (TCP payload rate, the slower direction, mean over the
-      role's hosts) and as asked otherwise;
+    - machines: all hosts (workers + PS); ps_machines: the dedicated PS hosts, so that workers
+      go only to worker hosts and shards only to PS hosts, as `rank_placements` puts them (the
+      validity rules and the optimizer's budget read it); without PS hosts shards take hosts
+      from the same pool (R·P + S <= hosts);
+    - network / ps_network: each role's link rate and one-way latency, measured by `check`
+      when it ran (TCP payload rate, the slower direction, mean over the role's hosts) and as
+      asked otherwise;
+    - ps_pull_convoy: True, because the testbed runs dnnscale's runtime, whose synchronous
+      shards answer held pulls one worker after another;
     - compute: until `dnnscale calibrate` measures the testbed, the `local` preset's per-core
       rate curves, memory and update cost, with `cores` = the host's CPU share (measured by
       `check` if it ran, else the asked quota). `calibrated` stays False.
@@ -403,7 +437,8 @@ def cluster_from_description(ref: "str | Path | TestbedDescription") -> "System"
     return System(
         name=f"testbed-{desc.name}", machines=len(desc.hosts), machine=machine(workers),
         network=network(workers), ps_machine=machine(ps_hosts) if ps_hosts else None,
-        ps_network=network(ps_hosts) if ps_hosts else None, calibrated=False,
+        ps_network=network(ps_hosts) if ps_hosts else None, ps_machines=len(ps_hosts),
+        ps_pull_convoy=True, calibrated=False,
         description=(f"emulated testbed {desc.name!r}: {len(workers)} workers, {len(ps_hosts)} "
                      f"PS hosts; network {'measured' if measured else 'as asked'}; compute = "
                      "local preset x CPU share (uncalibrated)"),

@@ -15,6 +15,9 @@ Standard library only (numpy for `cpu`), so they start fast even under a small C
 - ``cpu --seconds T``: prints ``ready``, waits for a line on stdin, then multiplies 256×256
   fp32 matrices on one thread for T seconds; prints JSON with the CPU share (CPU seconds per
   wall second) and the achieved FLOP/s.
+- ``burst --gaps G,G,… --chunk-s C --rounds K``: prints ``ready``, waits for a line on stdin,
+  then K times per gap sleeps the gap and times a chunk of matmuls worth C CPU seconds; prints
+  JSON with each chunk's wall and CPU seconds (testbed/fidelity.py reads it).
 
 Rates are TCP payload bytes per second from the first read's end to the last byte; several flows
 are combined over the window in which all of them ran (`aggregate_rate`; the clock is
@@ -231,6 +234,41 @@ def cpu(seconds: float, size: int = 256) -> dict[str, object]:
             "wall_s": wall, "calls": calls}
 
 
+def burst(gaps: Sequence[float], chunk_s: float, rounds: int, size: int = 256) -> dict[str, object]:
+    """Compute after idle gaps: sleep `gap`, then run a fixed chunk of matmuls worth `chunk_s`
+    of CPU time; each gap `rounds` times (gaps interleaved). Prints ``ready`` once the chunk is
+    sized, waits for a line on stdin, then measures; returns each chunk's wall and CPU seconds.
+
+    The chunk is sized by CPU time (process_time), which a CFS quota does not stretch, so the
+    wall time over CPU time of a chunk is how much slower than a free core the host ran it.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.random((size, size), dtype=np.float32)
+    b = rng.random((size, size), dtype=np.float32)
+    a @ b
+    cpu0 = time.process_time()
+    probe_calls = 0
+    while time.process_time() - cpu0 < 0.05:
+        a @ b
+        probe_calls += 1
+    per_call_s = (time.process_time() - cpu0) / probe_calls
+    calls = max(1, round(chunk_s / per_call_s))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    samples = []
+    for _ in range(rounds):
+        for gap in gaps:
+            time.sleep(gap)
+            wall0, cpu0 = time.perf_counter(), time.process_time()
+            for _ in range(calls):
+                a @ b
+            samples.append({"gap_s": gap, "wall_s": time.perf_counter() - wall0,
+                            "cpu_s": time.process_time() - cpu0})
+    return {"calls": calls, "samples": samples}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dnnscale.testbed.probe")
     sub = parser.add_subparsers(dest="what", required=True)
@@ -250,6 +288,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="monotonic clock time at which to start sending")
     p_cpu = sub.add_parser("cpu")
     p_cpu.add_argument("--seconds", type=float, default=2.0)
+    p_burst = sub.add_parser("burst")
+    p_burst.add_argument("--gaps", default="0,0.01,0.05,0.2,0.5", help="idle gaps, seconds")
+    p_burst.add_argument("--chunk-s", type=float, default=0.05, help="CPU seconds per chunk")
+    p_burst.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     if args.what == "serve":
         serve(args.bind, args.max_seconds)
@@ -259,6 +301,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.what == "send":
         targets = list(zip(args.to.split(","), (int(p) for p in args.port.split(","))))
         result = send(targets, args.bytes, args.ping_count, args.start_at)
+    elif args.what == "burst":
+        result = burst([float(g) for g in args.gaps.split(",")], args.chunk_s, args.rounds)
     else:
         result = cpu(args.seconds)
     print(json.dumps(result), flush=True)

@@ -68,7 +68,7 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
     desc = load_description(testbed)
     cluster = cluster_from_description(desc)
     if profile is not None:
-        cluster = apply_profile(cluster, profile)
+        cluster = apply_profile(cluster, profile, desc)
     console = Console(stderr=True)
     rate = sorted({h.rate_bytes_per_s * 8 / 1e6 for h in desc.hosts})
     label = "/".join(f"{r:g} Mbit/s" for r in rate)

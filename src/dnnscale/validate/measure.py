@@ -81,7 +81,7 @@ def measure(workload: str, config: Config, testbed: Any, conv_split: dict[str, s
         spec = RunSpec(workload=workload, config=config.to_dict(), steps=steps, warmup=warmup,
                        timeout_s=timeout_s, output=str(run_dir / f"{label}-r{repeat + 1}.jsonl"),
                        lr=lr, seed=repeat, conv_split=dict(conv_split))
-        placements = list(rank_placements(testbed, len(roles), roles=roles))
+        placements = list(rank_placements(testbed, len(roles), roles=roles, join_late=True))
         summaries.append(launch(spec, placements))
     phases = {name: statistics.median(s["per_phase_s"].get(name, 0.0) for s in summaries)
               for name in summaries[0]["per_phase_s"]}

@@ -10,10 +10,12 @@ from typing import Any
 from dnnscale.system import System
 from dnnscale.plan import Config, check_config
 from dnnscale.model import predict_config, stage_costs
+from dnnscale.model.error_band import regime_of
 from dnnscale.validate.baselines import OptimusBaseline, PaleoBaseline, RunFeatures
 from dnnscale.validate.grid import Grid
 from dnnscale.validate.measure import Measurement, measure
 from dnnscale.validate.metrics import error_summary, kendall_tau, regret, relative_errors
+from dnnscale.validate.reasons import REASON_THRESHOLD, phase_reason
 from dnnscale.workload import Workload, load_workload
 
 Progress = Callable[[str], None]
@@ -76,27 +78,40 @@ def validate(workload_ref: str, cluster: System, testbed: Any, grid: Grid, run_d
         xs = [measured[c].throughput for _, c in calibration]
         paleo, optimus = PaleoBaseline.fit(feats, xs), OptimusBaseline.fit(feats, xs)
 
-    rows = []
-    for label, config in calibration + validation:
+    def row_of(label: str, kind: str, config: Config) -> dict[str, Any]:
         prediction = predict_config(workload, cluster, config)
         m = measured[config]
         row: dict[str, Any] = {
-            "id": label, "set": "calibration" if label.startswith("k") else "validation",
-            "label": _label(config), "config": config.to_dict(), "machines": config.machines,
+            "id": label, "set": kind, "label": _label(config), "config": config.to_dict(),
+            "machines": config.machines,
             "predicted_throughput_samples_per_s": prediction.throughput_samples_per_s,
             "predicted_bottleneck": prediction.bottleneck,
+            "regime": regime_of(config.sync, prediction.bottleneck),
             "predicted_breakdown_s": prediction.breakdown_s, "measured": m.to_dict(),
             "relative_error": relative_errors([prediction.throughput_samples_per_s],
                                               [m.throughput])[0]}
+        if row["relative_error"] > REASON_THRESHOLD:
+            row["reason"] = phase_reason(row)
         if paleo is not None and optimus is not None:
             feats = run_features(workload, cluster, config)
             for name, model in (("paleo", paleo), ("optimus", optimus)):
                 value = model.throughput(feats)
                 row[f"{name}_predicted_samples_per_s"] = value
                 row[f"{name}_relative_error"] = abs(value - m.throughput) / m.throughput
-        rows.append(row)
+        return row
 
-    validated = [r for r in rows if r["set"] == "validation"]
+    rows = [row_of(label, "calibration" if label.startswith("k") else "validation", config)
+            for label, config in calibration + validation]
+    result: dict[str, Any] = {"workload": workload.name, "network": network_label,
+                              "repeats": grid.repeats, "steps": grid.steps, "warmup": grid.warmup,
+                              "rows": rows}
+    regret_value = float("nan")
+    if optimizer:
+        result["optimizer"] = _optimizer_regret(workload, cluster, grid, validation, run, rows,
+                                                lambda config: row_of("opt", "optimizer", config))
+        regret_value = result["optimizer"]["regret"]
+    # The optimizer's choice is validated like any other configuration.
+    validated = [r for r in rows if r["set"] in ("validation", "optimizer")]
     measured_x = [r["measured"]["throughput_samples_per_s"] for r in validated]
     summary: dict[str, Any] = {
         "configs": len(validated),
@@ -110,20 +125,19 @@ def validate(workload_ref: str, cluster: System, testbed: Any, grid: Grid, run_d
                 **error_summary([r[f"{name}_relative_error"] for r in validated]),
                 "kendall_tau": kendall_tau([r[f"{name}_predicted_samples_per_s"]
                                             for r in validated], measured_x)}
-    result: dict[str, Any] = {"workload": workload.name, "network": network_label,
-                              "repeats": grid.repeats, "steps": grid.steps, "warmup": grid.warmup,
-                              "rows": rows, "summary": summary}
-    summary["regret"] = float("nan")
-    if optimizer:
-        result["optimizer"] = _optimizer_regret(workload, cluster, grid, validation, run, rows,
-                                                summary)
+    summary["regret"] = regret_value
+    summary["rows_over_reason_threshold"] = sum(r["relative_error"] > REASON_THRESHOLD
+                                                for r in validated)
+    result["summary"] = summary
     return result
 
 
 def _optimizer_regret(workload: Workload, cluster: System, grid: Grid,
                       validation: list[tuple[str, Config]], run: Callable[[Config, str], Measurement],
-                      rows: list[dict[str, Any]], summary: dict[str, Any]) -> dict[str, Any]:
-    """Run the optimizer for the testbed's budget, run its choice too, and compare it with the
+                      rows: list[dict[str, Any]],
+                      row_of: Callable[[Config], dict[str, Any]]) -> dict[str, Any]:
+    """Run the optimizer for the testbed's budget (its dedicated PS hosts kept apart), run its
+    choice too, add it as a row of its own unless the grid has it, and compare it with the
     best configuration measured (regret on throughput, i.e. on epoch time)."""
     from dnnscale.optimize.api import optimize
 
@@ -134,18 +148,14 @@ def _optimizer_regret(workload: Workload, cluster: System, grid: Grid,
     chosen_m = run(chosen, "opt")
     candidates = [(c, run(c, label)) for label, c in validation] + [(chosen, chosen_m)]
     best_config, best_m = max(candidates, key=lambda item: item[1].throughput)
-    summary["regret"] = regret(1 / chosen_m.throughput, 1 / best_m.throughput)
-    if all(row["config"] != chosen.to_dict() for row in rows):
-        prediction = predict_config(workload, cluster, chosen)
-        rows.append({"id": "opt", "set": "optimizer", "label": _label(chosen),
-                     "config": chosen.to_dict(), "machines": chosen.machines,
-                     "predicted_throughput_samples_per_s": prediction.throughput_samples_per_s,
-                     "predicted_bottleneck": prediction.bottleneck,
-                     "predicted_breakdown_s": prediction.breakdown_s,
-                     "measured": chosen_m.to_dict(),
-                     "relative_error": abs(prediction.throughput_samples_per_s
-                                           - chosen_m.throughput) / chosen_m.throughput})
-    return {"machines": cluster.machines, "label": _label(chosen), "config": chosen.to_dict(),
+    in_grid = any(row["set"] == "validation" and row["config"] == chosen.to_dict()
+                  for row in rows)
+    if not in_grid:
+        rows.append(row_of(chosen))
+    return {"machines": cluster.machines, "ps_machines": cluster.ps_machines,
+            "label": _label(chosen), "config": chosen.to_dict(), "in_grid": in_grid,
+            "predicted_throughput_samples_per_s": result.best.throughput_samples_per_s,
             "measured_throughput_samples_per_s": chosen_m.throughput,
             "best_label": _label(best_config), "best_config": best_config.to_dict(),
-            "best_measured_throughput_samples_per_s": best_m.throughput}
+            "best_measured_throughput_samples_per_s": best_m.throughput,
+            "regret": regret(1 / chosen_m.throughput, 1 / best_m.throughput)}

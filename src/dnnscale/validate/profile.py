@@ -1,26 +1,59 @@
-"""Give a testbed-derived cluster the compute rates of a calibrated hardware profile."""
+"""Give a testbed-derived cluster what a calibrated hardware profile measured."""
 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from pathlib import Path
+from typing import Any
 
 from dnnscale.system import System
 
 
-def apply_profile(cluster: System, profile_path: Path) -> System:
-    """`cluster` with every machine's compute curves, memory rates and update cost from the
-    profile (per core, scaled by each machine's cores); the network stays the cluster's (the
-    testbed's measured links)."""
+def apply_profile(cluster: System, profile_path: Path, desc: Any = None) -> System:
+    """`cluster` with what the profile measured.
+
+    - compute: every machine's curves, memory rates and update cost from the profile (per
+      core, scaled by each machine's cores). A profile measured inside a testbed host under
+      its quota with the other hosts busy (calibration.under_quota) already holds throttling
+      and contention, so with the testbed's description `desc` each role's cores are its
+      asked quota, not `check`'s measured share (which holds the same contention once more);
+    - network: the links' bandwidth stays the cluster's (the testbed's measured links); the
+      per-message latency is at least the calibrated point-to-point α between two ranks (gloo
+      and Python, under the quota); all-reduce fits per group size and the held-pull fits
+      ride on the workers' tier (model/collectives.py reads them); a collective's wait under
+      the quota (the median over the group sizes measured) is the system's per-call cost.
+    """
     from dnnscale.system.load import profile_machine
     from dnnscale.system.profile import load_profile
 
     profile = load_profile(profile_path)
+    under_quota = bool(profile.calibration.get("under_quota")) and desc is not None
 
-    def calibrated(machine):  # type: ignore[no-untyped-def]
-        return profile_machine(profile, cores=machine.cores, memory_bytes=machine.memory_bytes)
+    def calibrated(machine, role: str):  # type: ignore[no-untyped-def]
+        cores = machine.cores
+        if under_quota:
+            hosts = desc.hosts_with_role(role)
+            cores = statistics.fmean(h.cpu_cores for h in hosts) if hosts else cores
+        return profile_machine(profile, cores=cores, memory_bytes=machine.memory_bytes)
 
+    network = dataclasses.replace(
+        cluster.network,
+        latency_s=max(cluster.network.latency_s,
+                      profile.network.latency_s if profile.network else 0.0),
+        allreduce_fits=tuple((link.peers, link.bandwidth_bytes_per_s, link.latency_s)
+                             for link in profile.allreduce) or cluster.network.allreduce_fits,
+        fits=cluster.network.fits + tuple(
+            ("ps_sync_pull", link.peers, link.bandwidth_bytes_per_s, link.latency_s)
+            for link in profile.ps_sync_pull))
+    ps_network = cluster.ps_network
+    if ps_network is not None and profile.ps_network is not None:
+        ps_network = dataclasses.replace(
+            ps_network, latency_s=max(ps_network.latency_s, profile.ps_network.latency_s))
+    waits = [seconds for _, seconds in profile.collective_call_wait]
     return dataclasses.replace(
-        cluster, machine=calibrated(cluster.machine),
-        ps_machine=calibrated(cluster.ps_machine) if cluster.ps_machine else None,
+        cluster, machine=calibrated(cluster.machine, "worker"),
+        ps_machine=calibrated(cluster.ps_machine, "ps") if cluster.ps_machine else None,
+        network=network, ps_network=ps_network,
+        collective_call_s=statistics.median(waits) if waits else cluster.collective_call_s,
         calibrated=True, profile_source=str(profile_path))

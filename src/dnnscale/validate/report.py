@@ -14,7 +14,8 @@ def markdown(result: dict[str, Any]) -> str:
     s = result["summary"]
     lines = [f"# Validation: {result['workload']} on testbed {result['testbed']}", "",
              f"{result['note']}", "",
-             f"Network: {result['network']}. Each configuration ran {result['repeats']} times "
+             f"Network: {result['network']}. Each configuration ran {result['repeats']} "
+             f"time{'s' if result['repeats'] != 1 else ''} "
              f"({result['steps']} timed steps after {result['warmup']} warm-up steps); measured = "
              "median over repeats, spread = (max − min) / median.", "",
              "| id | set | configuration | machines | predicted samples/s | measured samples/s | "
@@ -36,10 +37,18 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{figures.get('kendall_tau', float('nan')):.2f} |")
     opt = result.get("optimizer")
     if opt:
-        lines += ["", f"Optimizer (budget {opt['machines']} machines) chose {opt['label']}: "
+        ps = f", {opt['ps_machines']} of them PS hosts" if opt.get("ps_machines") else ""
+        lines += ["", f"Optimizer (budget {opt['machines']} machines{ps}) chose {opt['label']}: "
                   f"measured {opt['measured_throughput_samples_per_s']:.1f} samples/s; best measured "
                   f"{opt['best_label']} at {opt['best_measured_throughput_samples_per_s']:.1f} "
                   f"samples/s; regret {_pct(s['regret'])}."]
+    over = [row for row in result["rows"] if row.get("reason")]
+    if over:
+        lines += ["", "Rows over 15 % error, and the phase that separates prediction from "
+                  "measurement most (seconds per worker step; runtime phases, model parts mapped "
+                  "by validate/reasons.py):", ""]
+        lines += [f"- {row['id']} ({row['set']}, {row['label']}, {_pct(row['relative_error'])}): "
+                  f"{row['reason']}" for row in over]
     return "\n".join(lines) + "\n"
 
 
