@@ -86,9 +86,10 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Sequen
 def error_band_text(band: dict[str, Any] | None) -> tuple[str, bool]:
     """(wording, validated?) for a prediction's `error_band` ({"median_relative_error",
     "p90_relative_error", "source"}), or the note that this regime has none yet."""
-    if not band:
-        return ("Error band: not yet validated for this regime (no measured runs of this kind of "
-                "plan and system to compare with).", False)
+    if not band or not isinstance(band.get("median_relative_error"), (int, float)):
+        reason = (band or {}).get("reason") or ("no measured runs of this kind of plan and "
+                                                "system to compare with")
+        return f"Error band: not yet validated for this regime ({reason}).", False
     parts = []
     for key, name in (("median_relative_error", "median"), ("p90_relative_error", "p90")):
         value = band.get(key)
