@@ -76,7 +76,8 @@ def test_report_of_make_runs_plan(tmp_path: Path) -> None:
         for chart in ("svg.timeline", "svg.memory", "svg.curve", "svg.step-bar"):
             assert _drawn_width(browser, chart) > 600, chart
         band = browser.evaluate("document.getElementById('error-band').textContent")
-        assert "not yet validated for this regime" in band
+        figures = result.best.error_band.to_dict()  # the committed bands of its regime
+        assert f"median ±{100 * figures['median_relative_error']:.1f} %" in band
 
 
 def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:

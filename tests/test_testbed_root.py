@@ -91,7 +91,9 @@ def test_up_builds_three_hosts_and_status_lists_them(testbed: str) -> None:
     assert len({h.address for h in desc.hosts}) == 3
     assert all(h.rate_bytes_per_s == 12.5e6 and h.cpu_cores == 0.4 for h in desc.hosts)
     for host in desc.hosts:
-        assert (Path(host.cgroup) / "cpu.cfs_quota_us").read_text().strip() == "40000"
+        # 0.4 core of the default 10 ms CFS period (docs/testbed.md)
+        assert (Path(host.cgroup) / "cpu.cfs_period_us").read_text().strip() == "10000"
+        assert (Path(host.cgroup) / "cpu.cfs_quota_us").read_text().strip() == "4000"
         qdiscs = subprocess.run(["tc", "-n", host.namespace, "qdisc", "show", "dev", "eth0"],
                                 capture_output=True, text=True).stdout
         assert "tbf" in qdiscs and "rate 100Mbit" in qdiscs
