@@ -128,11 +128,15 @@ def test_check_measures_each_link_within_ten_percent(testbed: str) -> None:
 
 @pytest.mark.timeout(120)
 def test_check_fills_a_fast_ps_link_from_several_workers() -> None:
-    """A 300 mbit PS host behind 100 mbit workers is measured with all three at once."""
+    """A 300 mbit PS host behind 100 mbit workers is measured with all three at once.
+
+    Half a core per host: at 0.2 core under the 10 ms CFS period the PS host's receiving of
+    three streams is CPU bound (89-93 % of 300 Mbit/s in two full-suite runs), and this test is
+    about the links."""
     name = _unique_name()
     try:
         result = runner.invoke(app, ["testbed", "up", "--hosts", "3", "--rate", "100mbit",
-                                     "--ps-hosts", "1", "--ps-rate", "300mbit", "--cpu", "0.2",
+                                     "--ps-hosts", "1", "--ps-rate", "300mbit", "--cpu", "0.5",
                                      "--name", name])
         assert result.exit_code == 0, result.output
         result = runner.invoke(app, ["testbed", "check", "--name", name, "--seconds", "0.3",
