@@ -51,6 +51,7 @@ name_of() { echo "v${1:0:5}" | tr -cd 'a-z0-9'; }   # testbed names: <= 6 charac
 
 cleanup() { for s in $SETTINGS; do $BIN/dnnscale testbed down --name "$(name_of "$s")" >/dev/null 2>&1 || true; done; }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP  # bash runs the EXIT trap on these only when they are trapped
 log() { echo "[$(date -u +%H:%M:%S)] load $(cut -d' ' -f1 /proc/loadavg): $*" | tee -a "$OUT/validate.log"; }
 
 if [ "$FIDELITY" = 1 ]; then

@@ -31,7 +31,6 @@ import json
 import statistics
 import sys
 import time
-from datetime import timedelta
 
 
 def _batch_calls(size: int) -> int:
@@ -110,18 +109,13 @@ def _coupled(size: int, chunk, calls: int, repeats: int) -> list[float]:  # type
 
 
 def main(argv: list[str]) -> int:
-    import torch
-    import torch.distributed as dist
+    from dnnscale.calibrate.rank_setup import start_rank
 
-    from dnnscale.runtime.placement import join_cgroup
-
-    join_cgroup()
-    torch.set_num_threads(1)
     mode, sizes_text, repeats_text = argv[:3]
     extra = float(argv[3]) if len(argv) > 3 else 0.0
     sizes = [int(s) for s in sizes_text.split(",")]
     repeats = int(repeats_text)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    torch, dist = start_rank(timeout_s=60.0)
     rank, world = dist.get_rank(), dist.get_world_size()
     chunk = _matmul_chunk(extra) if mode == "coupled" else None
     points = []

@@ -32,7 +32,6 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from datetime import timedelta
 
 GAMMA_MAX = 64.0
 COMPUTE_WIDTHS = (256, 768)
@@ -73,6 +72,7 @@ def fit_gamma(points: Sequence[Sequence[float]]) -> float:
 def _worker(sizes: list[int], repeats: int) -> list[list[float]]:
     import torch
 
+    from dnnscale.calibrate.rank_setup import linear_sgd_step
     from dnnscale.runtime.layout import ShardMap
     from dnnscale.runtime.ps import PSClient
     from dnnscale.runtime.worker import BackgroundExchange, Exchange
@@ -91,15 +91,7 @@ def _worker(sizes: list[int], repeats: int) -> list[list[float]]:
 
         exchange()  # warm up the connection
         for width in COMPUTE_WIDTHS:
-            layer = torch.nn.Linear(width, width)
-            x = torch.randn(COMPUTE_BATCH, width)
-
-            def compute() -> None:
-                layer.zero_grad()
-                layer(x).square().mean().backward()
-                with torch.no_grad():
-                    for p in layer.parameters():
-                        p.add_(p.grad, alpha=-1e-3)
+            compute = linear_sgd_step(width, COMPUTE_BATCH)
 
             def both() -> None:
                 background.start(Exchange(0, grad, None, pulled, grad))
@@ -132,17 +124,11 @@ def _server(sizes: list[int]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    import torch
-    import torch.distributed as dist
+    from dnnscale.calibrate.rank_setup import start_rank
 
-    from dnnscale.runtime.placement import join_cgroup
-
-    join_cgroup()  # a testbed rank joins its host's cgroup after importing torch
-
-    torch.set_num_threads(1)
     _, sizes_text, repeats_text = argv
     sizes = [int(s) for s in sizes_text.split(",")]
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    _, dist = start_rank(timeout_s=120.0)
     try:
         if dist.get_rank() == 0:
             points = _worker(sizes, int(repeats_text))

@@ -17,34 +17,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import timedelta
 
 WIDTH, BATCH = 512, 64
 
 
 def main(argv: list[str]) -> int:
-    import torch
-    import torch.distributed as dist
+    from dnnscale.calibrate.rank_setup import linear_sgd_step, start_rank
 
-    from dnnscale.runtime.placement import join_cgroup
-
-    join_cgroup()  # a testbed rank joins its host's cgroup after importing torch
-
-    torch.set_num_threads(1)
     _, steps_text, _ = argv
     steps = int(steps_text)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    _, dist = start_rank(timeout_s=120.0)
     try:
-        layer = torch.nn.Linear(WIDTH, WIDTH)
-        x = torch.randn(BATCH, WIDTH)
-
-        def step() -> None:
-            layer.zero_grad()
-            layer(x).square().mean().backward()
-            with torch.no_grad():
-                for p in layer.parameters():
-                    p.add_(p.grad, alpha=-1e-3)
-
+        step = linear_sgd_step(WIDTH, BATCH)
         step()
         dist.barrier()
         start = time.perf_counter()
