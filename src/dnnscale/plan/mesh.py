@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 
 from dnnscale.errors import InputError
 from dnnscale.system.topology import GroupSpan, LinkTier, Topology, group_span
@@ -43,12 +44,20 @@ MESH_ORDER: tuple[MeshDim, ...] = (MeshDim.PP, MeshDim.DP, MeshDim.EP, MeshDim.C
 RankGenerator order 'tp-cp-ep-dp-pp', fastest first), tp the fastest-varying."""
 
 
-def _dimension(dim: MeshDim | str) -> MeshDim:
+_INDEX: dict[str, int] = {dim.value: index for index, dim in enumerate(MESH_ORDER)}
+"""Position of each dimension in MESH_ORDER, by name (a MeshDim is its name: a str enum)."""
+
+
+def _index(dim: MeshDim | str) -> int:
     try:
-        return MeshDim(dim)
-    except ValueError:
+        return _INDEX[dim]
+    except (KeyError, TypeError):
         names = ", ".join(d.value for d in MESH_ORDER)
         raise InputError("mesh", f"no dimension {dim!r}; the dimensions are {names}") from None
+
+
+def _dimension(dim: MeshDim | str) -> MeshDim:
+    return MESH_ORDER[_index(dim)]
 
 
 @dataclass(frozen=True)
@@ -64,24 +73,24 @@ class DeviceMesh:
         if len(self.sizes) != len(MESH_ORDER):
             raise InputError("mesh", f"needs {len(MESH_ORDER)} sizes "
                              f"({', '.join(d.value for d in MESH_ORDER)}), got {len(self.sizes)}")
-        for dim, size in zip(MESH_ORDER, self.sizes):
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        strides, inner = [], 1
+        for dim, size in zip(MESH_ORDER[::-1], self.sizes[::-1]):
+            if type(size) is not int or size < 1:  # bool, float, str or < 1: not a size
                 raise InputError(f"mesh.{dim.value}", f"must be an integer >= 1, got {size!r}")
-        strides = [1] * len(self.sizes)
-        for index in range(len(self.sizes) - 2, -1, -1):
-            strides[index] = strides[index + 1] * self.sizes[index + 1]
-        object.__setattr__(self, "strides", tuple(strides))
+            strides.append(inner)
+            inner *= size
+        object.__setattr__(self, "strides", tuple(strides[::-1]))
 
     @classmethod
     def of(cls, **sizes: int) -> DeviceMesh:
         """A mesh from sizes by dimension name (pp=, dp=, ep=, cp=, tp=); the rest are 1."""
         for name in sizes:
-            _dimension(name)
-        return cls(tuple(sizes.get(dim.value, 1) for dim in MESH_ORDER))
+            _index(name)
+        return cls(tuple([sizes.get(dim.value, 1) for dim in MESH_ORDER]))
 
     def size(self, dim: MeshDim | str) -> int:
         """Members of each group of `dim`."""
-        return self.sizes[MESH_ORDER.index(_dimension(dim))]
+        return self.sizes[_index(dim)]
 
     def stride(self, dim: MeshDim | str) -> int:
         """Ranks between neighbours of a group of `dim`: Π sizes of the inner dimensions.
@@ -89,7 +98,7 @@ class DeviceMesh:
         Formula: stride(d) = Π_{d' inside d} size(d'); stride(tp) = 1.
         Units: ranks.
         """
-        return self.strides[MESH_ORDER.index(_dimension(dim))]
+        return self.strides[_index(dim)]
 
     @property
     def devices(self) -> int:
@@ -98,7 +107,7 @@ class DeviceMesh:
 
     def with_size(self, dim: MeshDim | str, size: int) -> DeviceMesh:
         """The same mesh with `dim` resized (the search varies the replicas of one plan)."""
-        index = MESH_ORDER.index(_dimension(dim))
+        index = _index(dim)
         return DeviceMesh(self.sizes[:index] + (size,) + self.sizes[index + 1:])
 
     def rank_coords(self, rank: int) -> dict[MeshDim, int]:
@@ -167,7 +176,7 @@ class Placement:
     dimensions: tuple[PlacedDimension, ...]
 
     def __getitem__(self, dim: MeshDim | str) -> PlacedDimension:
-        return self.dimensions[MESH_ORDER.index(_dimension(dim))]
+        return self.dimensions[_index(dim)]
 
     def __iter__(self) -> Iterator[PlacedDimension]:
         return iter(self.dimensions)
@@ -188,7 +197,8 @@ def span_tiers(span: GroupSpan, topology: Topology) -> tuple[LinkTier, ...]:
 
 
 def placement(mesh: DeviceMesh, topology: Topology) -> Placement:
-    """Each dimension's group size, stride, span and tiers on `topology`.
+    """Each dimension's group size, stride, span and tiers on `topology` (memoised: the
+    search places the same few meshes on one topology thousands of times).
 
     Formula: stride(d) = Π sizes inside d; members per node = max(1, min(size,
     floor(devices_per_node / stride))) (system/topology.group_span); nodes = ceil(size / per
@@ -197,6 +207,11 @@ def placement(mesh: DeviceMesh, topology: Topology) -> Placement:
     Source: Megatron-LM's rank order (tp innermost, then cp, ep, dp, pp; Narayanan et al. SC'21
     §3), which keeps a tensor group inside a node when tp ≤ GPUs per node.
     """
+    return _placement(mesh, topology)
+
+
+@lru_cache(maxsize=4096)
+def _placement(mesh: DeviceMesh, topology: Topology) -> Placement:
     placed = []
     for dim, size, stride in zip(MESH_ORDER, mesh.sizes, mesh.strides):
         span = group_span(size, stride, topology.devices_per_node)

@@ -10,6 +10,7 @@ side. `Config` (plan/config.py) keeps Adam's flags and builds one of these.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 from dnnscale.plan.mesh import DeviceMesh, MeshDim
@@ -142,7 +143,7 @@ class ParallelPlan:
     overlap: bool = False
     epoch_fraction: float = 1.0
 
-    @property
+    @cached_property
     def mesh(self) -> DeviceMesh:
         """The plan's device mesh (plan/mesh.py): tp = the tensor split's degree (Adam's P,
         split by Adam's rules), pp = the pipeline's stages, dp = the replicas (Adam's R);
