@@ -17,7 +17,7 @@ from dnnscale.model.memory import sharded_state_parts, transformer_block_activat
 from dnnscale.model.schedule import in_flight_micro_batches, pipeline_time_s, stage_layers
 from dnnscale.model.sharding import SplitContext
 from dnnscale.plan import check_modern_plan, modern_plan_from_dict, modern_plan_to_dict
-from dnnscale.system import LinkTier, Topology, load_system
+from dnnscale.system import GroupSpan, LinkTier, Topology, load_system
 from dnnscale.validate.vtrain import load_rows, padded_vocab
 from dnnscale.workload import load_workload
 
@@ -66,14 +66,14 @@ def test_hierarchical_allreduce_by_hand() -> None:
     topology = Topology(8, LinkTier(10e9, 0.0, "ib"), LinkTier(100e9, 0.0, "nvlink"))
     x = 16e6
     expected = 7 / 8 * x / 100e9 + 2 * 1 / 2 * (x / 8) / 10e9 + 7 / 8 * x / 100e9
-    assert group_collective_time_s("allreduce", "nccl", x, 16, 1, topology) == \
+    assert group_collective_time_s("allreduce", "nccl", x, GroupSpan(16, 8), topology) == \
         pytest.approx(expected)
     # inside one node: a plain ring on NVLink; one member per node: a ring on IB
-    assert group_collective_time_s("allreduce", "nccl", x, 8, 1, topology) == \
+    assert group_collective_time_s("allreduce", "nccl", x, GroupSpan(8, 8), topology) == \
         pytest.approx(2 * 7 / 8 * x / 100e9)
-    assert group_collective_time_s("allreduce", "nccl", x, 4, 8, topology) == \
+    assert group_collective_time_s("allreduce", "nccl", x, GroupSpan(4, 1), topology) == \
         pytest.approx(2 * 3 / 4 * x / 10e9)
-    assert group_collective_time_s("allreduce", "nccl", x, 1, 1, topology) == 0.0
+    assert group_collective_time_s("allreduce", "nccl", x, GroupSpan(1, 1), topology) == 0.0
 
 
 def test_pipeline_time_and_in_flight_micro_batches() -> None:

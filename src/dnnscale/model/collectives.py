@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from dnnscale.model.network import transfer_time_s
 from dnnscale.model.registry import cost_formula
-from dnnscale.system.topology import LinkTier, Topology
+from dnnscale.system.topology import GroupSpan, LinkTier, Topology
 
 LIBRARIES = ("gloo", "nccl")
 OPERATIONS = ("allgather", "reduce_scatter", "allreduce", "halo", "ps_sync_pull")
@@ -159,10 +159,11 @@ def collective_time_s(operation: str, library: str, payload_bytes: float, member
     return transfer_time_s(transfer.bytes, transfer.messages, bandwidth, latency)
 
 
-def group_collective_time_s(operation: str, library: str, payload_bytes: float, members: int,
-                            stride: int, topology: Topology, call_s: float = 0.0) -> float:
-    """Seconds one member of a group of `members` devices, `stride` apart, spends in the
-    collective, on the tiers the group spans (system/topology.py), plus a fixed `call_s`.
+def group_collective_time_s(operation: str, library: str, payload_bytes: float,
+                            span: GroupSpan, topology: Topology, call_s: float = 0.0) -> float:
+    """Seconds one member of a group placed as `span` (plan/mesh.placement: `span.size`
+    members, `span.per_node` of them in each node) spends in the collective, on the tiers the
+    group spans, plus a fixed `call_s`.
 
     Formula: inside one node, or one member per node: the operation on that tier. A group of
     k members in each of N > 1 nodes runs hierarchically (NCCL's inter-node rings use every
@@ -174,10 +175,10 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float, 
     and Sanders et al. 2009 on two-level collectives; performance-model.md §9 (a hierarchical
     collective keeps TP=16 on NVLink inside each node; Calculon puts it all on InfiniBand).
     """
+    members = span.size
     if members <= 1 or payload_bytes <= 0:
         return 0.0
-    per_node = max(1, min(members, topology.devices_per_node // max(1, stride)))
-    nodes = -(-members // per_node)
+    per_node, nodes = span.per_node, span.nodes
     intra = topology.intra_node or topology.inter_node
     if nodes == 1:
         return collective_time_s(operation, library, payload_bytes, members, intra) + call_s

@@ -58,6 +58,7 @@ from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
 from dnnscale.model.stragglers import straggler_factor
 from dnnscale.model.vectors import Region, flat_layout, vector_traffic
+from dnnscale.plan.mesh import MeshDim, placement
 from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
 from dnnscale.system.device import Device
 from dnnscale.system.system import System
@@ -111,6 +112,7 @@ class StepContext:
         """Per stage: one micro-batch's time, the data-parallel payloads, the update."""
         plan, system, workload = self.plan, self.system, self.workload
         self.topology = system.topology
+        self.placement = placement(plan.mesh, self.topology)
         b = workload.bytes_per_value
         precision = plan.precision
         self.grad_bytes_per_value = precision.grad_bytes or b
@@ -142,14 +144,14 @@ class StepContext:
     def _p2p_seconds(self) -> tuple[float, ...]:
         """Each stage's pipeline sends per micro-batch: its activation forward to the next
         stage and its input gradient backward to the previous, b·s·h values each, over the tier
-        between adjacent stages (v times with v virtual stages); stages are t·d devices apart
-        (Megatron's order: tensor, data, then pipeline)."""
+        between adjacent stages (v times with v virtual stages), two members of a pp group
+        (plan/mesh.placement)."""
         stages = len(self.stages)
         if stages <= 1:
             return (0.0,) * stages
         shape = self.workload.transformer
         bytes_per_value = self.plan.precision.activation_bytes or self.workload.bytes_per_value
-        tier = self.topology.tier_for(2, self.P * self.plan.data.replicas)
+        tier = self.placement[MeshDim.PP].tier_of(2)
         out = []
         for index, stage in enumerate(self.stages):
             values = shape.seq * shape.hidden if shape is not None else stage.boundary_values
@@ -176,9 +178,10 @@ class StepContext:
 
     def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
         """The slowest stage's data-parallel communication per step (exposed part), among
-        `replicas` members `t` devices apart (Megatron's order: tensor, then data)."""
+        a dp group of `replicas` members placed by plan/mesh.placement."""
         if replicas <= 1:
             return 0.0
+        span = self.placement[MeshDim.DP].span_of(replicas)
         library, call_s = self.system.collective_library, self.system.collective_call_s
         slowest = 0.0
         for stage, params in zip(self.stages, self.member_params):
@@ -186,8 +189,8 @@ class StepContext:
             for operation, payload, count in zero_traffic(
                     self.collective.zero_stage, params * self.grad_bytes_per_value,
                     params * self.param_bytes_per_value, micro_batches):
-                seconds += count * group_collective_time_s(operation, library, payload, replicas,
-                                                           self.P, self.topology, call_s)
+                seconds += count * group_collective_time_s(operation, library, payload, span,
+                                                           self.topology, call_s)
             if self.collective.overlap:
                 seconds = exposed_after_backward_s(
                     seconds, stage.input_grad_s + stage.weight_grad_s,

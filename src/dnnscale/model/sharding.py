@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dnnscale.model.compute import imbalance_fraction
+from dnnscale.plan.mesh import MeshDim
 from dnnscale.workload.layer import Layer
 
 PHASE_FORWARD, PHASE_BACKWARD = "forward", "backward"
@@ -31,12 +32,15 @@ PHASE_FORWARD, PHASE_BACKWARD = "forward", "backward"
 class CommEvent:
     """A collective the split causes per step: `operation` (collectives.py) on a tensor of
     `payload_bytes` (per member; for a halo exchange, per neighbour) among `members` members
-    of the tensor group (neighbours, for a halo), in `phase`."""
+    of a group of mesh dimension `dimension` (neighbours, for a halo), in `phase`. The model
+    places the group by its dimension (plan/mesh.placement); a tensor split's events run over
+    tp, the default."""
 
     operation: str
     payload_bytes: float
     members: int
     phase: str
+    dimension: MeshDim = MeshDim.TP
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.gpu_compute import gpu_phase_times_s
 from dnnscale.model.sharding import (PHASE_FORWARD, Shard, SplitContext, shard_layer, split_extent,
                                      split_schemes)
+from dnnscale.plan.mesh import DeviceMesh, Placement, placement
 from dnnscale.system.system import System
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.workload import Workload
@@ -181,8 +182,10 @@ class StageCosts:
                 "selective": self.totals.recompute_selective_s}.get(recompute, 0.0)
 
 
-def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, degree: int,
+def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, placed: Placement,
                 skip_weight_grad: bool, precision: str, bytes_scale: float) -> LayerCost:
+    """One layer's phases on its shard, and each of the shard's events on the group of the
+    event's mesh dimension (its `members` placed by `placed`)."""
     device = system.machine
     if device.is_accelerator:
         fwd, ing, wg = gpu_phase_times_s(layer, shard.work_fraction, minibatch, device,
@@ -199,8 +202,9 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, degr
                                        event.members)
         comm_bytes += transfer.bytes
         comm_messages += transfer.messages
-        seconds = group_collective_time_s(event.operation, library, event.payload_bytes,
-                                          event.members, 1, topology, system.collective_call_s)
+        span = placed[event.dimension].span_of(event.members)
+        seconds = group_collective_time_s(event.operation, library, event.payload_bytes, span,
+                                          topology, system.collective_call_s)
         comm_s += seconds
         if event.phase == PHASE_FORWARD:
             comm_forward_s += seconds
@@ -231,6 +235,8 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     current_scheme = "tensor" if rules == "megatron" else "features"
     chosen = set(layer_indices) if layer_indices is not None else None
     seen: dict[tuple[object, ...], LayerCost] = {}
+    # The tensor group is the mesh's innermost dimension: its placement needs only its size.
+    placed = placement(DeviceMesh.of(tp=partitions), system.topology)
     for index, layer in enumerate(workload.layers):
         if chosen is not None and index not in chosen:
             continue
@@ -256,7 +262,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
                     and len(candidates) > 1):
                 continue  # invalid split: some worker would get nothing
             shard = shard_layer(rules, layer, scheme, partitions, context)
-            cost = _layer_cost(layer, shard, minibatch, system, partitions, skip_weight_grad,
+            cost = _layer_cost(layer, shard, minibatch, system, placed, skip_weight_grad,
                                precision, bytes_scale)
             if best is None or cost.compute_s + cost.comm_s < best.compute_s + best.comm_s:
                 best = cost

@@ -10,7 +10,10 @@ side. `Config` (plan/config.py) keeps Adam's flags and builds one of these.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
+
+from dnnscale.plan.mesh import DeviceMesh, MeshDim
 
 SPLIT_RULES = ("adam", "megatron")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -140,14 +143,24 @@ class ParallelPlan:
     overlap: bool = False
     epoch_fraction: float = 1.0
 
+    @cached_property
+    def mesh(self) -> DeviceMesh:
+        """The plan's device mesh (plan/mesh.py): tp = the tensor split's degree (Adam's P,
+        split by Adam's rules), pp = the pipeline's stages, dp = the replicas (Adam's R);
+        ep = cp = 1. Raises InputError naming `mesh.<dim>` for a size below 1."""
+        return DeviceMesh.of(tp=self.tensor.degree, pp=self.pipeline.stages,
+                             dp=self.data.replicas)
+
     @property
     def devices_per_replica(self) -> int:
-        return self.tensor.degree * self.pipeline.stages
+        """Devices of one data-parallel replica: the mesh's devices over its dp size."""
+        mesh = self.mesh
+        return mesh.devices // mesh.size(MeshDim.DP)
 
     @property
     def workers(self) -> int:
-        """Devices that hold a piece of a model replica."""
-        return self.devices_per_replica * self.data.replicas
+        """Devices that hold a piece of a model replica: the whole mesh."""
+        return self.mesh.devices
 
     @property
     def ps_shards(self) -> int:

@@ -2,8 +2,9 @@
 
 Pure functions of the Config (no torch), shared by every rank so they all agree without talking.
 
-Rank numbering: the R·P workers come first, rank = replica·P + partition; the S parameter-server
-shards follow (ranks R·P … R·P+S−1). Rank 0 is therefore always worker (replica 0, partition 0),
+Rank numbering: the R·P workers come first, in the plan's mesh order (plan/mesh.py: dp outside
+tp, so rank = replica·P + partition); the S parameter-server shards follow (ranks R·P …
+R·P+S−1). Rank 0 is therefore always worker (replica 0, partition 0),
 which hosts the rendezvous and writes the summary.
 """
 
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dnnscale.plan import Config
 from dnnscale.errors import InputError
+from dnnscale.plan import Config
+from dnnscale.plan.mesh import DeviceMesh, MeshDim
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,19 @@ def world_size(config: Config) -> int:
     return config.workers + (config.ps_shards if config.uses_ps else 0)
 
 
+def worker_mesh(config: Config) -> DeviceMesh:
+    """The workers' device mesh: the plan's (tp = P, dp = R)."""
+    return config.to_plan().mesh
+
+
 def rank_roles(config: Config) -> list[RankRole]:
     """Every rank's role, in rank order."""
-    roles = [RankRole(rank=r * config.partitions + p, kind="worker", replica=r, partition=p)
-             for r in range(config.replicas) for p in range(config.partitions)]
+    mesh = worker_mesh(config)
+    roles = []
+    for rank in range(mesh.devices):
+        coords = mesh.rank_coords(rank)
+        roles.append(RankRole(rank=rank, kind="worker", replica=coords[MeshDim.DP],
+                              partition=coords[MeshDim.TP]))
     if config.uses_ps:
         roles += [RankRole(rank=config.workers + s, kind="ps", shard=s)
                   for s in range(config.ps_shards)]
@@ -57,12 +68,14 @@ def rank_roles(config: Config) -> list[RankRole]:
 
 def partition_group_ranks(config: Config, replica: int) -> list[int]:
     """The P worker ranks of one replica (they exchange activations and input gradients)."""
-    return [replica * config.partitions + p for p in range(config.partitions)]
+    mesh = worker_mesh(config)
+    return mesh.group_ranks(MeshDim.TP, mesh.rank_of({MeshDim.DP: replica, MeshDim.TP: 0}))
 
 
 def replica_group_ranks(config: Config, partition: int) -> list[int]:
     """The R worker ranks that hold the same partition (all-reduce data parallelism)."""
-    return [r * config.partitions + partition for r in range(config.replicas)]
+    mesh = worker_mesh(config)
+    return mesh.group_ranks(MeshDim.DP, mesh.rank_of({MeshDim.DP: 0, MeshDim.TP: partition}))
 
 
 def split_offsets(sizes: list[int]) -> list[int]:

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from dnnscale.model.vectors import Region
+from dnnscale.plan.mesh import DeviceMesh, MeshDim
 from dnnscale.runtime.layout import Piece, ShardMap
 from dnnscale.runtime.vector_protocol import (Segment, Vectors, add_update, pack,
                                               payload_length, piece_segments)
@@ -133,6 +134,7 @@ class ShardServer:
         self.shard_map, self.shard = shard_map, shard
         self.requests = requests
         self.partitions, self.replicas = partitions, replicas
+        self.mesh = DeviceMesh.of(tp=partitions, dp=replicas)  # the workers' ranks
         self.lr, self.synchronous = lr, synchronous
         self.weights = torch.zeros(shard_map.shard_size(shard))
         self.initial = self.weights
@@ -148,7 +150,7 @@ class ShardServer:
         self._held_pulls: dict[int, list[int]] = {}  # step -> worker ranks waiting
 
     def _piece_of(self, rank: int) -> Piece:
-        return self.pieces[rank % self.partitions]
+        return self.pieces[self.mesh.rank_coords(rank)[MeshDim.TP]]
 
     def _recv_header(self) -> tuple[int, int, int]:
         header = torch.zeros(2, dtype=torch.int64)

@@ -4,8 +4,9 @@ A system's devices sit in nodes of `devices_per_node`; devices inside a node sha
 (NVLink/NVSwitch on a GPU node), nodes are joined by a slower one (InfiniBand, Ethernet). A CPU
 cluster is nodes of one device and a single tier: its NIC.
 
-Parallel groups are laid out innermost first (tensor, then pipeline, then data, the Megatron
-order): a group of `size` members whose neighbours are `stride` devices apart spans
+Parallel groups are laid out by the plan's device mesh (plan/mesh.py: tp innermost, then cp, ep,
+dp and pp, the Megatron order), whose `placement` gives each group's stride: a group of `size`
+members whose neighbours are `stride` devices apart spans
 ceil(size·stride / devices_per_node) nodes when it does not fit in one. `GroupSpan` says how
 many of its members share a node, which decides the tier (and, for a hierarchical collective,
 both tiers) it runs on.
@@ -71,8 +72,9 @@ def group_span(size: int, stride: int, devices_per_node: int) -> GroupSpan:
 
     Formula: members per node = max(1, min(size, floor(devices_per_node / stride))).
     Units: counts.
-    Source: Megatron-LM's rank order (tensor innermost, then pipeline, then data; Narayanan et
-    al. SC'21 §3), which keeps a tensor-parallel group inside a node when t ≤ GPUs per node.
+    Source: Megatron-LM's rank order (tensor innermost, then data, then pipeline; Narayanan et
+    al. SC'21 §3; plan/mesh.py), which keeps a tensor-parallel group inside a node when t ≤ GPUs
+    per node.
     """
     if size <= 1:
         return GroupSpan(1, 1)
