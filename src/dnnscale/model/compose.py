@@ -176,7 +176,8 @@ class StepContext:
 
     def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
         """The slowest stage's data-parallel communication per step (exposed part), among
-        `replicas` members `t` devices apart (Megatron's order: tensor, then data)."""
+        `replicas` members `t` devices apart (Megatron's order: tensor, then data), each
+        collective run by the plan's algorithm (collectives.py)."""
         if replicas <= 1:
             return 0.0
         library, call_s = self.system.collective_library, self.system.collective_call_s
@@ -187,7 +188,8 @@ class StepContext:
                     self.collective.zero_stage, params * self.grad_bytes_per_value,
                     params * self.param_bytes_per_value, micro_batches):
                 seconds += count * group_collective_time_s(operation, library, payload, replicas,
-                                                           self.P, self.topology, call_s)
+                                                           self.P, self.topology, call_s,
+                                                           self.collective.algorithm)
             if self.collective.overlap:
                 seconds = exposed_after_backward_s(
                     seconds, stage.input_grad_s + stage.weight_grad_s,

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import math
 
-from dnnscale.model.registry import cost_formula
 from dnnscale.system.device import Device
 from dnnscale.workload.kind_record import record_of
 from dnnscale.workload.layer import Layer
 
 
-@cost_formula
 def phase_time_s(flops: float, bytes_moved: float, flops_per_s: float,
                  memory_bandwidth_bytes_per_s: float) -> float:
     """Time of one phase of one layer on one worker.
@@ -24,7 +22,6 @@ def phase_time_s(flops: float, bytes_moved: float, flops_per_s: float,
     return max(compute_s, memory_s)
 
 
-@cost_formula
 def imbalance_fraction(extent: int, partitions: int) -> float:
     """Share of a layer's work done by the most loaded of P workers.
 

@@ -18,13 +18,11 @@ curve applies; a MEMORY kind does no FLOPs on the device.
 from __future__ import annotations
 
 from dnnscale.errors import InputError
-from dnnscale.model.registry import cost_formula
 from dnnscale.system.device import Device
 from dnnscale.workload.kind_record import KernelClass, record_of
 from dnnscale.workload.layer import Layer
 
 
-@cost_formula
 def kernel_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float,
                   flop_efficiency: float, memory_bandwidth_bytes_per_s: float,
                   memory_efficiency: float) -> float:
