@@ -6,8 +6,8 @@ and 'hierarchical' price the same: rings on each tier a group spans, run two-lev
 several nodes with several members in each (`group_collective_time_s`; NCCL's ring spans the
 nodes the same way, every GPU's NIC carrying a share). 'tree' is NCCL's double binary tree
 all-reduce (`tree_allreduce`). Point-to-point patterns (halo, the PS's held pulls) are the same
-under every algorithm. Adding an algorithm is one registered function here (and its name in
-plan.ALGORITHMS).
+under every algorithm. Adding an algorithm is one registered function here (and, for a new
+name, its entry in plan.ALGORITHMS).
 
 Each entry is a pure function ``(payload_bytes, members) -> Transfer`` giving what one member
 puts on its link: wire bytes and messages (sequential steps). The time of a transfer on a link
@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from dnnscale.errors import InputError
 from dnnscale.model.network import transfer_time_s
+from dnnscale.plan.plan import ALGORITHMS
 from dnnscale.system.topology import LinkTier, Topology
 
 LIBRARIES = ("gloo", "nccl")
@@ -48,7 +49,8 @@ COLLECTIVE_COSTS: dict[tuple[str, str, str], CollectiveCost] = {}
 DEFAULT_ALGORITHM = "ring"
 RINGS = ("ring", "hierarchical")
 """Algorithms priced as rings on each tier (module docstring)."""
-EVERY_ALGORITHM = ("ring", "hierarchical", "tree")
+EVERY_ALGORITHM = ALGORITHMS
+"""Every algorithm a plan may name (plan.ALGORITHMS): point-to-point patterns register for all."""
 
 
 def collective_cost(operation: str, *libraries: str, algorithms: tuple[str, ...] = RINGS

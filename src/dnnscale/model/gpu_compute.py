@@ -67,7 +67,7 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     """
     peak = peak_flops_per_s(device, precision)
     kernel = record_of(layer).kernel
-    kernel_class = None if kernel is KernelClass.MEMORY else kernel.value
+    kernel_class = None if kernel is KernelClass.MEMORY else kernel.value  # None: no FLOPs here
     memory_curve = device.memory_efficiency
     times = []
     for phase, flops, bytes_moved in (
@@ -79,7 +79,8 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
             continue
         work_flops = fraction * minibatch * flops if kernel_class else 0.0
         work_bytes = fraction * minibatch * bytes_moved * bytes_scale
-        flop_eta = efficiency(device, kernel_class, work_flops) if work_flops > 0 else 1.0
+        flop_eta = (efficiency(device, kernel_class, work_flops)
+                    if kernel_class and work_flops > 0 else 1.0)
         memory_eta = memory_curve.at(work_bytes) if memory_curve and work_bytes > 0 else 1.0
         times.append(kernel_time_s(work_flops, work_bytes, peak, flop_eta,
                                    device.memory_bandwidth_bytes_per_s, memory_eta))

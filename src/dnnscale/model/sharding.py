@@ -81,7 +81,7 @@ def sharding_rule(rules: str, split: str, scheme: str) -> Callable[[ShardingRule
     return decorate
 
 
-TENSOR_EXTENT_KEY: Mapping[str, object] = KindFacts("tensor_extent_key")
+TENSOR_EXTENT_KEY: Mapping[str, str] = KindFacts[str]("tensor_extent_key")
 """Megatron's unit of split per kind (query groups for the QKV projection), read from each
 kind's record: kinds without one are absent."""
 

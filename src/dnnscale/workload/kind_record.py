@@ -19,11 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Generic, TypeVar, cast
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.layer import Layer
 
 LayerBuilder = Callable[..., Layer]
+T = TypeVar("T")
 
 
 class KernelClass(Enum):
@@ -98,7 +100,7 @@ def record_of(layer: Layer) -> LayerKind:
     return layer_kind(layer.kind, f"layers.{layer.name}.kind")
 
 
-class KindFacts(Mapping[str, object]):
+class KindFacts(Mapping[str, T], Generic[T]):
     """A read-only view of one fact over the registry, kind -> value, leaving out kinds whose
     value is `absent` (e.g. kernel class over the kinds that do FLOPs): for callers that look a
     fact up by kind name (calibration grids, Megatron's unit of split)."""
@@ -106,12 +108,12 @@ class KindFacts(Mapping[str, object]):
     def __init__(self, fact: str, absent: object = None) -> None:
         self._fact, self._absent = fact, absent
 
-    def __getitem__(self, kind: str) -> object:
+    def __getitem__(self, kind: str) -> T:
         record = LAYER_KINDS.get(kind)
         value = getattr(record, self._fact) if record is not None else self._absent
         if value == self._absent:
             raise KeyError(kind)
-        return value
+        return cast(T, value)
 
     def __iter__(self) -> Iterator[str]:
         return (name for name, record in LAYER_KINDS.items()
