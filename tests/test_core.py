@@ -16,6 +16,7 @@ from dnnscale.model.sharding import SHARDING_RULES, member_params, split_sizes
 from dnnscale.optimize import optimize
 from dnnscale.plan import Config, ParallelPlan, ParameterServer
 from dnnscale.system import LinkTier, Topology, group_span
+from dnnscale.workload.kind_record import LAYER_KINDS
 from tests.tiny import LATENCY_S, tiny_cluster, tiny_machine, tiny_workload
 
 
@@ -76,7 +77,12 @@ def test_collective_registry_by_hand() -> None:
 
 
 def test_sharding_rules_are_one_registry() -> None:
-    assert {("adam", "*", s) for s in ("features", "channels", "rows")} <= set(SHARDING_RULES)
+    assert {("adam", "neurons", s) for s in ("features", "channels", "rows")} <= set(SHARDING_RULES)
+    assert not any(split == "*" for _, split, _ in SHARDING_RULES)  # no catch-all rule
+    # every split rule a kind's record names is registered under its rule set
+    for record in LAYER_KINDS.values():
+        for rules, split in record.splits.items():
+            assert any(key[:2] == (rules, split) for key in SHARDING_RULES), (record.name, rules)
     w = tiny_workload()
     conv, _, fc = w.layers
     assert split_sizes(10, 3) == [4, 3, 3]
@@ -121,7 +127,7 @@ def test_a_cost_term_added_in_one_place_changes_predict_and_optimize(monkeypatch
     assert before.breakdown_s["compute"] == pytest.approx(200e-6)
     assert best_before.config.replicas == 8
 
-    original = COLLECTIVE_COSTS[("allreduce", "gloo")]
+    original = COLLECTIVE_COSTS[("allreduce", "gloo", "ring")]
 
     def doubled(payload_bytes: float, members: int) -> Transfer:
         """Twice the ring's traffic.
@@ -131,7 +137,7 @@ def test_a_cost_term_added_in_one_place_changes_predict_and_optimize(monkeypatch
         t = original(payload_bytes, members)
         return Transfer(2 * t.bytes, 2 * t.messages)
 
-    monkeypatch.setitem(COLLECTIVE_COSTS, ("allreduce", "gloo"), doubled)
+    monkeypatch.setitem(COLLECTIVE_COSTS, ("allreduce", "gloo", "ring"), doubled)
     assert predict_config(w, c, config).breakdown_s["allreduce"] == pytest.approx(2 * ring_s)
     assert optimize(w, c, modes="allreduce", curve=False).best.config.replicas == 1
 

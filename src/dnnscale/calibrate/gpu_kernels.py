@@ -24,13 +24,13 @@ from typing import Any, Protocol
 
 import torch
 
-from dnnscale.model.gpu_compute import KERNEL_CLASS
+from dnnscale.workload.kind_record import layer_kind
 from dnnscale.runtime import gpt_model
 from dnnscale.workload.layer import Layer
 
 PHASES = ("forward", "input_grad", "weight_grad")
 COMPUTE_CLASSES = ("gemm", "attention", "flash")
-"""Kernel classes whose efficiency is over FLOPs (model/gpu_compute.py KERNEL_CLASS)."""
+"""Kernel classes whose efficiency is over FLOPs (a kind's record: LayerKind.kernel)."""
 MEMORY, EMBEDDING, OPTIMIZER, COPY, LAUNCH = "memory", "embedding", "optimizer", "copy", "launch"
 OPTIMIZER_TENSORS = 100
 """The optimizer kernel's parameters are split into this many tensors, as many as an 8-block GPT
@@ -247,7 +247,7 @@ def kernel_class(kind: str) -> str:
     embedding's gather and dense-gradient scatter are kept apart, see gpu.py)."""
     if kind == "embedding":
         return EMBEDDING
-    return KERNEL_CLASS.get(kind, MEMORY)
+    return layer_kind(kind).kernel.value
 
 
 def layer_kernels(layer: Layer, micro_batch: int, precision: str, bytes_scale: float,

@@ -2,8 +2,7 @@
 
 from dnnscale.model.prediction import MemoryPart, Prediction, StepPart
 from dnnscale.model.predict import predict_config, predict_plan
-from dnnscale.model.registry import COST_FORMULAS
 from dnnscale.model.stage import StageCosts, stage_costs
 
-__all__ = ["COST_FORMULAS", "MemoryPart", "Prediction", "StageCosts", "StepPart",
+__all__ = ["MemoryPart", "Prediction", "StageCosts", "StepPart",
            "predict_config", "predict_plan", "stage_costs"]

@@ -1,4 +1,13 @@
-"""Collective-communication costs: a registry keyed by (operation, library).
+"""Collective-communication costs: a registry keyed by (operation, library, algorithm).
+
+Algorithms are the plan's (plan.Collective.algorithm): 'ring' (the default, and what every
+collective was priced as before the key had an algorithm), 'hierarchical' and 'tree'. 'ring'
+and 'hierarchical' price the same: rings on each tier a group spans, run two-level when it spans
+several nodes with several members in each (`group_collective_time_s`; NCCL's ring spans the
+nodes the same way, every GPU's NIC carrying a share). 'tree' is NCCL's double binary tree
+all-reduce (`tree_allreduce`). Point-to-point patterns (halo, the PS's held pulls) are the same
+under every algorithm. Adding an algorithm is one registered function here (and, for a new
+name, its entry in plan.ALGORITHMS).
 
 Each entry is a pure function ``(payload_bytes, members) -> Transfer`` giving what one member
 puts on its link: wire bytes and messages (sequential steps). The time of a transfer on a link
@@ -16,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from dnnscale.errors import InputError
 from dnnscale.model.network import transfer_time_s
-from dnnscale.model.registry import cost_formula
+from dnnscale.plan.plan import ALGORITHMS
 from dnnscale.system.topology import GroupSpan, LinkTier, Topology
 
 LIBRARIES = ("gloo", "nccl")
@@ -34,17 +44,29 @@ class Transfer(NamedTuple):
 
 
 CollectiveCost = Callable[[float, int], Transfer]
-COLLECTIVE_COSTS: dict[tuple[str, str], CollectiveCost] = {}
+COLLECTIVE_COSTS: dict[tuple[str, str, str], CollectiveCost] = {}
+"""(operation, library, algorithm) -> cost: the lookup every collective's price goes through."""
+DEFAULT_ALGORITHM = "ring"
+RINGS = ("ring", "hierarchical")
+"""Algorithms priced as rings on each tier (module docstring)."""
+EVERY_ALGORITHM = ALGORITHMS
+"""Every algorithm a plan may name (plan.ALGORITHMS): point-to-point patterns register for all."""
 
 
-def collective_cost(operation: str, *libraries: str) -> Callable[[CollectiveCost], CollectiveCost]:
-    """Register `func` as the cost of `operation` under each of `libraries`; its docstring must
-    state Formula, Units and Source (it is a cost formula too)."""
+def collective_cost(operation: str, *libraries: str, algorithms: tuple[str, ...] = RINGS
+                    ) -> Callable[[CollectiveCost], CollectiveCost]:
+    """Register `func` as the cost of `operation` under each of `libraries` and `algorithms`;
+    its docstring must state Formula, Units and Source."""
 
     def decorate(func: CollectiveCost) -> CollectiveCost:
-        cost_formula(func)
+        doc = func.__doc__ or ""
+        missing = [word for word in ("Formula", "Units", "Source") if word not in doc]
+        if missing:
+            raise TypeError(f"collective cost {func.__name__} lacks {', '.join(missing)} in its "
+                            f"docstring")
         for library in libraries:
-            COLLECTIVE_COSTS[(operation, library)] = func
+            for algorithm in algorithms:
+                COLLECTIVE_COSTS[(operation, library, algorithm)] = func
         return func
 
     return decorate
@@ -87,6 +109,27 @@ def ring_allreduce(payload_bytes: float, members: int) -> Transfer:
     return Transfer(2 * (members - 1) / members * payload_bytes, 2.0 * (members - 1))
 
 
+@collective_cost("allreduce", "nccl", algorithms=("tree",))
+def tree_allreduce(payload_bytes: float, members: int) -> Transfer:
+    """NCCL's double binary tree all-reduce: a reduce up, then a broadcast down, two binary trees
+    each carrying half the tensor, pipelined in chunks, every member a leaf in one of them.
+
+    Formula: bytes = 2·(g−1)/g · x (the same wire bytes per member as a ring: NCCL states both
+    algorithms' bus bandwidth as 2·(g−1)/g times the algorithm bandwidth), messages =
+    2·⌊log₂ g⌋ (up and down a tree of depth ⌊log₂ g⌋, where a ring takes 2·(g−1) steps).
+    Units: bytes, count -> bytes, count.
+    Source: Sanders, Speck & Träff, "Two-tree algorithms for full bandwidth broadcast,
+    reduction and scan", Parallel Computing 35(12), 2009; Jeaugey, "Massively scale your deep
+    learning training with NCCL 2.4" (NVIDIA, 2019); NCCL src/graph/tuning.cc (the tree
+    latency 2·(intra-node chain + log2i(nNodes)·inter-node latency)); nccl-tests
+    doc/PERFORMANCE.md (all-reduce bus bandwidth factor 2·(n−1)/n).
+    """
+    if members <= 1:
+        return Transfer(0.0, 0.0)
+    return Transfer(2 * (members - 1) / members * payload_bytes,
+                    2.0 * (members.bit_length() - 1))
+
+
 @collective_cost("reduce_scatter", "gloo")
 def gloo_reduce_scatter(payload_bytes: float, members: int) -> Transfer:
     """gloo's reduce_scatter, which torch 2.13 runs as an all-reduce of the whole tensor.
@@ -99,7 +142,7 @@ def gloo_reduce_scatter(payload_bytes: float, members: int) -> Transfer:
     return ring_allreduce(payload_bytes, members)
 
 
-@collective_cost("halo", "gloo", "nccl")
+@collective_cost("halo", "gloo", "nccl", algorithms=EVERY_ALGORITHM)
 def halo_exchange(payload_bytes: float, neighbours: int) -> Transfer:
     """Halo exchange: `payload_bytes` to each of `neighbours` neighbours (stripe-split convs).
 
@@ -112,7 +155,7 @@ def halo_exchange(payload_bytes: float, neighbours: int) -> Transfer:
     return Transfer(neighbours * payload_bytes, float(neighbours))
 
 
-@collective_cost("ps_sync_pull", "gloo", "nccl")
+@collective_cost("ps_sync_pull", "gloo", "nccl", algorithms=EVERY_ALGORITHM)
 def held_pull_convoy(payload_bytes: float, members: int) -> Transfer:
     """A synchronous parameter server's held pulls, answered one worker after another.
 
@@ -136,31 +179,39 @@ def held_pull_convoy(payload_bytes: float, members: int) -> Transfer:
     return Transfer(members * payload_bytes, float(members))
 
 
-def collective_transfer(operation: str, library: str, payload_bytes: float,
-                        members: int) -> Transfer:
-    """The registered cost of `operation` under `library` (KeyError names both if missing)."""
-    try:
-        cost = COLLECTIVE_COSTS[(operation, library)]
-    except KeyError:
-        raise KeyError(f"no collective cost registered for {operation!r} under {library!r}") from None
+def collective_transfer(operation: str, library: str, payload_bytes: float, members: int,
+                        algorithm: str = DEFAULT_ALGORITHM) -> Transfer:
+    """The registered cost of `operation` under `library` and `algorithm`: KeyError naming both
+    when the library has no such operation, InputError naming the plan's algorithm field when
+    it has the operation but not under `algorithm`."""
+    cost = COLLECTIVE_COSTS.get((operation, library, algorithm))
+    if cost is None:
+        known = sorted(a for (o, lib, a) in COLLECTIVE_COSTS if (o, lib) == (operation, library))
+        if not known:
+            raise KeyError(f"no collective cost registered for {operation!r} under {library!r}")
+        raise InputError("plan.data.aggregation.algorithm", f"{library} has no {algorithm} "
+                         f"{operation} (it runs it as: {', '.join(known)})")
     return cost(payload_bytes, members)
 
 
 def collective_time_s(operation: str, library: str, payload_bytes: float, members: int,
-                      tier: LinkTier) -> float:
+                      tier: LinkTier, algorithm: str = DEFAULT_ALGORITHM) -> float:
     """Seconds one member spends in the collective on `tier`: bytes / B + messages · α, with a
     calibrated fit of the operation (FIT_OF: or the one it runs as) for this group size
-    replacing (B, α) where the tier has one."""
-    transfer = collective_transfer(operation, library, payload_bytes, members)
+    replacing (B, α) where the tier has one. A calibrated fit measured a ring: it prices the
+    ring algorithms only."""
+    transfer = collective_transfer(operation, library, payload_bytes, members, algorithm)
     bandwidth, latency = tier.bandwidth_bytes_per_s, tier.latency_s
-    fit = tier.fit(FIT_OF.get((operation, library), operation), members)
+    fit = (tier.fit(FIT_OF.get((operation, library), operation), members)
+           if algorithm in RINGS else None)
     if fit is not None:
         bandwidth, latency = fit
     return transfer_time_s(transfer.bytes, transfer.messages, bandwidth, latency)
 
 
 def group_collective_time_s(operation: str, library: str, payload_bytes: float,
-                            span: GroupSpan, topology: Topology, call_s: float = 0.0) -> float:
+                            span: GroupSpan, topology: Topology, call_s: float = 0.0,
+                            algorithm: str = DEFAULT_ALGORITHM) -> float:
     """Seconds one member of a group placed as `span` (plan/mesh.placement: `span.size`
     members, `span.per_node` of them in each node) spends in the collective, on the tiers the
     group spans, plus a fixed `call_s`.
@@ -174,6 +225,9 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     Source: Jeaugey, "Massively scale your deep learning training with NCCL 2.4" (NVIDIA, 2019)
     and Sanders et al. 2009 on two-level collectives; performance-model.md §9 (a hierarchical
     collective keeps TP=16 on NVLink inside each node; Calculon puts it all on InfiniBand).
+    `algorithm` prices a one-tier group's collective and a two-level one's step across nodes;
+    the steps inside the nodes are rings (NCCL's tree, too, chains the GPUs of a node and builds
+    its trees across nodes: src/graph/tuning.cc).
     """
     members = span.size
     if members <= 1 or payload_bytes <= 0:
@@ -181,19 +235,21 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     per_node, nodes = span.per_node, span.nodes
     intra = topology.intra_node or topology.inter_node
     if nodes == 1:
-        return collective_time_s(operation, library, payload_bytes, members, intra) + call_s
+        return collective_time_s(operation, library, payload_bytes, members, intra,
+                                 algorithm) + call_s
     inter = topology.inter_node
     if per_node == 1 or operation == "halo":
-        return collective_time_s(operation, library, payload_bytes, members, inter) + call_s
+        return collective_time_s(operation, library, payload_bytes, members, inter,
+                                 algorithm) + call_s
     shard = payload_bytes / per_node
     if operation == "allreduce":
         seconds = (collective_time_s("reduce_scatter", library, payload_bytes, per_node, intra)
-                   + collective_time_s("allreduce", library, shard, nodes, inter)
+                   + collective_time_s("allreduce", library, shard, nodes, inter, algorithm)
                    + collective_time_s("allgather", library, payload_bytes, per_node, intra))
     elif operation == "allgather":
-        seconds = (collective_time_s("allgather", library, shard, nodes, inter)
+        seconds = (collective_time_s("allgather", library, shard, nodes, inter, algorithm)
                    + collective_time_s("allgather", library, payload_bytes, per_node, intra))
     else:
         seconds = (collective_time_s(operation, library, payload_bytes, per_node, intra)
-                   + collective_time_s(operation, library, shard, nodes, inter))
+                   + collective_time_s(operation, library, shard, nodes, inter, algorithm))
     return seconds + call_s

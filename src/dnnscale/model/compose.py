@@ -178,7 +178,8 @@ class StepContext:
 
     def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
         """The slowest stage's data-parallel communication per step (exposed part), among
-        a dp group of `replicas` members placed by plan/mesh.placement."""
+        a dp group of `replicas` members placed by plan/mesh.placement, each collective run
+        by the plan's algorithm (collectives.py)."""
         if replicas <= 1:
             return 0.0
         span = self.placement[MeshDim.DP].span_of(replicas)
@@ -190,7 +191,8 @@ class StepContext:
                     self.collective.zero_stage, params * self.grad_bytes_per_value,
                     params * self.param_bytes_per_value, micro_batches):
                 seconds += count * group_collective_time_s(operation, library, payload, span,
-                                                           self.topology, call_s)
+                                                           self.topology, call_s,
+                                                           self.collective.algorithm)
             if self.collective.overlap:
                 seconds = exposed_after_backward_s(
                     seconds, stage.input_grad_s + stage.weight_grad_s,

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import math
 
-from dnnscale.model.registry import cost_formula
 from dnnscale.system.device import Device
+from dnnscale.workload.kind_record import record_of
 from dnnscale.workload.layer import Layer
 
-_RATE_KIND = {"conv2d": "conv2d", "linear": "linear", "generic": "generic"}
 
-
-@cost_formula
 def phase_time_s(flops: float, bytes_moved: float, flops_per_s: float,
                  memory_bandwidth_bytes_per_s: float) -> float:
     """Time of one phase of one layer on one worker.
@@ -25,7 +22,6 @@ def phase_time_s(flops: float, bytes_moved: float, flops_per_s: float,
     return max(compute_s, memory_s)
 
 
-@cost_formula
 def imbalance_fraction(extent: int, partitions: int) -> float:
     """Share of a layer's work done by the most loaded of P workers.
 
@@ -44,7 +40,8 @@ def cpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, machine: De
     """Forward, input-gradient and weight-gradient seconds of `fraction` of `layer` over a
     minibatch, each max(F / φ, Q / β) (phase_time_s) on a CPU device.
 
-    φ is the machine's FLOP/s for one call of F FLOPs at arithmetic intensity I = F / Q_call,
+    φ is the machine's FLOP/s, on the rate curve the kind's record names (LayerKind.cpu_rate),
+    for one call of F FLOPs at arithmetic intensity I = F / Q_call,
     where Q_call adds the layer's weights (read by forward and input-gradient, written by
     weight-gradient) to its activation bytes; β is the kind's calibrated bytes/s for a call of Q
     bytes, or the memory bandwidth (Device.memory_bytes_per_s). Every phase that does work
@@ -52,7 +49,7 @@ def cpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, machine: De
     weight gradient; Device.allocation_s), 0 when uncalibrated. Calibrated linear layers use
     the additive form t = F / φ(F) + Q / β(Q) instead of the max (calibrate/fit.py).
     """
-    rate_kind = _RATE_KIND.get(layer.kind, "default")
+    rate_kind = record_of(layer).cpu_rate
     # Pooling: stride area / window area (1 for non-overlapping windows, less when they overlap).
     window_ratio = (layer.stride[0] * layer.stride[1] / (layer.kernel[0] * layer.kernel[1])
                     if layer.kernel and layer.stride and not layer.has_weights else None)

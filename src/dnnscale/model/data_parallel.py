@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import math
 
-from dnnscale.model.registry import cost_formula
 
 DEFAULT_BUCKET_BYTES = 25e6
 """Gradient bucket for overlapped all-reduce: PyTorch DDP's default bucket_cap_mb = 25."""
 
 
-@cost_formula
 def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
                  micro_batches: int) -> tuple[tuple[str, float, int], ...]:
     """The collectives one data-parallel member runs per step: (operation, payload bytes, count).
@@ -37,7 +35,6 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
             ("reduce_scatter", grad_bytes, micro_batches))
 
 
-@cost_formula
 def exposed_after_backward_s(communication_s: float, overlappable_backward_s: float,
                              buckets: int) -> float:
     """Data-parallel communication left after it overlaps the last backward pass in buckets.
@@ -58,7 +55,6 @@ def buckets_for(grad_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -
     return max(1, math.ceil(grad_bytes / bucket_bytes))
 
 
-@cost_formula
 def optimizer_step_bytes(params: float, grad_bytes: float, param_bytes: float,
                          state_bytes_per_param: float) -> float:
     """Bytes an accelerator's optimizer step reads and writes for `params` parameters.

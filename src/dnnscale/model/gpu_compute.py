@@ -11,25 +11,18 @@ and their launch time (compose.py), so small models are launch bound.
 
 η are the device's calibrated size-dependent efficiency curves (system/gpu_profile.py): small
 GEMMs run far below peak, which is why one efficiency constant fitted on small models is far
-off on large ones. The kernel class of a layer kind says which curve applies.
+off on large ones. The kernel class in a layer kind's record (workload/kind_record.py) says which
+curve applies; a MEMORY kind does no FLOPs on the device.
 """
 
 from __future__ import annotations
 
 from dnnscale.errors import InputError
-from dnnscale.model.registry import cost_formula
 from dnnscale.system.device import Device
+from dnnscale.workload.kind_record import KernelClass, record_of
 from dnnscale.workload.layer import Layer
 
-KERNEL_CLASS = {
-    "attn_qkv": "gemm", "attn_out": "gemm", "mlp_up": "gemm", "mlp_down": "gemm",
-    "logits": "gemm", "linear": "gemm", "conv2d": "gemm", "generic": "gemm",
-    "attn_scores": "attention", "attn_context": "attention", "flash_attention": "flash",
-}
-"""Kernel class of each layer kind that does FLOPs; every other kind is memory bound."""
 
-
-@cost_formula
 def kernel_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float,
                   flop_efficiency: float, memory_bandwidth_bytes_per_s: float,
                   memory_efficiency: float) -> float:
@@ -73,7 +66,8 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     `bytes_scale`: the plan's activation width over the workload's (bf16 workload, fp32 plan: 2).
     """
     peak = peak_flops_per_s(device, precision)
-    kernel_class = KERNEL_CLASS.get(layer.kind)
+    kernel = record_of(layer).kernel
+    kernel_class = None if kernel is KernelClass.MEMORY else kernel.value  # None: no FLOPs here
     memory_curve = device.memory_efficiency
     times = []
     for phase, flops, bytes_moved in (
@@ -85,7 +79,8 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
             continue
         work_flops = fraction * minibatch * flops if kernel_class else 0.0
         work_bytes = fraction * minibatch * bytes_moved * bytes_scale
-        flop_eta = efficiency(device, kernel_class, work_flops) if work_flops > 0 else 1.0
+        flop_eta = (efficiency(device, kernel_class, work_flops)
+                    if kernel_class and work_flops > 0 else 1.0)
         memory_eta = memory_curve.at(work_bytes) if memory_curve and work_bytes > 0 else 1.0
         times.append(kernel_time_s(work_flops, work_bytes, peak, flop_eta,
                                    device.memory_bandwidth_bytes_per_s, memory_eta))

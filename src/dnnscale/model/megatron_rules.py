@@ -1,4 +1,6 @@
-"""Megatron-LM's tensor-parallel rules for transformer layer kinds (sharding registry 'megatron').
+"""Megatron-LM's tensor-parallel rules (sharding registry 'megatron'), one per split rule a kind's
+record names (workload/kind_record.py): column, row, vocab_embedding, local, vocab_loss,
+replicated.
 
 Shoeybi et al. 2019 split each block's two GEMM pairs column- then row-wise: the QKV projection
 and the MLP's first linear by output columns (heads, MLP width), the attention output and the
@@ -17,8 +19,10 @@ work on 1/t of the sequence.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dnnscale.model.sharding import (PHASE_BACKWARD, PHASE_FORWARD, CommEvent, Shard,
-                                     SplitContext, sharding_rule)
+                                     SplitContext, shard_layer, sharding_rule)
 from dnnscale.workload.layer import Layer
 
 TENSOR = "tensor"
@@ -66,32 +70,56 @@ def _split(degree: int) -> float:
 
 def megatron_shard(layer: Layer, degree: int, context: SplitContext,
                    sequence_parallel: bool) -> Shard:
-    """The split of one transformer layer over a tensor-parallel group of `degree`."""
-    kind = layer.kind
-    if kind in ("attn_qkv", "mlp_up", "logits"):
-        return Shard(TENSOR, _split(degree), 0,
-                     _column_events(layer, degree, context, sequence_parallel))
-    if kind in ("attn_out", "mlp_down"):
-        return Shard(TENSOR, _split(degree), 0,
-                     _row_events(layer, degree, context, sequence_parallel))
-    if kind == "embedding":
-        return Shard(TENSOR, _split(degree), 0,
-                     _row_events(layer, degree, context, sequence_parallel))
-    if kind in ("attn_scores", "attn_softmax", "attn_context", "flash_attention", "mlp_act"):
-        return Shard(TENSOR, _split(degree), 0, ())
-    if kind == "cross_entropy":
-        seq = layer.hyper.get("seq")
-        tokens = (int(seq) if isinstance(seq, int) else 1) * context.minibatch
-        events = tuple(CommEvent("allreduce", tokens * LOSS_STATISTIC_BYTES, degree,
-                                 PHASE_FORWARD) for _ in range(3)) if degree > 1 else ()
-        return Shard(TENSOR, _split(degree), 0, events)
-    # norms, residual adds and anything without a Megatron split: whole on every member
-    # (their parameters replicated), or 1/t of the sequence under sequence parallelism
-    fraction = _split(degree) if sequence_parallel else 1.0
+    """The split of one layer over a tensor-parallel group of `degree`, by the Megatron rule
+    its kind's record names (with or without sequence parallelism)."""
+    return shard_layer("megatron", layer, TENSOR, degree,
+                       replace(context, sequence_parallel=sequence_parallel))
+
+
+@sharding_rule("megatron", "column", TENSOR)
+def column_parallel(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """A column-parallel GEMM (QKV projection, the MLP's first linear, the LM head over the
+    vocabulary): 1/t of the work after the f operator (Shoeybi et al. 2019 §3)."""
+    return Shard(TENSOR, _split(degree), 0,
+                 _column_events(layer, degree, context, context.sequence_parallel))
+
+
+@sharding_rule("megatron", "row", TENSOR)
+def row_parallel(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """A row-parallel GEMM (attention output, the MLP's second linear): 1/t of the work, then
+    the g operator."""
+    return Shard(TENSOR, _split(degree), 0,
+                 _row_events(layer, degree, context, context.sequence_parallel))
+
+
+@sharding_rule("megatron", "vocab_embedding", TENSOR)
+def vocab_parallel_embedding(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """The vocabulary-parallel embedding: 1/t of the table, its output all-reduced (a g)."""
+    return Shard(TENSOR, _split(degree), 0,
+                 _row_events(layer, degree, context, context.sequence_parallel))
+
+
+@sharding_rule("megatron", "local", TENSOR)
+def local_split(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """Work between a column- and a row-parallel GEMM (the attention core by heads, the MLP's
+    activation by width): 1/t on each member, no communication."""
+    return Shard(TENSOR, _split(degree), 0, ())
+
+
+@sharding_rule("megatron", "vocab_loss", TENSOR)
+def vocab_parallel_loss(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """Vocabulary-parallel cross-entropy: 1/t of the logits, 3 all-reduces of b·s fp32 values
+    (max logit, sum of exponentials, target logit) forward."""
+    seq = layer.hyper.get("seq")
+    tokens = (int(seq) if isinstance(seq, int) else 1) * context.minibatch
+    events = tuple(CommEvent("allreduce", tokens * LOSS_STATISTIC_BYTES, degree,
+                             PHASE_FORWARD) for _ in range(3)) if degree > 1 else ()
+    return Shard(TENSOR, _split(degree), 0, events)
+
+
+@sharding_rule("megatron", "replicated", TENSOR)
+def replicated(layer: Layer, degree: int, context: SplitContext) -> Shard:
+    """Norms, residual adds and kinds Megatron has no split for: whole on every member (their
+    parameters replicated), or 1/t of the sequence under sequence parallelism."""
+    fraction = _split(degree) if context.sequence_parallel else 1.0
     return Shard(TENSOR, fraction, layer.params if degree > 1 else 0, ())
-
-
-@sharding_rule("megatron", "*", TENSOR)
-def megatron(layer: Layer, degree: int, context: SplitContext) -> Shard:
-    """Megatron's tensor split (module docstring)."""
-    return megatron_shard(layer, degree, context, context.sequence_parallel)

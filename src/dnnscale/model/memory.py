@@ -4,10 +4,8 @@ activations on a worker; weights and optimizer state on a parameter-server machi
 from __future__ import annotations
 
 from dnnscale.model.prediction import MemoryPart
-from dnnscale.model.registry import cost_formula
 
 
-@cost_formula
 def worker_memory_parts(params_on_worker: float, param_bytes: float, grad_bytes: float,
                         optimizer_state_bytes_per_param: float,
                         activation_values_on_worker: float, activation_bytes: float,
@@ -27,7 +25,6 @@ def worker_memory_parts(params_on_worker: float, param_bytes: float, grad_bytes:
             MemoryPart("activations", activation_values_on_worker * minibatch * activation_bytes))
 
 
-@cost_formula
 def ps_memory_parts(params_on_shard: float, param_bytes: float,
                     optimizer_state_bytes_per_param: float) -> tuple[MemoryPart, ...]:
     """Memory one parameter-server machine needs, by part.
@@ -40,7 +37,6 @@ def ps_memory_parts(params_on_shard: float, param_bytes: float,
             MemoryPart("ps_optimizer_state", params_on_shard * optimizer_state_bytes_per_param, "ps"))
 
 
-@cost_formula
 def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, heads: int,
                                        kv_hidden: int, ffn_in: int, ffn_out: int, tensor: int,
                                        sequence_parallel: bool, recompute: str,
@@ -80,7 +76,6 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     return whole + split + core
 
 
-@cost_formula
 def sharded_state_parts(params: float, param_bytes: float, grad_bytes: float,
                         state_bytes_per_param: float, zero_stage: int,
                         replicas: int) -> tuple[MemoryPart, ...]:

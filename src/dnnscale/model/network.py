@@ -4,10 +4,7 @@ Collectives (all-reduce, all-gather, ...) are priced in collectives.py on top of
 
 from __future__ import annotations
 
-from dnnscale.model.registry import cost_formula
 
-
-@cost_formula
 def transfer_time_s(bytes_moved: float, messages: float, bandwidth_bytes_per_s: float,
                     latency_s: float) -> float:
     """Time to move data over one NIC direction in several messages.
@@ -21,7 +18,6 @@ def transfer_time_s(bytes_moved: float, messages: float, bandwidth_bytes_per_s: 
     return bytes_moved / bandwidth_bytes_per_s + messages * latency_s
 
 
-@cost_formula
 def overlapped_time_s(first_s: float, second_s: float, gamma: float) -> float:
     """Combined time of two activities that overlap imperfectly.
 

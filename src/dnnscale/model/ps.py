@@ -5,12 +5,10 @@ from __future__ import annotations
 import math
 
 from dnnscale.model.compute import cpu_phase_times_s
-from dnnscale.model.registry import cost_formula
 from dnnscale.system.device import Device
 from dnnscale.workload.kinds import linear
 
 
-@cost_formula
 def ps_push_bytes_per_step(weight_params: int, vector_values: float, bytes_per_value: int,
                            push_every: int) -> float:
     """Bytes pushed to the parameter servers per step: by one replica (all P workers), or by
@@ -27,7 +25,6 @@ def ps_push_bytes_per_step(weight_params: int, vector_values: float, bytes_per_v
     return weight_params * bytes_per_value / push_every + vector_values * bytes_per_value
 
 
-@cost_formula
 def ps_pull_bytes_per_step(params: int, bytes_per_value: int, pull_every: int) -> float:
     """Bytes one replica pulls from the parameter servers per step.
 
@@ -38,7 +35,6 @@ def ps_pull_bytes_per_step(params: int, bytes_per_value: int, pull_every: int) -
     return params * bytes_per_value / pull_every
 
 
-@cost_formula
 def busiest_shard_share(params: int, shards: int) -> float:
     """Share of the parameters held by the largest of S shards (flat slicing).
 
@@ -51,7 +47,6 @@ def busiest_shard_share(params: int, shards: int) -> float:
     return math.ceil(params / shards) / params
 
 
-@cost_formula
 def ps_network_capacity_samples_per_s(ps_bandwidth_bytes_per_s: float, shard_share: float,
                                       push_bytes_per_sample: float,
                                       pull_bytes_per_sample: float) -> float:
@@ -71,7 +66,6 @@ def ps_network_capacity_samples_per_s(ps_bandwidth_bytes_per_s: float, shard_sha
     return math.inf if busiest <= 0 else ps_bandwidth_bytes_per_s / busiest
 
 
-@cost_formula
 def ps_cpu_capacity_samples_per_s(shard_share: float, update_s_per_sample: float,
                                   fc_outer_product_s_per_sample: float) -> float:
     """Samples per second the parameter servers' CPUs can sustain, all replicas together.
@@ -86,7 +80,6 @@ def ps_cpu_capacity_samples_per_s(shard_share: float, update_s_per_sample: float
     return math.inf if busiest <= 0 else 1.0 / busiest
 
 
-@cost_formula
 def ps_outer_product_s(rows: int, columns: int, samples: int, bytes_per_value: int,
                        ps_machine: Device) -> float:
     """Seconds a parameter-server machine takes for one FC block of Adam's vector protocol.

@@ -9,7 +9,6 @@ the last.
 
 from __future__ import annotations
 
-from dnnscale.model.registry import cost_formula
 from dnnscale.workload.layer import Layer
 
 
@@ -45,7 +44,6 @@ def stage_layers(layers: tuple[Layer, ...], stages: int, virtual_stages: int = 1
     return devices
 
 
-@cost_formula
 def pipeline_time_s(stage_seconds: tuple[float, ...], micro_batches: int,
                     virtual_stages: int = 1) -> float:
     """Time for every stage to run `micro_batches` forward and backward passes (1F1B or GPipe;
@@ -62,7 +60,6 @@ def pipeline_time_s(stage_seconds: tuple[float, ...], micro_batches: int,
     return micro_batches * slowest + (sum(stage_seconds) - slowest) / virtual_stages
 
 
-@cost_formula
 def in_flight_micro_batches(schedule: str, stage: int, stages: int, micro_batches: int,
                             virtual_stages: int = 1) -> float:
     """Micro-batches whose activations stage `stage` (from 0) holds at once.

@@ -1,6 +1,7 @@
 """Sharding rules: how each layer kind splits over a tensor-parallel group, one registry.
 
-A rule is registered with ``@sharding_rule(rules, kind, scheme)`` and maps (layer, degree,
+A rule is registered with ``@sharding_rule(rules, split, scheme)`` (`split`: a rule name that
+kinds' records point to, e.g. Adam's 'neurons', Megatron's 'column') and maps (layer, degree,
 context) to a `Shard`: the share of the layer's work the most loaded member does, the parameters
 every member holds whole, and the communication events the split causes (operation, payload,
 phase). The model (stage costs), the plan's validity rules and the runtime all read this registry
@@ -18,11 +19,12 @@ the replica each step).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dnnscale.model.compute import imbalance_fraction
 from dnnscale.plan.mesh import MeshDim
+from dnnscale.workload.kind_record import KindFacts, record_of
 from dnnscale.workload.layer import Layer
 
 PHASE_FORWARD, PHASE_BACKWARD = "forward", "backward"
@@ -68,23 +70,24 @@ class Shard:
 
 ShardingRule = Callable[[Layer, int, SplitContext], Shard]
 SHARDING_RULES: dict[tuple[str, str, str], ShardingRule] = {}
-ANY_KIND = "*"
+"""(rule set, split rule, scheme) -> rule; a layer's split rule under a rule set is a fact of
+its kind (workload/kind_record.py LayerKind.splits)."""
 
 
-def sharding_rule(rules: str, kind: str, scheme: str) -> Callable[[ShardingRule], ShardingRule]:
-    """Register a rule for (rule set, layer kind, scheme); kind '*' is the fallback."""
+def sharding_rule(rules: str, split: str, scheme: str) -> Callable[[ShardingRule], ShardingRule]:
+    """Register a rule for (rule set, split rule name, scheme); the kinds whose record names
+    `split` under `rules` are split by it."""
 
     def decorate(func: ShardingRule) -> ShardingRule:
-        SHARDING_RULES[(rules, kind, scheme)] = func
+        SHARDING_RULES[(rules, split, scheme)] = func
         return func
 
     return decorate
 
 
-TENSOR_EXTENT_KEY = {"attn_qkv": "kv_heads", "attn_scores": "heads", "attn_softmax": "heads",
-                     "attn_context": "heads", "flash_attention": "heads", "attn_out": "heads",
-                     "mlp_up": "ffn", "mlp_act": "ffn", "mlp_down": "ffn"}
-"""Megatron's unit of split per transformer kind (query groups for the QKV projection)."""
+TENSOR_EXTENT_KEY: Mapping[str, str] = KindFacts[str]("tensor_extent_key")
+"""Megatron's unit of split per kind (query groups for the QKV projection), read from each
+kind's record: kinds without one are absent."""
 
 
 def split_schemes(layer: Layer, rules: str = "adam") -> tuple[str, ...]:
@@ -144,8 +147,14 @@ def max_split(layer: Layer, rules: str = "adam") -> int:
 
 
 def shard_layer(rules: str, layer: Layer, scheme: str, degree: int, context: SplitContext) -> Shard:
-    """The registered rule's split of `layer` (the kind's own rule, else the '*' fallback)."""
-    rule = SHARDING_RULES.get((rules, layer.kind, scheme)) or SHARDING_RULES[(rules, ANY_KIND, scheme)]
+    """The split of `layer` by the rule its kind's record names under `rules`; InputError for a
+    kind nobody registered or one the rule set has no rule for, ValueError for a scheme the
+    rule does not have."""
+    split = record_of(layer).split_rule(rules)
+    rule = SHARDING_RULES.get((rules, split, scheme))
+    if rule is None:
+        raise ValueError(f"no {rules} sharding rule {split!r} for scheme {scheme!r} (layer "
+                         f"{layer.name!r}, kind {layer.kind!r})")
     return rule(layer, degree, context)
 
 
@@ -164,7 +173,7 @@ def _kernel_allreduce(layer: Layer, degree: int, context: SplitContext) -> tuple
                       PHASE_BACKWARD),)
 
 
-@sharding_rule("adam", ANY_KIND, "features")
+@sharding_rule("adam", "neurons", "features")
 def adam_features(layer: Layer, degree: int, context: SplitContext) -> Shard:
     """Output features split over the P workers (a linear layer, or any 1-D layer).
 
@@ -178,7 +187,7 @@ def adam_features(layer: Layer, degree: int, context: SplitContext) -> Shard:
     return Shard("features", fraction, 0, events)
 
 
-@sharding_rule("adam", ANY_KIND, "channels")
+@sharding_rule("adam", "neurons", "channels")
 def adam_channels(layer: Layer, degree: int, context: SplitContext) -> Shard:
     """Output channels split over the P workers: each needs all input maps (a re-gather of the
     C_in·H_in·W_in input values per sample when the input is distributed)."""
@@ -187,7 +196,7 @@ def adam_channels(layer: Layer, degree: int, context: SplitContext) -> Shard:
     return Shard("channels", fraction, 0, events)
 
 
-@sharding_rule("adam", ANY_KIND, "rows")
+@sharding_rule("adam", "neurons", "rows")
 def adam_rows(layer: Layer, degree: int, context: SplitContext) -> Shard:
     """Output rows (horizontal stripes) split over the P workers.
 

@@ -20,12 +20,9 @@ from dnnscale.model.sharding import (PHASE_FORWARD, Shard, SplitContext, shard_l
                                      split_schemes)
 from dnnscale.plan.mesh import DeviceMesh, Placement, placement
 from dnnscale.system.system import System
+from dnnscale.workload.kind_record import Recompute, layer_kind, record_of
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.workload import Workload
-
-ATTENTION_CORE = ("attn_scores", "attn_softmax", "attn_context")
-"""What selective recomputation recomputes: the s²-sized part of attention (Korthikanti et al.
-2022 §5)."""
 
 
 class LayerCost(NamedTuple):
@@ -85,7 +82,8 @@ class StageTotals(NamedTuple):
         blocks = set()
         for layer in layers:
             in_block = layer.block is not None
-            attention = layer.kind in ATTENTION_CORE
+            # selective recomputation recomputes the attention core (its record says so)
+            attention = layer_kind(layer.kind).recompute is Recompute.ATTENTION_CORE
             for index, value in enumerate((
                     layer.forward_s, layer.input_grad_s, layer.weight_grad_s, layer.comm_s,
                     layer.comm_bytes, layer.replicated_params,
@@ -251,7 +249,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
                 current_scheme = known.scheme
                 input_distributed = partitions > 1
             continue
-        skip_weight_grad = fc_protocol == "vectors" and layer.kind == "linear"
+        skip_weight_grad = fc_protocol == "vectors" and record_of(layer).vector_gradients
         schemes = split_schemes(layer, rules)
         candidates = schemes if layer.has_weights else (
             (current_scheme,) if current_scheme in schemes else schemes[:1])

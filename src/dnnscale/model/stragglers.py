@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-from dnnscale.model.registry import cost_formula
 
 _NORMAL = NormalDist()
 
@@ -46,7 +45,6 @@ def replica_rates(replicas: int, spread: float, saturation: float = math.inf) ->
     return rates
 
 
-@cost_formula
 def straggler_factor(replicas: int, epoch_fraction: float, spread: float,
                      saturation: float = math.inf) -> float:
     """How much longer an asynchronous epoch takes than f·N/X because replicas differ in speed.

@@ -67,7 +67,9 @@ class ParameterServer:
 class Collective:
     """Gradients aggregated by a collective among the replicas (no parameter server).
 
-    algorithm: 'ring', 'tree' or 'hierarchical'. zero_stage: 0 (plain all-reduce), 1, 2 or 3
+    algorithm: how the data-parallel collectives run, 'ring' (rings on each tier, two-level
+    across nodes: what was always priced), 'hierarchical' (the same) or 'tree' (NCCL's double
+    binary tree all-reduce; model/collectives.py). zero_stage: 0 (plain all-reduce), 1, 2 or 3
     (ZeRO / FSDP: optimizer state, gradients, parameters sharded over the replicas). overlap:
     the gradients travel in buckets while the backward pass still computes (PyTorch DDP,
     Megatron's --overlap-grad-reduce), else after it.

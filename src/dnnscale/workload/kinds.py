@@ -1,8 +1,9 @@
 """Registry of layer kinds: shape inference and per-phase FLOPs and bytes, as pure functions.
 
-Each kind is registered with `@register_kind(name)` on a function
-``build(name, input_shape, bytes_per_value, needs_input_grad, **hyper) -> Layer``. Users extend
-the registry the same way. FLOP formulas (1 multiply-add = 2 FLOP) match
+Each kind is registered with `@register_kind(name, kernel=..., ...)` on a function
+``build(name, input_shape, bytes_per_value, needs_input_grad, **hyper) -> Layer``, with the
+kind's other facts (kernel class, split rules, recompute class: workload/kind_record.py, one
+record per kind). Users extend the registry the same way; an unregistered kind is an error. FLOP formulas (1 multiply-add = 2 FLOP) match
 torch.utils.flop_counter, so an imported PyTorch model counts exactly what the zoo counts.
 
 Bytes per sample are what a phase reads and writes in activations (parameters, read once per
@@ -22,20 +23,31 @@ workload/transformer_kinds.py and register themselves here when `dnnscale.worklo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from dnnscale.errors import MAX_COUNT, InputError, require_count, require_nonnegative, short_repr
+from dnnscale.workload.kind_record import (LAYER_KINDS, KernelClass, LayerBuilder, LayerKind,
+                                           Recompute, layer_kind)
 from dnnscale.workload.layer import Layer
 
-LayerBuilder = Callable[..., Layer]
-LAYER_KINDS: dict[str, LayerBuilder] = {}
+ADAM_SPLIT = {"adam": "neurons", "megatron": "replicated"}
+"""Split rules of a kind Project Adam divides by its output neurons (features, channels or rows,
+model/sharding.py) and Megatron has no split for (whole on every member)."""
 
 
-def register_kind(name: str) -> Callable[[LayerBuilder], LayerBuilder]:
-    """Register a layer kind's builder under `name`."""
+def register_kind(name: str, *, kernel: KernelClass, splits: Mapping[str, str],
+                  cpu_rate: str = "default", tensor_extent_key: str | None = None,
+                  recompute: Recompute = Recompute.BLOCK, vector_gradients: bool = False
+                  ) -> Callable[[LayerBuilder], LayerBuilder]:
+    """Register the builder of kind `name` with the kind's facts (kind_record.LayerKind). The
+    kernel class and the split rules are always stated; the rest default to their neutral
+    value: the CPU device's default curve, no unit of Megatron split, recomputed only with its
+    block, weight gradients formed where they are computed."""
 
     def decorate(builder: LayerBuilder) -> LayerBuilder:
-        LAYER_KINDS[name] = builder
+        LAYER_KINDS[name] = LayerKind(name, builder, kernel, cpu_rate, MappingProxyType(dict(splits)),
+                                      tensor_extent_key, recompute, vector_gradients)
         return builder
 
     return decorate
@@ -44,13 +56,10 @@ def register_kind(name: str) -> Callable[[LayerBuilder], LayerBuilder]:
 def build_layer(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                 needs_input_grad: bool, hyper: dict[str, object], field: str) -> Layer:
     """Build one layer of `kind` on `input_shape`; errors name `field`."""
-    if kind not in LAYER_KINDS:
-        known = ", ".join(sorted(LAYER_KINDS))
-        raise InputError(f"{field}.kind", f"unknown layer kind {short_repr(kind)} (known: "
-                         f"{known})")
-    _check_fields(LAYER_KINDS[kind], kind, hyper, field)
+    builder = layer_kind(kind, f"{field}.kind").build
+    _check_fields(builder, kind, hyper, field)
     try:
-        layer = LAYER_KINDS[kind](name=name, input_shape=tuple(input_shape),
+        layer = builder(name=name, input_shape=tuple(input_shape),
                                   bytes_per_value=bytes_per_value,
                                   needs_input_grad=needs_input_grad, **hyper)
     except TypeError as exc:  # an unexpected or missing hyper-parameter
@@ -99,8 +108,9 @@ def check_shape(shape: object, field: str, allow_scalar: bool = False) -> tuple[
 
 
 def check_layer(layer: Layer, field: str) -> Layer:
-    """Physical sanity of a built layer (any kind, however made): shapes as `check_shape`,
-    parameters a count >= 0, FLOPs and bytes per phase finite and >= 0."""
+    """Physical sanity of a built layer (any kind, however made): a registered kind, shapes as
+    `check_shape`, parameters a count >= 0, FLOPs and bytes per phase finite and >= 0."""
+    layer_kind(layer.kind, f"{field}.kind")
     check_shape(layer.input_shape, f"{field}.input_shape", allow_scalar=True)
     check_shape(layer.output_shape, f"{field}.output_shape", allow_scalar=True)
     require_count(f"{field}.params", layer.params)
@@ -153,7 +163,7 @@ def _conv_output(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
-@register_kind("conv2d")
+@register_kind("conv2d", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="conv2d")
 def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
            out_channels: int, kernel: object, stride: object = 1, padding: object = 0,
            groups: int = 1, bias: bool = True) -> Layer:
@@ -191,7 +201,8 @@ def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_
                  padding=(ph, pw), groups=groups)
 
 
-@register_kind("linear")
+@register_kind("linear", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="linear",
+               vector_gradients=True)
 def linear(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
            out_features: int, bias: bool = True) -> Layer:
     """Fully connected layer n_in -> n_out.
@@ -238,7 +249,7 @@ def _pool(kind: str, name: str, input_shape: tuple[int, ...], bytes_per_value: i
                  stride=(sh, sw), padding=(ph, pw))
 
 
-@register_kind("maxpool2d")
+@register_kind("maxpool2d", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def maxpool2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
               needs_input_grad: bool, kernel: object, stride: object = None,
               padding: object = 0) -> Layer:
@@ -247,7 +258,7 @@ def maxpool2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  stride, padding)
 
 
-@register_kind("avgpool2d")
+@register_kind("avgpool2d", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def avgpool2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
               needs_input_grad: bool, kernel: object, stride: object = None,
               padding: object = 0) -> Layer:
@@ -268,14 +279,14 @@ def _elementwise(kind: str, name: str, input_shape: tuple[int, ...], output_shap
                  weight_grad_bytes=0.0, in_channels=channels, out_channels=channels)
 
 
-@register_kind("relu")
+@register_kind("relu", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def relu(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
          needs_input_grad: bool) -> Layer:
     """Element-wise ReLU: 0 FLOP, memory bound."""
     return _elementwise("relu", name, input_shape, input_shape, bytes_per_value, needs_input_grad)
 
 
-@register_kind("flatten")
+@register_kind("flatten", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def flatten(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
             needs_input_grad: bool) -> Layer:
     """Flatten (C, H, W) -> (C·H·W,): a view, no FLOPs and no bytes moved."""
@@ -283,7 +294,7 @@ def flatten(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                         needs_input_grad, moves_data=False)
 
 
-@register_kind("softmax_loss")
+@register_kind("softmax_loss", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def softmax_loss(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  needs_input_grad: bool) -> Layer:
     """Softmax + cross-entropy loss over a flat input: 0 FLOP, memory bound; outputs the
@@ -295,7 +306,7 @@ def softmax_loss(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                         needs_input_grad)
 
 
-@register_kind("generic")
+@register_kind("generic", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="generic")
 def generic(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
             output_shape: list[int], params: int = 0, fwd_flops: float = 0.0,
             input_grad_flops: float = 0.0, weight_grad_flops: float = 0.0,

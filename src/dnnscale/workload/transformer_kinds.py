@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dnnscale.errors import MAX_COUNT, InputError, short_repr
+from dnnscale.workload.kind_record import LAYER_KINDS, KernelClass, Recompute
 from dnnscale.workload.kinds import register_kind
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.transformer_shape import POSITIONALS
@@ -191,7 +192,14 @@ def _token_linear(kind: str, name: str, input_shape: tuple[int, ...], b: int,
 # --- the kinds -----------------------------------------------------------------------------------
 
 
-@register_kind("embedding")
+def megatron(rule: str) -> dict[str, str]:
+    """A transformer kind's split rules: Megatron's `rule` (model/megatron_rules.py: column,
+    row, local, vocab_embedding, vocab_loss, replicated) and Adam's neuron split (the output's
+    features), what a tensor split under Adam's rules does to it."""
+    return {"megatron": rule, "adam": "neurons"}
+
+
+@register_kind("embedding", kernel=KernelClass.MEMORY, splits=megatron("vocab_embedding"))
 def embedding(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
               needs_input_grad: bool, positional: str = "none", positions: int = 0,
               token_types: int = 0, **shape: object) -> Layer:
@@ -247,7 +255,7 @@ def _norm(kind: str, name: str, input_shape: tuple[int, ...], b: int, needs_inpu
                   needs_input_grad, hyper)
 
 
-@register_kind("layernorm")
+@register_kind("layernorm", kernel=KernelClass.MEMORY, splits=megatron("replicated"))
 def layernorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
               needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """LayerNorm over h for each token (Ba et al. 2016): memory bound, 0 FLOP.
@@ -263,7 +271,7 @@ def layernorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  2 if has_bias else 1, 2, {"bias": has_bias})
 
 
-@register_kind("rmsnorm")
+@register_kind("rmsnorm", kernel=KernelClass.MEMORY, splits=megatron("replicated"))
 def rmsnorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
             needs_input_grad: bool, **shape: object) -> Layer:
     """RMSNorm over h for each token (Zhang & Sennrich 2019; Llama): memory bound, 0 FLOP.
@@ -274,7 +282,8 @@ def rmsnorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     return _norm("rmsnorm", name, input_shape, bytes_per_value, needs_input_grad, shape, 1, 1)
 
 
-@register_kind("attn_qkv")
+@register_kind("attn_qkv", kernel=KernelClass.GEMM, splits=megatron("column"),
+               tensor_extent_key="kv_heads")
 def attn_qkv(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
              needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """The fused Q, K, V projection h -> h + 2·h_kv (3h for multi-head attention; grouped-query
@@ -295,7 +304,8 @@ def _qkv_input(kind: str, name: str, input_shape: tuple[int, ...], dims: _Dims) 
             " Q|K|V")
 
 
-@register_kind("attn_scores")
+@register_kind("attn_scores", kernel=KernelClass.ATTENTION, splits=megatron("local"),
+               tensor_extent_key="heads", recompute=Recompute.ATTENTION_CORE)
 def attn_scores(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                 needs_input_grad: bool, causal: bool = True, **shape: object) -> Layer:
     """Scores S = Q·Kᵀ/√d per head: (s, h + 2·h_kv) Q|K|V -> (a, s, s). No weights.
@@ -318,7 +328,8 @@ def attn_scores(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                   needs_input_grad, hyper)
 
 
-@register_kind("attn_softmax")
+@register_kind("attn_softmax", kernel=KernelClass.MEMORY, splits=megatron("local"),
+               tensor_extent_key="heads", recompute=Recompute.ATTENTION_CORE)
 def attn_softmax(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  needs_input_grad: bool, causal: bool = True, dropout: bool = True,
                  **shape: object) -> Layer:
@@ -343,7 +354,8 @@ def attn_softmax(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                   (float(fwd), float(bwd), 0.0), needs_input_grad, hyper)
 
 
-@register_kind("attn_context")
+@register_kind("attn_context", kernel=KernelClass.ATTENTION, splits=megatron("local"),
+               tensor_extent_key="heads", recompute=Recompute.ATTENTION_CORE)
 def attn_context(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  needs_input_grad: bool, **shape: object) -> Layer:
     """Context O = P·V per head, heads concatenated: (a, s, s) probabilities -> (s, h). V comes
@@ -366,7 +378,8 @@ def attn_context(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                   needs_input_grad, hyper)
 
 
-@register_kind("flash_attention")
+@register_kind("flash_attention", kernel=KernelClass.FLASH, splits=megatron("local"),
+               tensor_extent_key="heads")
 def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                     needs_input_grad: bool, causal: bool = True, **shape: object) -> Layer:
     """Fused attention (FlashAttention-2): Q|K|V (s, h + 2·h_kv) -> O (s, h), replacing
@@ -393,7 +406,8 @@ def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: in
                   needs_input_grad, hyper)
 
 
-@register_kind("attn_out")
+@register_kind("attn_out", kernel=KernelClass.GEMM, splits=megatron("row"),
+               tensor_extent_key="heads")
 def attn_out(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
              needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """Attention's output projection h -> h; Megatron splits it by rows (row parallel, its
@@ -404,7 +418,7 @@ def attn_out(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                          hyper, dims.h, dims.h, bias)
 
 
-@register_kind("residual_add")
+@register_kind("residual_add", kernel=KernelClass.MEMORY, splits=megatron("replicated"))
 def residual_add(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  needs_input_grad: bool, dropout: bool = True, **shape: object) -> Layer:
     """Dropout on a sub-layer's output, then the residual add (Megatron's fused bias-dropout-
@@ -432,7 +446,8 @@ def _mlp_inner(dims: _Dims) -> int:
     return 2 * dims.f if dims.gated else dims.f
 
 
-@register_kind("mlp_up")
+@register_kind("mlp_up", kernel=KernelClass.GEMM, splits=megatron("column"),
+               tensor_extent_key="ffn")
 def mlp_up(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
            needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """The MLP's first linear, h -> f, or h -> 2f (gate and up projections fused) when `gated`
@@ -444,7 +459,8 @@ def mlp_up(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                          hyper, dims.h, _mlp_inner(dims), bias)
 
 
-@register_kind("mlp_act")
+@register_kind("mlp_act", kernel=KernelClass.MEMORY, splits=megatron("local"),
+               tensor_extent_key="ffn")
 def mlp_act(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
             needs_input_grad: bool, **shape: object) -> Layer:
     """The MLP's activation: GeLU (s, f) -> (s, f), or SwiGLU silu(gate)·up (s, 2f) -> (s, f)
@@ -464,7 +480,8 @@ def mlp_act(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                   (float(moved[0]), float(moved[1]), 0.0), needs_input_grad, hyper)
 
 
-@register_kind("mlp_down")
+@register_kind("mlp_down", kernel=KernelClass.GEMM, splits=megatron("row"),
+               tensor_extent_key="ffn")
 def mlp_down(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
              needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """The MLP's second linear f -> h; row parallel. FLOPs per phase 2·s·f·h; params f·h +
@@ -475,7 +492,7 @@ def mlp_down(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                          hyper, dims.f, dims.h, bias)
 
 
-@register_kind("logits")
+@register_kind("logits", kernel=KernelClass.GEMM, splits=megatron("column"))
 def logits(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
            needs_input_grad: bool, tied: bool = True, bias: bool = False,
            **shape: object) -> Layer:
@@ -493,7 +510,7 @@ def logits(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                          hyper, dims.h, dims.V, bias, weights=not tied)
 
 
-@register_kind("cross_entropy")
+@register_kind("cross_entropy", kernel=KernelClass.MEMORY, splits=megatron("vocab_loss"))
 def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                   needs_input_grad: bool, **shape: object) -> Layer:
     """Softmax + cross-entropy loss over V logits for each of s tokens: (s, V) -> (s, V), the
@@ -512,6 +529,6 @@ def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                   (moved, moved, 0.0), needs_input_grad, hyper)
 
 
-TRANSFORMER_KINDS = ("embedding", "layernorm", "rmsnorm", "attn_qkv", "attn_scores",
-                     "attn_softmax", "attn_context", "flash_attention", "attn_out",
-                     "residual_add", "mlp_up", "mlp_act", "mlp_down", "logits", "cross_entropy")
+TRANSFORMER_KINDS = tuple(name for name, record in LAYER_KINDS.items()
+                          if record.build.__module__ == __name__)
+"""The kinds this module registers, in registry order."""

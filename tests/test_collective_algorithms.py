@@ -1,0 +1,95 @@
+"""Collectives keyed by (operation, library, algorithm), and the plan's algorithm read: a tree
+all-reduce registered for NCCL, priced by hand, reached from a plan with algorithm 'tree'."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dnnscale.errors import InputError
+from dnnscale.model import predict_plan
+from dnnscale.model.collectives import (COLLECTIVE_COSTS, collective_transfer,
+                                        group_collective_time_s)
+from dnnscale.plan import modern_plan_from_dict
+from dnnscale.system import LinkTier, Topology, load_system
+from dnnscale.system.topology import group_span
+from dnnscale.workload import load_workload
+
+TOPOLOGY = Topology(8, LinkTier(10e9, 5e-6, "ib"), LinkTier(100e9, 1e-6, "nvlink"))
+
+
+def test_tree_allreduce_by_hand() -> None:
+    """Double binary tree over g = 8: bytes 2·7/8·x (as a ring), messages 2·⌊log₂ 8⌋ = 6
+    against the ring's 2·7 = 14; g = 6: 2·⌊log₂ 6⌋ = 4; g = 1: nothing."""
+    x = 8e6
+    assert collective_transfer("allreduce", "nccl", x, 8, "tree") == (14e6, 6.0)
+    assert collective_transfer("allreduce", "nccl", x, 8, "ring") == (14e6, 14.0)
+    assert collective_transfer("allreduce", "nccl", x, 6, "tree").messages == 4.0
+    assert collective_transfer("allreduce", "nccl", x, 1, "tree") == (0.0, 0.0)
+    # one member per node (stride 8): the tree on IB, 14e6 / 10 GB/s + 6 · 5 µs
+    assert group_collective_time_s("allreduce", "nccl", x, group_span(8, 8, 8), TOPOLOGY,
+                                   algorithm="tree") == pytest.approx(1.4e-3 + 30e-6)
+    # inside one node: the tree on NVLink, 14e6 / 100 GB/s + 6 · 1 µs
+    assert group_collective_time_s("allreduce", "nccl", x, group_span(8, 1, 8), TOPOLOGY,
+                                   algorithm="tree") == pytest.approx(1.4e-4 + 6e-6)
+
+
+def test_two_level_tree_changes_only_the_step_across_nodes() -> None:
+    """16 members, 8 per node on 2 nodes, 16 MB: ring reduce-scatter in the node (7/8·x over
+    NVLink, 7 messages), the all-reduce of x/8 across 2 nodes (2·1/2·x/8 over IB; ring 2
+    messages, tree 2·⌊log₂ 2⌋ = 2), ring all-gather in the node. With 4 nodes of 4 (stride 2)
+    the step across nodes takes 6 ring messages against 4 tree ones: 2 · 5 µs less."""
+    x = 16e6
+    inside = 7 / 8 * x / 100e9 + 7 * 1e-6
+    across = 2 * 1 / 2 * (x / 8) / 10e9 + 2 * 5e-6
+    for algorithm in ("ring", "hierarchical", "tree"):
+        assert group_collective_time_s("allreduce", "nccl", x, group_span(16, 1, 8), TOPOLOGY,
+                                       algorithm=algorithm) == pytest.approx(2 * inside + across)
+    ring = group_collective_time_s("allreduce", "nccl", x, group_span(16, 2, 8), TOPOLOGY)
+    tree = group_collective_time_s("allreduce", "nccl", x, group_span(16, 2, 8), TOPOLOGY,
+                                   algorithm="tree")
+    assert ring - tree == pytest.approx(2 * 5e-6)
+
+
+def test_ring_is_what_was_always_priced() -> None:
+    """The default and 'hierarchical' are the same registered rings (today's numbers)."""
+    for (operation, library, algorithm), cost in COLLECTIVE_COSTS.items():
+        if algorithm == "hierarchical":
+            assert COLLECTIVE_COSTS[(operation, library, "ring")] is cost
+    assert group_collective_time_s("allreduce", "nccl", 16e6, group_span(16, 1, 8), TOPOLOGY) == \
+        group_collective_time_s("allreduce", "nccl", 16e6, group_span(16, 1, 8), TOPOLOGY,
+                                algorithm="ring")
+
+
+def test_an_algorithm_a_library_lacks_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="gloo has no tree allreduce"):
+        collective_transfer("allreduce", "gloo", 1.0, 4, "tree")
+    with pytest.raises(InputError, match="algorithm"):
+        collective_transfer("allgather", "nccl", 1.0, 4, "tree")
+    with pytest.raises(KeyError, match="'allreduce' under 'mpi'"):
+        collective_transfer("allreduce", "mpi", 1.0, 2)
+
+
+def test_plan_algorithm_tree_reaches_the_data_parallel_allreduce() -> None:
+    """GPT-3 125M, TP 8 fills each of 4 DGX nodes, DP 4 across them (one member per node): the
+    gradient all-reduce's bytes are the same under both algorithms, its messages 2·3 = 6 (ring)
+    against 2·⌊log₂ 4⌋ = 4 (tree), so the step is 2·α_IB shorter and nothing else moves."""
+    system = load_system("dgx-a100-80g:4")
+    workload = load_workload("gpt3-125m")
+    inter = system.topology.inter_node
+    assert inter.fit("allreduce", 4) is None   # priced by (B, α), not a calibrated ring fit
+    ring = modern_plan_from_dict({"tp": 8, "dp": 4, "micro_batch": 1})
+    aggregation = dataclasses.replace(ring.data.aggregation, overlap=False)
+    ring = dataclasses.replace(ring, data=dataclasses.replace(ring.data,
+                                                              aggregation=aggregation))
+    tree = dataclasses.replace(ring, data=dataclasses.replace(
+        ring.data, aggregation=dataclasses.replace(aggregation, algorithm="tree")))
+    by_ring, by_tree = predict_plan(workload, system, ring), predict_plan(workload, system, tree)
+    assert by_ring.step_time_s - by_tree.step_time_s == pytest.approx(2 * inter.latency_s,
+                                                                      rel=1e-9)
+    assert by_ring.part("dp_comm") - by_tree.part("dp_comm") == pytest.approx(
+        2 * inter.latency_s, rel=1e-9)
+    changed = {name for name, seconds in by_ring.breakdown_s.items()
+               if seconds != pytest.approx(by_tree.breakdown_s[name], rel=1e-12)}
+    assert changed == {"dp_comm", "step"}
