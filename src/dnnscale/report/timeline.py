@@ -4,9 +4,9 @@ Nothing here is measured or priced: the segments are the model's own quantities
 (`Prediction.parts`, the per-layer `LayerCost`s, and for pipelines the per-stage micro-batch
 times of `Prediction.step_record`, model/records.py), placed in the order the model adds
 them. A one-stage CPU plan (Project Adam's P × R × S) is drawn layer by layer: the forward pass
-with its partition traffic, the backward pass in reverse, then the parameter-server or all-reduce parts. A GPU plan is drawn per
-pipeline stage as the schedule's micro-batches (pipeline_schedule.py), then the data-parallel
-communication and the optimizer step.
+with its partition traffic, the backward pass in reverse, then the parameter-server or
+all-reduce parts. A GPU plan is drawn per pipeline stage as the schedule's micro-batches
+(pipeline_schedule.py), then the data-parallel communication and the optimizer step.
 """
 
 from __future__ import annotations
