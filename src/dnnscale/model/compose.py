@@ -479,7 +479,7 @@ def _stage_record(ctx: StepContext, index: int, stage: StageCosts) -> StageRecor
     """Stage `index`'s seconds per micro-batch: under collectives the context's device, host
     and point-to-point times; under a parameter server one stage whose kernels are its compute
     and partition traffic (no launches, no pipeline)."""
-    tp_forward_s = sum(layer.comm_forward_s for layer in stage.layers)
+    tp_forward_s = sum((layer.comm_forward_s for layer in stage.layers), 0.0)
     if ctx.uses_ps:
         busy_s = stage.compute_s + stage.partition_s
         return StageRecord(index, stage.forward_s, stage.input_grad_s, stage.weight_grad_s,

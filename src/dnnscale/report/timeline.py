@@ -12,14 +12,17 @@ all-reduce parts. A GPU plan is drawn per pipeline stage as the schedule's micro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import Part, PartKind, StepRecord
-from dnnscale.model.stage import LayerCost
 from dnnscale.report.explain import activities
 from dnnscale.report.pipeline_schedule import (FORWARD, interleaving_applies, simulate)
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
+
+if TYPE_CHECKING:
+    from dnnscale.model.stage import LayerCost
 
 AFTER_STEP = (Part.PS_WAIT, Part.UPDATE)
 """Parts the model places after the overlapped part of a step (γ-norm plans)."""
