@@ -43,7 +43,7 @@ The structure the exact search relies on, read off these formulas (performance-m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from dnnscale.model.collectives import collective_time_s, group_collective_time_s
@@ -51,6 +51,8 @@ from dnnscale.model.data_parallel import (buckets_for, exposed_after_backward_s,
                                           optimizer_step_bytes, zero_traffic)
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
 from dnnscale.model.prediction import StepPart
+from dnnscale.model.records import (Bottleneck, CollectiveTime, MeshDim, Part, PartKind,
+                                    StageRecord, StepRecord)
 from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_s,
                                ps_network_capacity_samples_per_s, ps_outer_product_s,
                                ps_pull_bytes_per_step, ps_push_bytes_per_step)
@@ -450,85 +452,142 @@ def bound(ctx: StepContext, lo: int, hi: int, replicas: int) -> float:
 
 @dataclass(frozen=True)
 class Composition:
-    """A step: throughput, step time, its parts, the bottleneck, utilisation, capacities."""
+    """A step: throughput, step time, its parts, the bottleneck, utilisation, capacities, and
+    the typed per-stage record the parts were read from (model/records.py)."""
 
     throughput: float
     step_s: float
-    bottleneck: str
+    bottleneck: Bottleneck
     parts: tuple[StepPart, ...]
     utilization: dict[str, float]
     capacities: dict[str, float]
     straggler_factor: float = 1.0
     """The epoch takes f·N/X times this (model/stragglers.py)."""
+    record: StepRecord | None = None
 
 
-def _largest(named_seconds: dict[str, float]) -> str:
+def _largest(named_seconds: dict[Bottleneck, float]) -> Bottleneck:
     return max(named_seconds.items(), key=lambda item: item[1])[0]
 
 
-def _stage_parts(stage: StageCosts) -> list[StepPart]:
-    return [StepPart("forward", stage.forward_s, "compute"),
-            StepPart("input_grad", stage.input_grad_s, "compute"),
-            StepPart("weight_grad", stage.weight_grad_s, "compute"),
-            StepPart("compute", stage.compute_s, "sum", ("forward", "input_grad", "weight_grad")),
-            StepPart("partition_comm", stage.partition_s, "communication")]
+def _stage_parts(stage: StageRecord) -> list[StepPart]:
+    """A one-stage CPU step's layer parts (wave 1's names), from its stage record."""
+    return [StepPart(Part.FORWARD, stage.forward_s, PartKind.COMPUTE),
+            StepPart(Part.INPUT_GRAD, stage.input_grad_s, PartKind.COMPUTE),
+            StepPart(Part.WEIGHT_GRAD, stage.weight_grad_s, PartKind.COMPUTE),
+            StepPart(Part.COMPUTE, stage.compute_s, PartKind.SUM,
+                     (Part.FORWARD, Part.INPUT_GRAD, Part.WEIGHT_GRAD)),
+            StepPart(Part.PARTITION_COMM, stage.tp_comm_s, PartKind.COMMUNICATION)]
+
+
+def _stage_record(ctx: StepContext, index: int, stage: StageCosts) -> StageRecord:
+    """Stage `index`'s seconds per micro-batch: under collectives the context's device, host
+    and point-to-point times; under a parameter server one stage whose kernels are its compute
+    and partition traffic (no launches, no pipeline)."""
+    tp_forward_s = sum((layer.comm_forward_s for layer in stage.layers), 0.0)
+    if ctx.uses_ps:
+        busy_s = stage.compute_s + stage.partition_s
+        return StageRecord(index, stage.forward_s, stage.input_grad_s, stage.weight_grad_s,
+                           stage.partition_s, tp_forward_s, 0.0, busy_s, 0.0, 0.0, busy_s,
+                           stage.layers)
+    return StageRecord(index, stage.forward_s, stage.input_grad_s, stage.weight_grad_s,
+                       stage.partition_s, tp_forward_s,
+                       stage.recompute_s(ctx.plan.memory.recompute), ctx.device_s[index],
+                       ctx.host_s[index], ctx.p2p_s[index], ctx.stage_seconds[index],
+                       stage.layers)
+
+
+def step_record(ctx: StepContext, busy_s: float,
+                collectives: tuple[CollectiveTime, ...] = ()) -> StepRecord:
+    """Every stage's record, the slowest (largest micro-batch time) marked, and the bubble
+    max(0, busy − m·t_slowest) of the pipeline's `busy_s`."""
+    stages = tuple(_stage_record(ctx, index, stage) for index, stage in enumerate(ctx.stages))
+    m = ctx.micro_batches
+    slowest = max(range(len(stages)), key=lambda i: stages[i].micro_batch_s)
+    bubble_s = max(0.0, busy_s - m * stages[slowest].micro_batch_s)
+    by_stage = not ctx.uses_ps and is_modern(ctx)
+    return StepRecord(stages, slowest, m, ctx.plan.pipeline.virtual_stages,
+                      ctx.plan.pipeline.schedule, busy_s, bubble_s, by_stage, collectives)
 
 
 def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
-    """The step of the plan with R replicas and S shards, with its typed parts."""
-    stage = ctx.stage
-    parts = _stage_parts(stage)
+    """The step of the plan with R replicas and S shards, with its typed parts and record."""
     if ctx.mode == MODE_PS_ASYNC:
         (x, worker_step_s, push_w_s, pull_w_s, serve_s, x_replicas, x_net,
          x_cpu) = _ps_async(ctx, replicas, shards, shards)
         step_s = replicas * ctx.n / x
         transfer_s = max(push_w_s + pull_w_s, serve_s)
+        record = step_record(ctx, ctx.busy_s, _ps_collectives(ctx, push_w_s, pull_w_s))
+        stage = record.slowest_stage
         if x == x_replicas:
-            bottleneck = _largest({"worker compute": stage.compute_s,
-                                   "partition communication": stage.partition_s,
-                                   "worker ps transfer": transfer_s})
+            bottleneck = _largest({Bottleneck.WORKER_COMPUTE: stage.compute_s,
+                                   Bottleneck.PARTITION_COMM: stage.tp_comm_s,
+                                   Bottleneck.WORKER_PS_TRANSFER: transfer_s})
         else:
-            bottleneck = "ps network" if x == x_net else "ps cpu"
-        parts += [StepPart("ps_push", push_w_s, "communication"),
-                  StepPart("ps_pull", pull_w_s, "communication"),
-                  StepPart("ps_serve_wait", max(0.0, serve_s - push_w_s - pull_w_s), "wait"),
-                  StepPart("ps_wait", max(0.0, step_s - worker_step_s), "wait"),
-                  StepPart("step", step_s, "total")]
+            bottleneck = Bottleneck.PS_NETWORK if x == x_net else Bottleneck.PS_CPU
+        parts = _stage_parts(stage) + [
+            StepPart(Part.PS_PUSH, push_w_s, PartKind.COMMUNICATION),
+            StepPart(Part.PS_PULL, pull_w_s, PartKind.COMMUNICATION),
+            StepPart(Part.PS_SERVE_WAIT, max(0.0, serve_s - push_w_s - pull_w_s), PartKind.WAIT),
+            StepPart(Part.PS_WAIT, max(0.0, step_s - worker_step_s), PartKind.WAIT),
+            StepPart(Part.STEP, step_s, PartKind.TOTAL)]
         utilization = {"worker_compute": stage.compute_s / step_s,
-                       "partition_network": stage.partition_s / step_s,
+                       "partition_network": stage.tp_comm_s / step_s,
                        "worker_ps_network": transfer_s / step_s,
                        "ps_network": x / x_net, "ps_cpu": x / x_cpu}
         capacities = {"workers": x_replicas, "ps_network": x_net, "ps_cpu": x_cpu}
         return Composition(x, step_s, bottleneck, tuple(parts), utilization, capacities,
-                           _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu))
+                           _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu), record)
     if ctx.mode == MODE_PS_SYNC:
         x, step_s, push_s, apply_s, pull_s = _ps_sync(ctx, replicas, shards, shards)
-        bottleneck = _largest({"worker compute": stage.compute_s,
-                               "partition communication": stage.partition_s,
-                               "ps network": push_s + pull_s, "ps cpu": apply_s})
-        parts += [StepPart("ps_push", push_s, "communication"),
-                  StepPart("ps_apply", apply_s, "update"),
-                  StepPart("ps_pull", pull_s, "communication"),
-                  StepPart("step", step_s, "total")]
+        record = step_record(ctx, ctx.busy_s, _ps_collectives(ctx, push_s, pull_s))
+        stage = record.slowest_stage
+        bottleneck = _largest({Bottleneck.WORKER_COMPUTE: stage.compute_s,
+                               Bottleneck.PARTITION_COMM: stage.tp_comm_s,
+                               Bottleneck.PS_NETWORK: push_s + pull_s,
+                               Bottleneck.PS_CPU: apply_s})
+        parts = _stage_parts(stage) + [
+            StepPart(Part.PS_PUSH, push_s, PartKind.COMMUNICATION),
+            StepPart(Part.PS_APPLY, apply_s, PartKind.UPDATE),
+            StepPart(Part.PS_PULL, pull_s, PartKind.COMMUNICATION),
+            StepPart(Part.STEP, step_s, PartKind.TOTAL)]
         terms = ctx.per_shards(shards)
         ps_nic_s = replicas * max(terms.push_bytes, terms.pull_bytes) / ctx.ps_bandwidth
         utilization = {"worker_compute": stage.compute_s / step_s,
-                       "partition_network": stage.partition_s / step_s,
+                       "partition_network": stage.tp_comm_s / step_s,
                        "ps_network": ps_nic_s / step_s, "ps_cpu": apply_s / step_s}
-        return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x})
+        return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x},
+                           record=record)
     x, step_s, allreduce_s, busy_s, update_s = _collective(ctx, replicas)
     if not is_modern(ctx):
-        bottleneck = _largest({"worker compute": stage.compute_s + update_s,
-                               "partition communication": stage.partition_s,
-                               "allreduce network": allreduce_s})
-        parts += [StepPart("allreduce", allreduce_s, "communication"),
-                  StepPart("update", update_s, "update"),
-                  StepPart("step", step_s, "total")]
-        utilization = {"worker_compute": (stage.compute_s + update_s) / step_s,
-                       "partition_network": stage.partition_s / step_s,
+        stage = ctx.stage
+        record = step_record(ctx, busy_s, (
+            CollectiveTime(Part.PARTITION_COMM, MeshDim.TP, stage.partition_s),
+            CollectiveTime(Part.ALLREDUCE, MeshDim.DP, allreduce_s)))
+        # Adam's one-stage plans report the first stage (the only one) with wave 1's names.
+        first = record.stages[0]
+        bottleneck = _largest({Bottleneck.WORKER_COMPUTE: first.compute_s + update_s,
+                               Bottleneck.PARTITION_COMM: first.tp_comm_s,
+                               Bottleneck.ALLREDUCE_NETWORK: allreduce_s})
+        parts = _stage_parts(first) + [
+            StepPart(Part.ALLREDUCE, allreduce_s, PartKind.COMMUNICATION),
+            StepPart(Part.UPDATE, update_s, PartKind.UPDATE),
+            StepPart(Part.STEP, step_s, PartKind.TOTAL)]
+        utilization = {"worker_compute": (first.compute_s + update_s) / step_s,
+                       "partition_network": first.tp_comm_s / step_s,
                        "allreduce_network": allreduce_s / step_s}
-        return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x})
+        return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"workers": x},
+                           record=record)
     return _modern_composition(ctx, x, step_s, allreduce_s, busy_s, update_s)
+
+
+def _ps_collectives(ctx: StepContext, push_s: float, pull_s: float
+                    ) -> tuple[CollectiveTime, ...]:
+    """A PS step's communication by mesh dimension: the partition traffic among the replica's
+    P workers (tp), the push and pull to the shards (dp, through the parameter server)."""
+    return (CollectiveTime(Part.PARTITION_COMM, MeshDim.TP, ctx.stage.partition_s),
+            CollectiveTime(Part.PS_PUSH, MeshDim.DP, push_s),
+            CollectiveTime(Part.PS_PULL, MeshDim.DP, pull_s))
 
 
 def is_modern(ctx: StepContext) -> bool:
@@ -541,35 +600,40 @@ def is_modern(ctx: StepContext) -> bool:
 
 def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, busy_s: float,
                         update_s: float) -> Composition:
-    """Parts of a pipelined step, per device of the slowest stage, over m micro-batches."""
+    """Parts of a pipelined step, per device of the slowest stage, over m micro-batches: m
+    times each of its per-micro-batch records, the bubble, then dp and the optimizer step."""
     m = ctx.micro_batches
-    slowest = max(range(len(ctx.stages)), key=lambda i: ctx.stage_seconds[i])
-    stage = ctx.stages[slowest]
-    recompute_s = m * stage.recompute_s(ctx.plan.memory.recompute)
-    phases = {"forward": m * stage.forward_s, "input_grad": m * stage.input_grad_s,
-              "weight_grad": m * stage.weight_grad_s}
+    record = step_record(ctx, busy_s)
+    stage = record.slowest_stage
+    recompute_s = m * stage.recompute_s
+    phases = {Part.FORWARD: m * stage.forward_s, Part.INPUT_GRAD: m * stage.input_grad_s,
+              Part.WEIGHT_GRAD: m * stage.weight_grad_s}
     compute_s = sum(phases.values())
-    tp_s, pp_s = m * stage.partition_s, m * ctx.p2p_s[slowest]
-    launch_s = m * max(0.0, ctx.host_s[slowest] - ctx.device_s[slowest])
-    bubble_s = max(0.0, busy_s - m * ctx.stage_seconds[slowest])
-    parts = [StepPart(name, seconds, "compute") for name, seconds in phases.items()]
-    parts += [StepPart("compute", compute_s, "sum", tuple(phases)),
-              StepPart("recompute", recompute_s, "compute"),
-              StepPart("tp_comm", tp_s, "communication"),
-              StepPart("pp_comm", pp_s, "communication"),
-              StepPart("launch_wait", launch_s, "wait"),
-              StepPart("bubble", bubble_s, "wait"),
-              StepPart("dp_comm", dp_s, "communication"),
-              StepPart("optimizer_step", update_s, "update"),
-              StepPart("step", step_s, "total")]
-    bottleneck = _largest({"compute": compute_s + recompute_s,
-                           "tensor-parallel communication": tp_s,
-                           "pipeline communication": pp_s, "pipeline bubble": bubble_s,
-                           "kernel launches (host bound)": launch_s,
-                           "data-parallel communication": dp_s, "optimizer step": update_s})
+    tp_s, pp_s = m * stage.tp_comm_s, m * stage.p2p_s
+    launch_s = m * stage.launch_wait_s
+    bubble_s = record.bubble_s
+    record = replace(record, collectives=(CollectiveTime(Part.TP_COMM, MeshDim.TP, tp_s),
+                                          CollectiveTime(Part.PP_COMM, MeshDim.PP, pp_s),
+                                          CollectiveTime(Part.DP_COMM, MeshDim.DP, dp_s)))
+    parts = [StepPart(name, seconds, PartKind.COMPUTE) for name, seconds in phases.items()]
+    parts += [StepPart(Part.COMPUTE, compute_s, PartKind.SUM, tuple(phases)),
+              StepPart(Part.RECOMPUTE, recompute_s, PartKind.COMPUTE),
+              StepPart(Part.TP_COMM, tp_s, PartKind.COMMUNICATION),
+              StepPart(Part.PP_COMM, pp_s, PartKind.COMMUNICATION),
+              StepPart(Part.LAUNCH_WAIT, launch_s, PartKind.WAIT),
+              StepPart(Part.BUBBLE, bubble_s, PartKind.WAIT),
+              StepPart(Part.DP_COMM, dp_s, PartKind.COMMUNICATION),
+              StepPart(Part.OPTIMIZER_STEP, update_s, PartKind.UPDATE),
+              StepPart(Part.STEP, step_s, PartKind.TOTAL)]
+    bottleneck = _largest({Bottleneck.COMPUTE: compute_s + recompute_s,
+                           Bottleneck.TP_COMM: tp_s,
+                           Bottleneck.PP_COMM: pp_s, Bottleneck.BUBBLE: bubble_s,
+                           Bottleneck.LAUNCHES: launch_s,
+                           Bottleneck.DP_COMM: dp_s, Bottleneck.OPTIMIZER_STEP: update_s})
     utilization = {"compute": (compute_s + recompute_s) / step_s, "tp_network": tp_s / step_s,
                    "pp_network": pp_s / step_s, "dp_network": dp_s / step_s}
-    return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"devices": x})
+    return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"devices": x},
+                       record=record)
 
 
 def optimizer_state_bytes_per_param(plan: ParallelPlan, bytes_per_value: float) -> float:

@@ -19,16 +19,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dnnscale.model.records import Bottleneck
+
 DATA_FILE = Path(__file__).with_name("data") / "error_bands.json"
 FORMAT = "dnnscale-error-bands/1"
 MODES = ("ps-async", "ps-sync", "allreduce")
-BOTTLENECK_CLASSES: dict[str, tuple[str, ...]] = {
-    "compute": ("worker compute", "compute", "kernel launches (host bound)", "optimizer step",
-                "pipeline bubble"),
-    "partition communication": ("partition communication", "tensor-parallel communication",
-                                "pipeline communication"),
-    "aggregation": ("ps network", "ps cpu", "worker ps transfer", "allreduce network",
-                    "data-parallel communication"),
+BOTTLENECK_CLASSES: dict[str, tuple[Bottleneck, ...]] = {
+    "compute": (Bottleneck.WORKER_COMPUTE, Bottleneck.COMPUTE, Bottleneck.LAUNCHES,
+                Bottleneck.OPTIMIZER_STEP, Bottleneck.BUBBLE),
+    "partition communication": (Bottleneck.PARTITION_COMM, Bottleneck.TP_COMM,
+                                Bottleneck.PP_COMM),
+    "aggregation": (Bottleneck.PS_NETWORK, Bottleneck.PS_CPU, Bottleneck.WORKER_PS_TRANSFER,
+                    Bottleneck.ALLREDUCE_NETWORK, Bottleneck.DP_COMM),
 }
 """Bottleneck names (model/compose.py) by class: the worker's own compute, the traffic inside
 a replica, and the traffic or work of combining replicas (parameter servers or all-reduce)."""

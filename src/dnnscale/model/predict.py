@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dnnscale.model.compose import StepContext, compose, epoch_time_s, is_modern
+from dnnscale.model.compose import StepContext, compose, epoch_time_s
 from dnnscale.model.gpu_compute import peak_flops_per_s
 from dnnscale.model.memory import (ps_memory_parts, sharded_state_parts,
                                    transformer_block_activation_bytes, worker_memory_parts)
@@ -56,7 +56,7 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
               else plan_stage_costs(workload, system, plan, per_layer))
     context = StepContext(workload, system, plan, stages)
     step = compose(context, plan.data.replicas, plan.ps_shards)
-    if context.mode == "collective" and is_modern(context):
+    if step.record is not None and step.record.by_stage:
         memory, capacity = accelerator_memory_parts(workload, system, plan, context)
     else:
         memory, capacity = memory_parts(workload, system, plan, stages[0])
@@ -75,7 +75,7 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
                       memory_capacity_bytes=capacity, capacities_samples_per_s=step.capacities,
                       layers=tuple(layer for s in stages for layer in s.layers), config=config,
                       tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu,
-                      straggler_factor=step.straggler_factor)
+                      straggler_factor=step.straggler_factor, step_record=step.record)
 
 
 def predict(workload: Workload, system: System, plan: Config | ParallelPlan,

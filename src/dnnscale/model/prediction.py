@@ -2,7 +2,10 @@
 
 `StepPart` and `MemoryPart` carry stable names (the JSON keys of `breakdown_s` and
 `memory_bytes`); each part says what it is, so a table, the HTML timeline and `--explain` read
-the same records. Names of wave 1 are kept; new plans add parts, never rename them.
+the same records. Step parts are named by `records.Part` and the bottleneck by
+`records.Bottleneck` (string enums: the JSON keeps wave 1's strings). Names of wave 1 are kept;
+new plans add parts, never rename them. `Prediction.step_record` holds the composition's
+per-stage times (model/records.py), which the report draws without pricing anything.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dnnscale.model.error_band import ErrorBand, band_for
+from dnnscale.model.records import Bottleneck, Part, PartKind, StepRecord
 from dnnscale.model.stage import LayerCost
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import ParallelPlan
 
-PART_KINDS = ("compute", "sum", "communication", "wait", "update", "total")
+PART_KINDS = tuple(PartKind)
 
 
 @dataclass(frozen=True)
@@ -25,10 +29,10 @@ class StepPart:
     'sum' (the total of the parts listed in `of`), 'communication', 'wait' (idle for another
     resource), 'update' (applying the optimizer) or 'total' (the step)."""
 
-    name: str
+    name: Part
     seconds: float
-    kind: str
-    of: tuple[str, ...] = ()
+    kind: PartKind
+    of: tuple[Part, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class Prediction:
     throughput_samples_per_s: float
     step_time_s: float
     epoch_time_s: float
-    bottleneck: str
+    bottleneck: Bottleneck | str
     parts: tuple[StepPart, ...]
     utilization: dict[str, float]
     memory: tuple[MemoryPart, ...]
@@ -73,6 +77,9 @@ class Prediction:
     error_band: ErrorBand | None = None
     """The validated error distribution of the plan's regime (model/error_band.py); looked up
     when not given (accelerators are the predictions with an MFU)."""
+    step_record: StepRecord | None = None
+    """The composition's per-stage times (model/records.py); None for predictions built by
+    hand."""
 
     def __post_init__(self) -> None:
         if self.error_band is None:
@@ -90,9 +97,15 @@ class Prediction:
     @property
     def breakdown_s(self) -> dict[str, float]:
         """{part name: seconds}, in the order of `parts` (wave 1's `breakdown_s`)."""
-        return {part.name: part.seconds for part in self.parts}
+        return {str(part.name): part.seconds for part in self.parts}
 
-    def part(self, name: str) -> float:
+    @property
+    def by_stage(self) -> bool:
+        """Composed as micro-batches through pipeline stages (GPU and Megatron plans; their
+        parts include the bubble), not as Project Adam's one-stage CPU step."""
+        return self.step_record is not None and self.step_record.by_stage
+
+    def part(self, name: Part | str) -> float:
         """Seconds of the part called `name` (0 if the plan has no such part)."""
         return self.breakdown_s.get(name, 0.0)
 
@@ -142,10 +155,10 @@ class Prediction:
             "throughput_samples_per_s": self.throughput_samples_per_s,
             "step_time_s": self.step_time_s,
             "epoch_time_s": self.epoch_time_s,
-            "bottleneck": self.bottleneck,
+            "bottleneck": str(self.bottleneck),
             "breakdown_s": self.breakdown_s,
-            "parts": [{"name": p.name, "seconds": p.seconds, "kind": p.kind, "of": list(p.of)}
-                      for p in self.parts],
+            "parts": [{"name": str(p.name), "seconds": p.seconds, "kind": str(p.kind),
+                       "of": [str(name) for name in p.of]} for p in self.parts],
             "utilization": dict(self.utilization),
             "capacities_samples_per_s": {k: (None if math.isinf(v) else v)
                                          for k, v in self.capacities_samples_per_s.items()},

@@ -7,6 +7,7 @@ from typing import Any
 
 from dnnscale.plan.config import Config
 from dnnscale.model.prediction import Prediction
+from dnnscale.model.records import Bottleneck
 from dnnscale.optimize.feasibility import Infeasible
 from dnnscale.units import format_seconds
 
@@ -147,7 +148,7 @@ def explain_protocols(best_per_protocol: dict[str, Prediction]) -> list[str]:
            f"(ps cpu {100 * vectors.utilization.get('ps_cpu', 0.0):.2g}% busy)"
            if winner == "vectors" else
            f"the vector protocol's best is bound by {vectors.bottleneck}"
-           + ("; the FC outer products load the PS CPU" if vectors.bottleneck == "ps cpu" else
+           + ("; the FC outer products load the PS CPU" if vectors.bottleneck == Bottleneck.PS_CPU else
               "; its FC vectors are not smaller than the FC weights at this minibatch"
-              if vectors.bottleneck == "ps network" else ""))
+              if vectors.bottleneck == Bottleneck.PS_NETWORK else ""))
     return [f"fc protocol: {winner} beats {loser} ({ratio:.3g}x faster per epoch): {why}"]

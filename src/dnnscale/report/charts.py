@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dnnscale.model.prediction import Prediction
+from dnnscale.model.records import Part
 from dnnscale.report.explain import activities, human, memory_text, part_text
 from dnnscale.report.svg import (LinearScale, LogScale, duration_label, duration_ticks, line,
                                  number_label, rect,
@@ -15,14 +16,14 @@ from dnnscale.report.svg import (LinearScale, LogScale, duration_label, duration
 from dnnscale.report.timeline import Timeline
 from dnnscale.units import format_seconds, format_si
 
-COLORS = {
-    "forward": "#4c78a8", "backward": "#3f8f8a", "input_grad": "#72b7b2",
-    "weight_grad": "#54a24b", "recompute": "#9d755d",
-    "partition_comm": "#f58518", "tp_comm": "#f58518", "pp_comm": "#e45756",
-    "ps_push": "#f58518", "ps_pull": "#ff9d4d", "allreduce": "#e45756", "dp_comm": "#b279a2",
-    "ps_serve_wait": "#bab0ac", "ps_wait": "#8c8c8c", "launch_wait": "#d0d0d0",
-    "bubble": "#e8e8e8",
-    "ps_apply": "#eeca3b", "update": "#eeca3b", "optimizer_step": "#eeca3b",
+COLORS: dict[str, str] = {
+    Part.FORWARD: "#4c78a8", "backward": "#3f8f8a", Part.INPUT_GRAD: "#72b7b2",
+    Part.WEIGHT_GRAD: "#54a24b", Part.RECOMPUTE: "#9d755d",
+    Part.PARTITION_COMM: "#f58518", Part.TP_COMM: "#f58518", Part.PP_COMM: "#e45756",
+    Part.PS_PUSH: "#f58518", Part.PS_PULL: "#ff9d4d", Part.ALLREDUCE: "#e45756",
+    Part.DP_COMM: "#b279a2", Part.PS_SERVE_WAIT: "#bab0ac", Part.PS_WAIT: "#8c8c8c",
+    Part.LAUNCH_WAIT: "#d0d0d0", Part.BUBBLE: "#e8e8e8",
+    Part.PS_APPLY: "#eeca3b", Part.UPDATE: "#eeca3b", Part.OPTIMIZER_STEP: "#eeca3b",
     "weights": "#4c78a8", "gradients": "#72b7b2", "optimizer_state": "#f58518",
     "activations": "#54a24b", "ps_weights": "#4c78a8", "ps_optimizer_state": "#f58518",
 }
@@ -64,7 +65,8 @@ def step_bar_svg(prediction: Prediction, width: int = 1000) -> str:
                          class_="step-part", data_part=part.name))
         if scale(part.seconds) - 10 > 60:
             body.append(text(x0 + 4, 31, f"{human(part.name)} {100 * share:.0f} %",
-                             fill="#fff" if part.name not in ("bubble", "launch_wait") else "#333",
+                             fill="#fff" if part.name not in (Part.BUBBLE, Part.LAUNCH_WAIT)
+                             else "#333",
                              class_="bar-label"))
     legend, used = _legend([part.name for part in parts], 54, width)
     return svg(width, 60 + used, body + legend, class_="chart step-bar", **_font())

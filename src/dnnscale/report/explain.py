@@ -11,50 +11,51 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dnnscale.model.prediction import Prediction, StepPart
+from dnnscale.model.records import Part, PartKind
 
-PART_TEXT: dict[str, str] = {
+PART_TEXT: dict[Part, str] = {
     # the layers' work, per step on the most loaded worker (device) of the slowest stage
-    "forward": "computing every layer's forward pass on the worker's share of the layers "
-               "(the most loaded worker; on a pipeline, the slowest stage, all micro-batches)",
-    "input_grad": "backward pass: the gradient of each layer's input, passed to the layer "
-                  "below (the first weighted layer needs none)",
-    "weight_grad": "backward pass: the gradient of each layer's weights",
-    "compute": "the sum of forward, input_grad and weight_grad (not a separate activity)",
-    "recompute": "forward work done again in the backward pass because activation "
-                 "recomputation dropped those activations (--recompute selective or full)",
+    Part.FORWARD: "computing every layer's forward pass on the worker's share of the layers "
+                  "(the most loaded worker; on a pipeline, the slowest stage, all micro-batches)",
+    Part.INPUT_GRAD: "backward pass: the gradient of each layer's input, passed to the layer "
+                     "below (the first weighted layer needs none)",
+    Part.WEIGHT_GRAD: "backward pass: the gradient of each layer's weights",
+    Part.COMPUTE: "the sum of forward, input_grad and weight_grad (not a separate activity)",
+    Part.RECOMPUTE: "forward work done again in the backward pass because activation "
+                    "recomputation dropped those activations (--recompute selective or full)",
     # communication
-    "partition_comm": "traffic between the P workers of one replica caused by splitting the "
-                      "layers across them (activations gathered, input gradients reduced; Adam's "
-                      "model parallelism)",
-    "tp_comm": "tensor-parallel collectives inside each layer (all-reduce, or all-gather and "
-               "reduce-scatter with sequence parallelism) among the TP group",
-    "pp_comm": "point-to-point sends between adjacent pipeline stages: activations forward, "
-               "input gradients backward, every micro-batch",
-    "ps_push": "the worker sending its share of the weight updates to the parameter-server "
-               "shards (one message per shard)",
-    "ps_pull": "the worker fetching its share of fresh weights from the parameter-server shards",
-    "allreduce": "ring all-reduce of the gradients among the replicas holding the same "
-                 "partition",
-    "dp_comm": "data-parallel gradient traffic among the replicas (all-reduce, or ZeRO's "
-               "reduce-scatter and all-gather), the part not hidden behind the backward pass",
+    Part.PARTITION_COMM: "traffic between the P workers of one replica caused by splitting the "
+                         "layers across them (activations gathered, input gradients reduced; "
+                         "Adam's model parallelism)",
+    Part.TP_COMM: "tensor-parallel collectives inside each layer (all-reduce, or all-gather and "
+                  "reduce-scatter with sequence parallelism) among the TP group",
+    Part.PP_COMM: "point-to-point sends between adjacent pipeline stages: activations forward, "
+                  "input gradients backward, every micro-batch",
+    Part.PS_PUSH: "the worker sending its share of the weight updates to the parameter-server "
+                  "shards (one message per shard)",
+    Part.PS_PULL: "the worker fetching its share of fresh weights from the parameter-server shards",
+    Part.ALLREDUCE: "ring all-reduce of the gradients among the replicas holding the same "
+                    "partition",
+    Part.DP_COMM: "data-parallel gradient traffic among the replicas (all-reduce, or ZeRO's "
+                  "reduce-scatter and all-gather), the part not hidden behind the backward pass",
     # waits
-    "ps_serve_wait": "the worker waiting for the busiest parameter-server shard, which serves "
-                     "the replica's P workers one request at a time, beyond the worker's own "
-                     "push and pull time",
-    "ps_wait": "idle time imposed by the parameter servers' capacity (network or CPU): the "
-               "replicas together cannot go faster than the busiest shard serves them (R·n/X "
-               "minus the worker's own step)",
-    "launch_wait": "the device idle while the host launches kernels: the step is host bound "
-                   "where the launches take longer than the kernels",
-    "bubble": "pipeline bubble: stages idle while the pipeline fills and drains "
-              "((p−1)/(v·m) of the ideal time for equal stages)",
+    Part.PS_SERVE_WAIT: "the worker waiting for the busiest parameter-server shard, which serves "
+                        "the replica's P workers one request at a time, beyond the worker's own "
+                        "push and pull time",
+    Part.PS_WAIT: "idle time imposed by the parameter servers' capacity (network or CPU): the "
+                  "replicas together cannot go faster than the busiest shard serves them (R·n/X "
+                  "minus the worker's own step)",
+    Part.LAUNCH_WAIT: "the device idle while the host launches kernels: the step is host bound "
+                      "where the launches take longer than the kernels",
+    Part.BUBBLE: "pipeline bubble: stages idle while the pipeline fills and drains "
+                 "((p−1)/(v·m) of the ideal time for equal stages)",
     # updates
-    "ps_apply": "the parameter-server shards applying all R replicas' updates while the "
-                "workers wait (synchronous SGD)",
-    "update": "the worker applying the weight update to its own copy (all-reduce plans)",
-    "optimizer_step": "the optimizer updating the device's weights (memory bound; its 1/d "
-                      "shard under ZeRO)",
-    "step": "the whole step: from one step's start to the next on one replica",
+    Part.PS_APPLY: "the parameter-server shards applying all R replicas' updates while the "
+                   "workers wait (synchronous SGD)",
+    Part.UPDATE: "the worker applying the weight update to its own copy (all-reduce plans)",
+    Part.OPTIMIZER_STEP: "the optimizer updating the device's weights (memory bound; its 1/d "
+                         "shard under ZeRO)",
+    Part.STEP: "the whole step: from one step's start to the next on one replica",
 }
 
 MEMORY_TEXT: dict[str, str] = {
@@ -108,7 +109,7 @@ class BreakdownRow:
     depth: int
 
     @property
-    def name(self) -> str:
+    def name(self) -> Part:
         return self.part.name
 
 
@@ -117,19 +118,20 @@ def breakdown_rows(prediction: Prediction) -> list[BreakdownRow]:
     the others; 'step' last. A part that belongs to a sum is shown only under it."""
     parts = prediction.parts
     by_name = {part.name: part for part in parts}
-    inside = {name for part in parts if part.kind == "sum" for name in part.of}
+    inside = {name for part in parts if part.kind == PartKind.SUM for name in part.of}
     rows: list[BreakdownRow] = []
     for part in parts:
-        if part.name in inside or part.kind == "total":
+        if part.name in inside or part.kind == PartKind.TOTAL:
             continue
         rows.append(BreakdownRow(part, 0))
-        if part.kind == "sum":
+        if part.kind == PartKind.SUM:
             rows += [BreakdownRow(by_name[name], 1) for name in part.of if name in by_name]
-    rows += [BreakdownRow(part, 0) for part in parts if part.kind == "total"]
+    rows += [BreakdownRow(part, 0) for part in parts if part.kind == PartKind.TOTAL]
     return rows
 
 
 def activities(prediction: Prediction) -> list[StepPart]:
     """The parts that are activities of their own (no sums, no total), in the model's order:
     they add up to the step unless the plan overlaps communication with computation."""
-    return [part for part in prediction.parts if part.kind not in ("sum", "total")]
+    return [part for part in prediction.parts
+            if part.kind not in (PartKind.SUM, PartKind.TOTAL)]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnscale.model.prediction import Prediction
+from dnnscale.model.records import PartKind
 from dnnscale.report.charts import (CurveSeries, ScatterPoint, bars_svg, curve_svg, memory_svg,
                                     scatter_svg, step_bar_svg, timeline_svg)
 from dnnscale.report.explain import (breakdown_rows, human, memory_text, part_text,
@@ -45,14 +46,14 @@ def plan_sections(prediction: Prediction, workload: Any, system: Any) -> list[st
         share = part.seconds / prediction.step_time_s if prediction.step_time_s else 0.0
         rows.append([human(part.name), format_seconds(part.seconds), f"{100 * share:.1f} %",
                      part_text(part.name)])
-        classes.append("total" if part.kind == "total" else f"depth{row.depth}")
+        classes.append("total" if part.kind == PartKind.TOTAL else f"depth{row.depth}")
     out.append(section(
         "step", "Where a step's time goes", step_bar_svg(prediction),
         table(["part", "seconds", "of the step", "what it is"], rows, numeric=(1, 2),
               row_classes=classes)))
     timeline = step_timeline(prediction, workload, system)
     zooms = []
-    if "bubble" in prediction.breakdown_s and len(timeline.segments) > 60:
+    if prediction.by_stage and len(timeline.segments) > 60:
         span = _fill_window(timeline)
         zooms = [para(f"The pipeline filling: the first {format_seconds(span)}."),
                  timeline_svg(timeline, window=(0.0, span)),

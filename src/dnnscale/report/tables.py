@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from dnnscale.model.prediction import Prediction
+from dnnscale.model.records import PartKind
 from dnnscale.report.explain import (breakdown_rows, human, memory_text, part_text,
                                      utilization_text)
 from dnnscale.units import format_seconds, format_si
@@ -58,9 +59,9 @@ def add_breakdown_rows(table: Table, prediction: Prediction) -> None:
     under it), utilisation, memory per device with its parts."""
     table.add_section()
     for row in breakdown_rows(prediction):
-        if row.part.kind == "total":
+        if row.part.kind == PartKind.TOTAL:
             continue
-        label = human(row.name) + (" (sum)" if row.part.kind == "sum" else "")
+        label = human(row.name) + (" (sum)" if row.part.kind == PartKind.SUM else "")
         table.add_row(f"{'    ' if row.depth else '  '}{label}", format_seconds(row.part.seconds))
     table.add_section()
     for name, value in prediction.utilization.items():

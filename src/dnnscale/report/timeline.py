@@ -1,25 +1,30 @@
 """One step of a plan laid out in time, per worker or pipeline stage, from the model's records.
 
-Nothing here is measured: the segments are the model's own quantities (`Prediction.parts`, the
-per-layer `LayerCost`s, and for pipelines the per-stage micro-batch times of the model's
-`StepContext`), placed in the order the model composes them. A one-stage CPU plan (Project
-Adam's P × R × S) is drawn layer by layer: the forward pass with its partition traffic, the
-backward pass in reverse, then the parameter-server or all-reduce parts. A GPU plan is drawn per
-pipeline stage as the schedule's micro-batches (pipeline_schedule.py), then the data-parallel
-communication and the optimizer step.
+Nothing here is measured or priced: the segments are the model's own quantities
+(`Prediction.parts`, the per-layer `LayerCost`s, and for pipelines the per-stage micro-batch
+times of `Prediction.step_record`, model/records.py), placed in the order the model adds
+them. A one-stage CPU plan (Project Adam's P × R × S) is drawn layer by layer: the forward pass
+with its partition traffic, the backward pass in reverse, then the parameter-server or
+all-reduce parts. A GPU plan is drawn per pipeline stage as the schedule's micro-batches
+(pipeline_schedule.py), then the data-parallel communication and the optimizer step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dnnscale.model.prediction import Prediction
+from dnnscale.model.records import Part, PartKind, StepRecord
 from dnnscale.report.explain import activities
 from dnnscale.report.pipeline_schedule import (FORWARD, interleaving_applies, simulate)
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
-AFTER_STEP = ("ps_wait", "update")
+if TYPE_CHECKING:
+    from dnnscale.model.stage import LayerCost
+
+AFTER_STEP = (Part.PS_WAIT, Part.UPDATE)
 """Parts the model places after the overlapped part of a step (γ-norm plans)."""
 
 
@@ -54,10 +59,13 @@ def _ms(seconds: float) -> str:
     return format_seconds(seconds)
 
 
-def step_timeline(prediction: Prediction, workload: Workload, system: System) -> Timeline:
-    """The timeline of one step of `prediction` (made for `workload` on `system`)."""
-    if "bubble" in prediction.breakdown_s:
-        return _pipeline_timeline(prediction, workload, system)
+def step_timeline(prediction: Prediction, workload: Workload | None = None,
+                  system: System | None = None) -> Timeline:
+    """The timeline of one step of `prediction`, from its records alone (`workload` and
+    `system`, what it was made for, are not read: nothing is priced here)."""
+    record = prediction.step_record
+    if record is not None and record.by_stage:
+        return _pipeline_timeline(prediction, record)
     return _layer_timeline(prediction)
 
 
@@ -79,17 +87,17 @@ def _layer_timeline(prediction: Prediction) -> Timeline:
             t += seconds
 
     for layer in prediction.layers:
-        add(0, layer.forward_s, "forward", f"{layer.name} forward")
-        add(0, layer.comm_forward_s, "partition_comm", f"{layer.name} partition traffic "
+        add(0, layer.forward_s, Part.FORWARD, f"{layer.name} forward")
+        add(0, layer.comm_forward_s, Part.PARTITION_COMM, f"{layer.name} partition traffic "
             "(forward)")
     for layer in reversed(prediction.layers):
-        add(0, layer.comm_s - layer.comm_forward_s, "partition_comm",
+        add(0, layer.comm_s - layer.comm_forward_s, Part.PARTITION_COMM,
             f"{layer.name} partition traffic (backward)")
-        add(0, layer.input_grad_s, "input_grad", f"{layer.name} input gradient")
-        add(0, layer.weight_grad_s, "weight_grad", f"{layer.name} weight gradient")
+        add(0, layer.input_grad_s, Part.INPUT_GRAD, f"{layer.name} input gradient")
+        add(0, layer.weight_grad_s, Part.WEIGHT_GRAD, f"{layer.name} weight gradient")
     compute_end = t
     rest = [part for part in activities(prediction)
-            if part.kind not in ("compute",) and part.name != "partition_comm"]
+            if part.kind != PartKind.COMPUTE and part.name != Part.PARTITION_COMM]
     lanes = ("worker (the most loaded of its replica's)",)
     notes = ["Every replica's workers run alike; the model prices the most loaded one. The "
              "segments are the model's per-layer costs and step parts in the order it adds "
@@ -115,38 +123,33 @@ def _layer_timeline(prediction: Prediction) -> Timeline:
                     max(prediction.step_time_s, t), marks, tuple(notes))
 
 
-def _pipeline_timeline(prediction: Prediction, workload: Workload, system: System) -> Timeline:
-    """Per pipeline stage: the schedule's forward and backward passes, then dp and optimizer."""
-    from dnnscale.model.compose import StepContext
-    from dnnscale.model.predict import plan_stage_costs
-
-    plan = prediction.plan
-    stages = plan_stage_costs(workload, system, plan)
-    ctx = StepContext(workload, system, plan, stages)
-    p, m = len(stages), ctx.micro_batches
-    schedule = plan.pipeline.schedule if p > 1 else "1f1b"
-    chunks = plan.pipeline.virtual_stages
+def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
+    """Per pipeline stage: the schedule's forward and backward passes, then dp and optimizer,
+    from the prediction's stage records (model/records.py)."""
+    stages = record.stages
+    p, m = len(stages), record.micro_batches
+    schedule = record.schedule if p > 1 else "1f1b"
+    chunks = record.virtual_stages
     v = chunks if schedule == "interleaved" and interleaving_applies(p, m, chunks) else 1
-    recompute = plan.memory.recompute
     pieces_f: list[tuple[tuple[str, float], ...]] = []
     pieces_b: list[tuple[tuple[str, float], ...]] = []
-    for index, stage in enumerate(stages):
-        tp_forward = sum(layer.comm_forward_s for layer in stage.layers)
+    for stage in stages:
+        tp_forward = stage.tp_forward_s
         forward = stage.forward_s + tp_forward
-        backward = stage.input_grad_s + stage.weight_grad_s + stage.partition_s - tp_forward
-        redo = stage.recompute_s(recompute)
+        backward = stage.input_grad_s + stage.weight_grad_s + stage.tp_comm_s - tp_forward
+        redo = stage.recompute_s
         device = forward + backward + redo
-        launch = max(0.0, ctx.host_s[index] - ctx.device_s[index])
+        launch = stage.launch_wait_s
         share = forward / device if device > 0 else 0.5
-        pp = ctx.p2p_s[index]
+        pp = stage.p2p_s
         pieces_f.append(tuple((name, seconds / v) for name, seconds in (
-            ("forward", stage.forward_s), ("tp_comm", tp_forward),
-            ("launch_wait", launch * share), ("pp_comm", pp / 2)) if seconds > 0))
+            (Part.FORWARD, stage.forward_s), (Part.TP_COMM, tp_forward),
+            (Part.LAUNCH_WAIT, launch * share), (Part.PP_COMM, pp / 2)) if seconds > 0))
         pieces_b.append(tuple((name, seconds / v) for name, seconds in (
-            ("recompute", redo), ("input_grad", stage.input_grad_s),
-            ("weight_grad", stage.weight_grad_s),
-            ("tp_comm", stage.partition_s - tp_forward),
-            ("launch_wait", launch * (1 - share)), ("pp_comm", pp / 2)) if seconds > 0))
+            (Part.RECOMPUTE, redo), (Part.INPUT_GRAD, stage.input_grad_s),
+            (Part.WEIGHT_GRAD, stage.weight_grad_s),
+            (Part.TP_COMM, stage.tp_comm_s - tp_forward),
+            (Part.LAUNCH_WAIT, launch * (1 - share)), (Part.PP_COMM, pp / 2)) if seconds > 0))
     forward_s = [sum(s for _, s in pieces) for pieces in pieces_f]
     backward_s = [sum(s for _, s in pieces) for pieces in pieces_b]
     ops = simulate(schedule, p, m, v, forward_s, backward_s)
@@ -161,9 +164,9 @@ def _pipeline_timeline(prediction: Prediction, workload: Workload, system: Syste
             f"stage {op.device + 1}, micro-batch {op.micro_batch + 1}{chunk}: "
             f"{'forward' if forward else 'backward'} {_ms(op.seconds)} ({detail})", pieces))
     drawn_end = max(op.end_s for op in ops)
-    model_end = ctx.busy_s
+    model_end = record.pipeline_s
     start = max(drawn_end, model_end)
-    for name in ("dp_comm", "optimizer_step"):
+    for name in (Part.DP_COMM, Part.OPTIMIZER_STEP):
         seconds = prediction.part(name)
         if seconds > 0:
             for lane in range(p):
@@ -171,7 +174,7 @@ def _pipeline_timeline(prediction: Prediction, workload: Workload, system: Syste
                                         f"{name.replace('_', ' ')}: {_ms(seconds)} (the slowest "
                                         "stage's, as the model counts it)"))
             start += seconds
-    lanes = tuple(_stage_label(index, stage, p) for index, stage in enumerate(stages))
+    lanes = tuple(_stage_label(stage.index, stage.layers, p) for stage in stages)
     schedule_name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}[schedule]
     notes = [f"The model's {schedule_name} schedule of {m} micro-batch{'es' if m != 1 else ''} "
              f"over {p} stage{'s' if p != 1 else ''}{f' with {v} chunks each' if v > 1 else ''}, "
@@ -191,9 +194,9 @@ def _pipeline_timeline(prediction: Prediction, workload: Workload, system: Syste
     return Timeline(lanes, tuple(segments), prediction.step_time_s, start, marks, tuple(notes))
 
 
-def _stage_label(index: int, stage: object, stages: int) -> str:
-    """'stage 1: embedding + blocks 0–11', 'stage 8: blocks 84–95 + 3 output layers'."""
-    layers = getattr(stage, "layers", ())
+def _stage_label(index: int, layers: tuple[LayerCost, ...], stages: int) -> str:
+    """'stage 1: embedding + blocks 0–11', 'stage 8: blocks 84–95 + 3 output layers' (a stage
+    costed from block totals, without its layers: 'stage 2')."""
     if stages == 1:
         return "device (the most loaded of its group)"
     if not layers:

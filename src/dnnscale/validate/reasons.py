@@ -12,16 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from dnnscale.model.records import Part
+
 REASON_THRESHOLD = 0.15
 """Rows whose relative error exceeds this get a per-phase reason (the validation protocol)."""
 
-PHASES: dict[str, tuple[str, ...]] = {
-    "compute": ("compute",),
-    "partition_comm": ("partition_comm",),
-    "ps_push": ("ps_push",),
-    "ps_pull": ("ps_pull", "ps_apply", "ps_serve_wait", "ps_wait"),
-    "allreduce": ("allreduce", "update"),
+PHASES: dict[str, tuple[Part, ...]] = {
+    "compute": (Part.COMPUTE,),
+    "partition_comm": (Part.PARTITION_COMM,),
+    "ps_push": (Part.PS_PUSH,),
+    "ps_pull": (Part.PS_PULL, Part.PS_APPLY, Part.PS_SERVE_WAIT, Part.PS_WAIT),
+    "allreduce": (Part.ALLREDUCE, Part.UPDATE),
 }
+"""{runtime phase (runtime/records.py): the model's parts timed inside it}."""
 
 
 def phase_gaps(predicted_s: dict[str, float], measured_s: dict[str, float]) -> dict[str, tuple[float, float]]:
@@ -33,7 +36,7 @@ def phase_gaps(predicted_s: dict[str, float], measured_s: dict[str, float]) -> d
         measured = measured_s.get(phase, 0.0)
         if predicted or measured:
             gaps[phase] = (predicted, measured)
-    step_p, step_m = predicted_s.get("step", 0.0), measured_s.get("step", 0.0)
+    step_p, step_m = predicted_s.get(Part.STEP, 0.0), measured_s.get("step", 0.0)
     gaps["other"] = (max(0.0, step_p - sum(p for p, _ in gaps.values())),
                      max(0.0, step_m - sum(m for _, m in gaps.values())))
     return gaps
@@ -46,7 +49,7 @@ def phase_reason(row: dict[str, Any]) -> str:
     phase, (predicted, measured) = max(gaps.items(), key=lambda item: abs(item[1][1] - item[1][0]))
     text = (f"{phase}: predicted {predicted:.3f} s, measured {measured:.3f} s "
             f"({measured - predicted:+.3f} s per step)")
-    step_p = row["predicted_breakdown_s"].get("step", 0.0)
+    step_p = row["predicted_breakdown_s"].get(Part.STEP, 0.0)
     step_m = row["measured"].get("per_phase_s", {}).get("step", 0.0)
     if step_p and step_m:
         text += f"; step predicted {step_p:.3f} s, measured {step_m:.3f} s"
