@@ -15,7 +15,8 @@ import dnnscale
 from dnnscale.model.compose import StepContext, compose
 from dnnscale.model.error_band import BOTTLENECK_CLASSES
 from dnnscale.model.prediction import Prediction
-from dnnscale.model.records import Bottleneck, MeshDim, Part, PartKind
+from dnnscale.model.records import Bottleneck, Part, PartKind
+from dnnscale.plan.mesh import MeshDim
 from dnnscale.model.stage import StageCosts, StageTotals
 from dnnscale.plan.modern import modern_plan_from_dict
 from dnnscale.report import explain

@@ -51,7 +51,7 @@ from dnnscale.model.data_parallel import (buckets_for, exposed_after_backward_s,
                                           optimizer_step_bytes, zero_traffic)
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
 from dnnscale.model.prediction import StepPart
-from dnnscale.model.records import (Bottleneck, CollectiveTime, MeshDim, Part, PartKind,
+from dnnscale.model.records import (Bottleneck, CollectiveTime, Part, PartKind,
                                     StageRecord, StepRecord)
 from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_s,
                                ps_network_capacity_samples_per_s, ps_outer_product_s,

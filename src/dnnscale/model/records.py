@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from dnnscale.model.stage import LayerCost
+from dnnscale.plan.mesh import MeshDim
 
 
 class Part(StrEnum):
@@ -78,14 +79,6 @@ class Bottleneck(StrEnum):
     LAUNCHES = "kernel launches (host bound)"
     DP_COMM = "data-parallel communication"
     OPTIMIZER_STEP = "optimizer step"
-
-
-class MeshDim(StrEnum):
-    """The mesh dimension a collective communicates over (design README, wave 3)."""
-
-    TP = "tp"
-    PP = "pp"
-    DP = "dp"
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from functools import lru_cache
 
 from dnnscale.errors import InputError
 from dnnscale.system.topology import GroupSpan, LinkTier, Topology, group_span
 
 
-class MeshDim(str, Enum):
+class MeshDim(StrEnum):
     """A parallel dimension: pipeline stages, data-parallel replicas (Adam's R), expert
     parallelism, context parallelism, the tensor split (Megatron's TP, Adam's P)."""
 
