@@ -26,7 +26,7 @@ import itertools
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from dnnscale.errors import InputError, require_int
 from dnnscale.model.compose import StepContext, throughput
@@ -35,7 +35,8 @@ from dnnscale.model.prediction import Prediction
 from dnnscale.model.schedule import pipeline_time_s, stage_layers
 from dnnscale.model.stage import (PipelineLayout, StageCosts, StageTemplate, pipeline_layout,
                                   stage_template, stages_from_template)
-from dnnscale.plan.modern import PRECISION_PRESETS, modern_plan_to_dict
+from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
+from dnnscale.plan.modern import PRECISION_PRESETS
 from dnnscale.plan.plan import (Batch, Collective, DataParallel, MemoryPolicy, ParallelPlan,
                                 Pipeline, TensorSplit)
 from dnnscale.system.system import System
@@ -333,66 +334,6 @@ class _Search:
         return found[:top]
 
 
-@dataclass(frozen=True)
-class ModernCurvePoint:
-    gpus: int
-    step_time_s: float
-    speedup: float
-    prediction: Prediction
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpus": self.gpus, "machines": self.gpus, "step_time_s": self.step_time_s,
-                "speedup": self.speedup, "gpus_used": self.prediction.plan.workers,
-                "plan_fields": modern_plan_to_dict(self.prediction.plan)}
-
-
-@dataclass
-class ModernResult:
-    """The answer for a transformer on a GPU cluster."""
-
-    workload: str
-    cluster: str
-    gpus: int
-    global_batch: int
-    objective: str
-    method: str
-    best: Prediction
-    top: list[Prediction]
-    curve: list[ModernCurvePoint]
-    pareto: list[Prediction]
-    families: dict[str, Prediction]
-    explanation: list[str]
-    warnings: list[str]
-    evaluated: int
-    bounds_evaluated: int
-    search_time_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        def entry(p: Prediction) -> dict[str, Any]:
-            return {"plan_fields": modern_plan_to_dict(p.plan), "label": p.label(),
-                    "gpus": p.plan.workers, "cost_per_step": _cost(p, self._price),
-                    "prediction": p.to_dict()}
-
-        return {"workload": self.workload, "cluster": self.cluster, "gpus": self.gpus,
-                "machines": self.gpus, "global_batch": self.global_batch,
-                "objective": self.objective, "method": self.method, "best": entry(self.best),
-                "top": [entry(p) for p in self.top], "explanation": list(self.explanation),
-                "warnings": list(self.warnings),
-                "families": {name: entry(p) for name, p in self.families.items()},
-                "pareto": [entry(p) for p in self.pareto],
-                "curve": [point.to_dict() for point in self.curve],
-                "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
-                "search_time_s": self.search_time_s}
-
-    _price: float | None = None
-
-
-def _cost(prediction: Prediction, price: float | None) -> float | None:
-    if price is None:
-        return None
-    return prediction.step_time_s * prediction.plan.workers * price / 3600
-
-
 def _checked(workload: Workload, system: System, space: ModernSpace, priced: Priced) -> Prediction:
     prediction = predict_plan(workload, system, priced.group.plan(space, priced.replicas))
     if abs(prediction.step_time_s - priced.step_s) > CHECK_TOLERANCE * priced.step_s:
@@ -449,7 +390,7 @@ def _why(best: Prediction, families: dict[str, Prediction], objective: str) -> l
 
 def optimize_modern(workload: Workload, system: System, space: ModernSpace,
                     gpus: int | None = None, top: int = 5, objective: str = "time",
-                    pareto: bool = False, curve: bool = True) -> ModernResult:
+                    pareto: bool = False, curve: bool = True) -> OptimizeResult:
     """The fastest (or cheapest) plan within `gpus` GPUs, the top `top`, the best of each
     family, the scalability curve over GPU counts and (with `pareto`) the plans no other beats
     on both step time and GPUs (or cost)."""
@@ -480,7 +421,7 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
         evaluated, bounded = evaluated + extra.evaluated, bounded + extra.bounded
         if found:
             families[name] = found[0]
-    points: list[ModernCurvePoint] = []
+    points: list[CurvePoint] = []
     front: list[Prediction] = []
     if curve or pareto:
         best_by_count: dict[int, Prediction] = {}
@@ -492,13 +433,14 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
         first = None
         for count, prediction in sorted(best_by_count.items()):
             first = first or prediction.step_time_s
-            points.append(ModernCurvePoint(count, prediction.step_time_s,
-                                           first / prediction.step_time_s, prediction))
+            points.append(CurvePoint(count, prediction.epoch_time_s,
+                                     first / prediction.step_time_s, prediction,
+                                     SpaceKind.GPU))
         if pareto:
             candidates = sorted({id(p): p for p in list(best_by_count.values()) + ranked}.values(),
                                 key=lambda p: (p.plan.workers, p.step_time_s))
             metric = ((lambda p: p.plan.workers) if objective == "time"
-                      else (lambda p: _cost(p, system.price_per_device_hour) or 0.0))
+                      else (lambda p: cost_per_step(p, system.price_per_device_hour) or 0.0))
             for p in sorted(candidates, key=lambda p: (metric(p), p.step_time_s)):
                 if not front or p.step_time_s < front[-1].step_time_s:
                     front.append(p)
@@ -511,12 +453,13 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
         warnings.append(f"a global batch of {tokens:,} tokens is beyond what trains well for "
                         f"most models (GPT-3 used 3.2M tokens); dnnscale predicts throughput, "
                         f"not convergence")
-    result = ModernResult(workload.name, system.name, devices, space.global_batch, objective,
-                          "fast", ranked[0], ranked, points, front, families,
-                          _why(ranked[0], families, objective), warnings, evaluated, bounded,
-                          time.perf_counter() - started)
-    result._price = system.price_per_device_hour
-    return result
+    return OptimizeResult(
+        workload=workload.name, cluster=system.name, machines=devices, method="fast",
+        best=ranked[0], top=ranked, curve=points, families=families, evaluated=evaluated,
+        bounds_evaluated=bounded, search_time_s=time.perf_counter() - started,
+        explanation=_why(ranked[0], families, objective), space=SpaceKind.GPU,
+        global_batch=space.global_batch, objective=objective, pareto=front, warnings=warnings,
+        price_per_device_hour=system.price_per_device_hour)
 
 
 def exhaustive_modern(workload: Workload, system: System, space: ModernSpace, devices: int,
