@@ -24,7 +24,7 @@ import functools
 import heapq
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -46,6 +46,8 @@ CHECK_TOLERANCE = 1e-9
 OBJECTIVES = ("time", "cost")
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 DEFAULT_VIRTUAL_STAGES = (2, 4)
+QUICK_SLACK = 1e-9
+"""Relative slack of the quick bound (float sums in two orders differ by far less)."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,10 @@ class Caches:
     built: dict[tuple[int, int, bool, int, int], tuple[StageCosts, ...]] = field(
         default_factory=dict)
     seconds: dict[tuple[int, str], tuple[float, ...]] = field(default_factory=dict)
+    whole: dict[tuple[int, int, bool, str], float] = field(default_factory=dict)
+    """The whole model's T on one stage per (tp, micro-batch, sequence parallel, recompute)."""
+    checked: dict[tuple[Group, int], Prediction] = field(default_factory=dict)
+    """Plans already re-predicted by predict_plan (the same plan in several searches)."""
 
 
 @dataclass
@@ -282,44 +288,77 @@ class _Search:
         first = priced.step_s if self.objective == "time" else priced.cost
         return first, priced.devices, priced.group, priced.replicas
 
-    def bound(self, group: Group, choices: list[int], stages: tuple[StageCosts, ...]) -> float:
-        """Lower bound of the objective over the group's data-parallel degrees: the pipeline's
-        time on the devices alone (no launch or transfer time, no data-parallel traffic, no
-        optimizer step), which falls as d grows (fewer micro-batches)."""
-        self.bounded += 1
+    def seconds(self, group: Group, stages: tuple[StageCosts, ...]) -> tuple[float, ...]:
+        """t_i per stage: compute + tensor-parallel communication + recompute, one micro-batch
+        on the devices alone (no launch or transfer time)."""
         key = (id(stages), group.recompute)
         seconds = self.caches.seconds.get(key)
         if seconds is None:
             seconds = tuple(stage.compute_s + stage.partition_s
                             + stage.recompute_s(group.recompute) for stage in stages)
             self.caches.seconds[key] = seconds
+        return seconds
+
+    def over_choices(self, group: Group, choices: list[int],
+                     pipeline_s: Callable[[int], float]) -> float:
+        """The objective's lower bound over the data-parallel degrees, from a lower bound
+        pipeline_s(m) of the pipeline's time at m micro-batches (which falls as d grows)."""
         if self.objective == "time":
-            m = self.space.global_batch // (choices[-1] * group.micro_batch)
-            return pipeline_time_s(seconds, m, group.virtual_stages)
+            return pipeline_s(self.space.global_batch // (choices[-1] * group.micro_batch))
         best = float("inf")
         for replicas in choices:
             m = self.space.global_batch // (replicas * group.micro_batch)
             devices = group.tensor * group.pipeline * replicas
-            best = min(best, pipeline_time_s(seconds, m, group.virtual_stages) * devices
-                       * self.price() / 3600)
+            best = min(best, pipeline_s(m) * devices * self.price() / 3600)
         return best
+
+    def bound(self, group: Group, choices: list[int], stages: tuple[StageCosts, ...]) -> float:
+        """Lower bound of the objective over the group's data-parallel degrees: the pipeline's
+        time on the devices alone (no launch or transfer time, no data-parallel traffic, no
+        optimizer step), which falls as d grows (fewer micro-batches)."""
+        self.bounded += 1
+        seconds = self.seconds(group, stages)
+        return self.over_choices(group, choices,
+                                 lambda m: pipeline_time_s(seconds, m, group.virtual_stages))
+
+    def quick_bound(self, group: Group, choices: list[int]) -> float:
+        """A lower bound of `bound` without the group's pipeline layout, from the whole model
+        on one stage (shared by every pipeline degree): stage totals are additive and every
+        layer sits on one device, so Σ t_i is the whole model's T; t_max ≥ T / p; and
+        m · t_max + (T − t_max) / v grows with t_max (m ≥ 1 ≥ 1/v). QUICK_SLACK covers the
+        rounding of the two sums' orders."""
+        self.bounded += 1
+        key = (group.tensor, group.micro_batch, group.sequence_parallel, group.recompute)
+        total = self.caches.whole.get(key)
+        if total is None:
+            whole = self.stages(group._replace(pipeline=1, schedule="1f1b", virtual_stages=1))
+            total = self.caches.whole[key] = self.seconds(group, whole)[0]
+        share, v = total / group.pipeline, group.virtual_stages
+        return self.over_choices(group, choices, lambda m: (m * share + (total - share) / v)
+                                 * (1 - QUICK_SLACK))
 
     def run(self, devices: int, top: int) -> list[Priced]:
         """The `top` best plans within `devices` GPUs: groups in order of their bound, each
-        priced at every data-parallel degree, until no bound can beat the top-th plan."""
-        heap: list[tuple[float, int, Group, tuple[StageCosts, ...], list[int]]] = []
+        priced at every data-parallel degree, until no bound can beat the top-th plan. Groups
+        enter with their quick bound; the first time one comes up it is laid out and goes back
+        with its exact bound (best-first search with lazily tightened bounds: exact, because
+        every bound is a lower bound of the group's objective)."""
+        heap: list[tuple[float, int, Group, list[int], tuple[StageCosts, ...] | None]] = []
         for index, group in enumerate(groups_of(self.space, self.workload)):
             choices = replica_choices(group, self.space, devices)
-            if not choices:
-                continue
-            stages = self.stages(group)
-            heapq.heappush(heap, (self.bound(group, choices, stages), index, group, stages,
-                                  choices))
+            if choices:
+                heap.append((self.quick_bound(group, choices), index, group, choices, None))
+        heapq.heapify(heap)
         found: list[Priced] = []
         while heap:
-            bound, _, group, stages, choices = heapq.heappop(heap)
+            bound, index, group, choices, stages = heapq.heappop(heap)
             if len(found) >= top and bound >= self.key(found[top - 1])[0] * (1 + 1e-12):
                 break
+            if stages is None:
+                stages = self.stages(group)
+                heapq.heappush(heap, (self.bound(group, choices, stages), index, group,
+                                      choices, stages))
+                continue
             for replicas in reversed(choices):  # memory never grows with d: stop at a misfit
                 context = self.context(group, replicas, stages)
                 if not self.fits(group, replicas, context):
@@ -356,9 +395,16 @@ Brown et al. 2020 Table 2.1) and past the critical batch size of such models (Mc
 
 def _search(workload: Workload, system: System, space: ModernSpace, devices: int, top: int,
             objective: str, caches: Caches | None = None) -> tuple[list[Prediction], _Search]:
-    search = _Search(workload, system, space, objective, caches=caches or Caches())
+    caches = caches or Caches()
+    search = _Search(workload, system, space, objective, caches=caches)
     found = search.run(devices, top)
-    return [_checked(workload, system, space, p) for p in found], search
+    checked = []
+    for priced in found:
+        key = (priced.group, priced.replicas)
+        if key not in caches.checked:
+            caches.checked[key] = _checked(workload, system, space, priced)
+        checked.append(caches.checked[key])
+    return checked, search
 
 
 def _budgets(gpus: int, per_node: int) -> list[int]:
