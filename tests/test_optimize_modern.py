@@ -120,3 +120,28 @@ def test_cli_optimize_gpu_json_and_errors() -> None:
     bad = runner.invoke(app, ["optimize", "-w", SMALL, "-c", "dgx-a100-80g:1",
                               "--global-batch", "16", "--tp", "3"])
     assert bad.exit_code == 2 and "tp: 3 does not divide" in bad.output
+
+
+@settings(max_examples=6, deadline=None)
+@given(layers=st.sampled_from([4, 6, 12]), nodes=st.sampled_from([1, 4]),
+       global_batch=st.sampled_from([8, 24, 64]), objective=st.sampled_from(["time", "cost"]))
+def test_quick_bound_never_exceeds_the_exact_bound(layers: int, nodes: int, global_batch: int,
+                                                   objective: str) -> None:
+    """The search enters each group with a bound from the whole model on one stage and
+    tightens it lazily; exactness needs quick ≤ exact for every group, also when the blocks do
+    not split evenly over the stages (6 and 12 blocks on 4 stages) and at every d."""
+    from dnnscale.optimize.modern import _Search
+
+    w = load_workload(f"gpt:layers={layers},hidden=128,heads=4,seq=64,vocab=512")
+    system = _system(nodes)
+    space = make_modern_space(w, system, global_batch, tensor=(1, 2, 4), micro_batch=(1, 2, 4))
+    search = _Search(w, system, space, objective)
+    checked = 0
+    for group in groups_of(space, w):
+        choices = replica_choices(group, space, system.machines)
+        if choices:
+            quick = search.quick_bound(group, choices)
+            exact = search.bound(group, choices, search.stages(group))
+            assert 0 < quick <= exact
+            checked += 1
+    assert checked > 0

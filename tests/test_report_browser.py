@@ -68,7 +68,7 @@ def test_report_of_make_runs_plan(tmp_path: Path) -> None:
         assert _count(browser, "svg.timeline .seg") == expected_segments > 20
         assert _count(browser, "svg.timeline .lane") == 1
         assert _count(browser, "svg.memory .mem-part") == len(result.best.memory) == 4
-        assert _count(browser, "svg.curve .curve-line") == 1 + len(result.best_per_mode) == 4
+        assert _count(browser, "svg.curve .curve-line") == 1 + len(result.families) == 4
         assert _count(browser, "svg.curve .chosen") == 1
         assert _count(browser, "svg.curve .change-point") == len(change_points(
             [(p.machines, p.prediction) for p in result.curve]))

@@ -155,7 +155,7 @@ def test_all_reduce_workers_need_worker_hosts_when_ps_hosts_are_dedicated() -> N
 
 
 def test_optimizer_budget_rules_and_placement_agree_on_a_ps_host_testbed() -> None:
-    from dnnscale.optimize.api import optimize
+    from dnnscale.optimize import optimize
     from dnnscale.runtime.layout import rank_roles
 
     desc = _desc(PS_HOSTS)

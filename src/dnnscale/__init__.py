@@ -16,30 +16,64 @@ of one) with `input_shape`. Nothing here imports torch unless given a PyTorch mo
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dnnscale.boundary import finite_answers
-from dnnscale.plan import Config, ParallelPlan
-from dnnscale.optimize import optimize as _search
 
 if TYPE_CHECKING:
-    from dnnscale.system import System
     from dnnscale.model import Prediction
+    from dnnscale.optimize.result import OptimizeResult
+    from dnnscale.plan import Config, ParallelPlan
+    from dnnscale.system import System
 
 __version__ = "0.1.0"
 __all__ = ["Config", "ParallelPlan", "optimize", "predict", "__version__"]
 
+_LAZY = {"Config": "dnnscale.plan", "ParallelPlan": "dnnscale.plan"}
+"""Top-level names imported on first use, so `import dnnscale` stays cheap and `predict` never
+imports the search or the report."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dnnscale' has no attribute {name!r}")
+
 
 def optimize(workload: Any, cluster: "str | Path | System", *args: Any,
-             input_shape: Any = None, loss: "str | None" = None, **kwargs: Any) -> Any:
-    """`dnnscale.optimize.optimize` (see there for every argument), also for a PyTorch model:
-    `workload` may be an nn.Module or a zero-argument factory of one, with `input_shape` (one
-    sample's shape without the batch, e.g. (3, 224, 224)) and optionally loss="cross_entropy".
-    The name shadows the subpackage on purpose."""
+             input_shape: Any = None, loss: "str | None" = None,
+             **kwargs: Any) -> "OptimizeResult":
+    """`dnnscale.optimize.optimize` (see there for every argument: Adam's CPU space or, for a
+    transformer on accelerators, GPU plans), also for a PyTorch model: `workload` may be an
+    nn.Module or a zero-argument factory of one, with `input_shape` (one sample's shape without
+    the batch, e.g. (3, 224, 224)) and optionally loss="cross_entropy". The name shadows the
+    subpackage on purpose (see _Package)."""
+    from dnnscale.optimize.entry import optimize as search
     from dnnscale.workload.source import resolve_workload
 
-    return _search(resolve_workload(workload, input_shape, loss), cluster, *args, **kwargs)
+    return search(resolve_workload(workload, input_shape, loss), cluster, *args, **kwargs)
+
+
+class _Package(types.ModuleType):
+    """The dnnscale package, whose attribute `optimize` stays the function above: importing
+    the subpackage dnnscale.optimize (lazily, on first use) would otherwise rebind it to the
+    module. The subpackage is reached through `import dnnscale.optimize.X` / `from
+    dnnscale.optimize import X`, which read sys.modules."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "optimize" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 @finite_answers("predict")

@@ -1,4 +1,6 @@
-"""`optimize`: the fastest configuration within a machine budget, and the scalability curve."""
+"""Adam's sub-space of the search: the fastest CPU configuration (sync mode, P, R, S, n,
+intervals) within a machine budget, and the scalability curve. Reached through the one entry
+point, `dnnscale.optimize.optimize` (optimize/entry.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from dnnscale.boundary import check_prediction, finite_answers
+from dnnscale.boundary import check_prediction
 from dnnscale.errors import InputError, require_int
 from dnnscale.model.compose import StepContext
 from dnnscale.model.prediction import Prediction
@@ -22,15 +24,6 @@ from dnnscale.optimize.space import Group, curve_budgets
 from dnnscale.plan.config import Config
 from dnnscale.system import System
 from dnnscale.workload import Workload
-
-def is_gpu_problem(workload: "str | Path | Workload", cluster: "str | Path | System") -> bool:
-    """Whether the GPU-plan search applies: a transformer workload on accelerators."""
-    from dnnscale.system import load_system
-    from dnnscale.workload import load_workload
-
-    return (load_workload(workload).transformer is not None
-            and load_system(cluster).machine.is_accelerator)
-
 
 CHECK_TOLERANCE = 1e-9
 """The search's throughput must match predict_config's to this relative tolerance."""
@@ -137,8 +130,7 @@ def _curve(problem: Problem, evaluators: list[GroupSearch], first: int,
     return points
 
 
-@finite_answers("optimize")
-def optimize(workload: str | Path | Workload, cluster: str | Path | System,
+def optimize_adam(workload: str | Path | Workload, cluster: str | Path | System,
              machines: int | None = None, modes: str | Sequence[str] | None = None,
              top: int = 5, minibatch: int | Iterable[int] | None = None,
              push_every: int | Iterable[int] | None = None,
@@ -210,7 +202,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     best = check_prediction(ranked[0], "optimize")
     return OptimizeResult(
         workload=problem.workload.name, cluster=problem.cluster.name, machines=problem.machines,
-        method="fast", best=best, top=ranked, curve=points, best_per_mode=per_mode,
+        method="fast", best=best, top=ranked, curve=points, families=per_mode,
         infeasible=problem.infeasible, evaluated=sum(e.evaluations for e in evaluators),
         bounds_evaluated=sum(e.bounds for e in evaluators), search_time_s=elapsed,
         explanation=explain(best, ranked, per_mode, problem.machines)

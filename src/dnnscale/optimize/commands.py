@@ -67,8 +67,10 @@ def register(app: typer.Typer) -> None:
                 None, "--recompute", help="GPU: none,selective,full (choices)"),
             schedule: Optional[str] = typer.Option(None, "--schedule",
                                                    help="GPU: 1f1b,interleaved,gpipe (choices)"),
-            precision: str = typer.Option("bf16", "--precision", help="GPU: bf16 | fp16 | fp8 ..."),
-            objective: str = typer.Option("time", "--objective", help="time | cost"),
+            precision: Optional[str] = typer.Option(
+                None, "--precision", help="GPU: bf16 (default) | fp16 | fp8 ..."),
+            objective: Optional[str] = typer.Option(None, "--objective",
+                                                    help="time (default) | cost"),
             price: Optional[float] = typer.Option(
                 None, "--price", help="USD per device-hour (for --objective cost)"),
             pareto: bool = typer.Option(False, "--pareto",
@@ -86,12 +88,13 @@ def register(app: typer.Typer) -> None:
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
         """Find the configuration with the least predicted epoch time, rank the runners-up, and
         print the scalability curve (best epoch time and speedup per machine budget)."""
-        from dnnscale.plan import config_from_dict
-        from dnnscale.optimize.api import optimize as run_optimize
-        from dnnscale.optimize.space import parse_int_list
-
         from dnnscale.atomic import check_output_path
-        from dnnscale.optimize.api import is_gpu_problem
+        from dnnscale.errors import InputError
+        from dnnscale.optimize.entry import is_gpu_problem, optimize as run_optimize
+        from dnnscale.optimize.modern_commands import print_gpu_result, strings
+        from dnnscale.optimize.result import SpaceKind
+        from dnnscale.optimize.space import parse_fc_protocols, parse_int_list
+        from dnnscale.plan import config_from_dict
         from dnnscale.system import load_system
         from dnnscale.workload.source import resolve_workload
 
@@ -102,36 +105,40 @@ def register(app: typer.Typer) -> None:
         w = resolve_workload(workload, input_shape, field="--workload")
         c = load_system(cluster)
         silent = quiet or csv == "-"
-        if is_gpu_problem(w, c):
-            from dnnscale.optimize.modern_commands import run_modern
-
-            found = run_modern(w, c, machines, global_batch, top, tp, pp, micro_batch, zero,
-                               recompute, schedule, precision, objective, price, pareto, tokens,
-                               plot, as_json, quiet=silent)
-            _write_outputs(found, w, c, html, csv, None, silent)
-            return
-
-        from dnnscale.errors import InputError
-        from dnnscale.optimize.space import parse_fc_protocols
-
+        if global_batch is None and is_gpu_problem(w, c):
+            raise InputError("--global-batch", "required for GPU plans (samples per step)")
         protocols = parse_fc_protocols(fc_protocol)
         if choose_overlap and overlap is not None:
             raise InputError("--choose-overlap", "lets the optimizer choose; do not also give "
                              "--overlap/--no-overlap")
-        base = config_from_dict({"fc_protocol": protocols[0] if len(protocols) == 1 else None,
-                                 "overlap": overlap, "optimizer": optimizer,
-                                 "epoch_fraction": epoch_fraction}, where="optimize")
+        fixed = {"fc_protocol": protocols[0] if len(protocols) == 1 else None,
+                 "overlap": overlap, "optimizer": optimizer, "epoch_fraction": epoch_fraction}
+        base = (config_from_dict(fixed, where="optimize")
+                if any(value is not None for value in fixed.values()) else None)
 
         def search(chosen_modes: Any, how_many: int) -> Any:
+            """The one entry point, with every flag given (a flag of the other space is an
+            InputError naming it)."""
             return run_optimize(w, c, machines=machines, modes=chosen_modes, top=how_many,
                                 minibatch=parse_int_list(minibatch, "minibatch"),
                                 push_every=parse_int_list(push_every, "push_every"),
                                 pull_every=parse_int_list(pull_every, "pull_every"), base=base,
                                 method="exhaustive" if exhaustive else "fast",
                                 fc_protocols=protocols if len(protocols) > 1 else None,
-                                choose_overlap=choose_overlap)
+                                choose_overlap=choose_overlap, global_batch=global_batch,
+                                tp=parse_int_list(tp, "tp"), pp=parse_int_list(pp, "pp"),
+                                micro_batch=parse_int_list(micro_batch, "micro_batch"),
+                                zero=parse_int_list(zero, "zero"),
+                                recompute=strings(recompute, "recompute"),
+                                schedules=strings(schedule, "schedule"), precision=precision,
+                                objective=objective, pareto=pareto or None,
+                                price_per_device_hour=price)
 
         result = search(modes, top)
+        if result.space is SpaceKind.GPU:
+            print_gpu_result(result, w, tokens, plot, as_json, silent)
+            _write_outputs(result, w, c, html, csv, None, silent)
+            return
         if plot is not None:
             from dnnscale.report.curve_plot import plot_result_curve
 

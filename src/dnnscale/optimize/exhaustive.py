@@ -115,7 +115,7 @@ def exhaustive_result(problem: Problem, top: int, curve: bool, start: float) -> 
     return OptimizeResult(
         workload=problem.workload.name, cluster=problem.cluster.name, machines=problem.machines,
         method="exhaustive", best=best, top=ranked, curve=points,
-        best_per_mode={m: per_mode[m] for m in problem.space.modes if m in per_mode},
+        families={m: per_mode[m] for m in problem.space.modes if m in per_mode},
         infeasible=problem.infeasible, evaluated=found.evaluated, bounds_evaluated=0,
         search_time_s=time.perf_counter() - start,
         explanation=explain(best, ranked, per_mode, problem.machines)

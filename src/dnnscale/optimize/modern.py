@@ -24,9 +24,9 @@ import functools
 import heapq
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from dnnscale.errors import InputError, require_int
 from dnnscale.model.compose import StepContext, throughput
@@ -35,7 +35,8 @@ from dnnscale.model.prediction import Prediction
 from dnnscale.model.schedule import pipeline_time_s, stage_layers
 from dnnscale.model.stage import (PipelineLayout, StageCosts, StageTemplate, pipeline_layout,
                                   stage_template, stages_from_template)
-from dnnscale.plan.modern import PRECISION_PRESETS, modern_plan_to_dict
+from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
+from dnnscale.plan.modern import PRECISION_PRESETS
 from dnnscale.plan.plan import (Batch, Collective, DataParallel, MemoryPolicy, ParallelPlan,
                                 Pipeline, TensorSplit)
 from dnnscale.system.system import System
@@ -45,6 +46,8 @@ CHECK_TOLERANCE = 1e-9
 OBJECTIVES = ("time", "cost")
 DEFAULT_MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 DEFAULT_VIRTUAL_STAGES = (2, 4)
+QUICK_SLACK = 1e-9
+"""Relative slack of the quick bound (float sums in two orders differ by far less)."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,10 @@ class Caches:
     built: dict[tuple[int, int, bool, int, int], tuple[StageCosts, ...]] = field(
         default_factory=dict)
     seconds: dict[tuple[int, str], tuple[float, ...]] = field(default_factory=dict)
+    whole: dict[tuple[int, int, bool, str], float] = field(default_factory=dict)
+    """The whole model's T on one stage per (tp, micro-batch, sequence parallel, recompute)."""
+    checked: dict[tuple[Group, int], Prediction] = field(default_factory=dict)
+    """Plans already re-predicted by predict_plan (the same plan in several searches)."""
 
 
 @dataclass
@@ -281,44 +288,77 @@ class _Search:
         first = priced.step_s if self.objective == "time" else priced.cost
         return first, priced.devices, priced.group, priced.replicas
 
-    def bound(self, group: Group, choices: list[int], stages: tuple[StageCosts, ...]) -> float:
-        """Lower bound of the objective over the group's data-parallel degrees: the pipeline's
-        time on the devices alone (no launch or transfer time, no data-parallel traffic, no
-        optimizer step), which falls as d grows (fewer micro-batches)."""
-        self.bounded += 1
+    def seconds(self, group: Group, stages: tuple[StageCosts, ...]) -> tuple[float, ...]:
+        """t_i per stage: compute + tensor-parallel communication + recompute, one micro-batch
+        on the devices alone (no launch or transfer time)."""
         key = (id(stages), group.recompute)
         seconds = self.caches.seconds.get(key)
         if seconds is None:
             seconds = tuple(stage.compute_s + stage.partition_s
                             + stage.recompute_s(group.recompute) for stage in stages)
             self.caches.seconds[key] = seconds
+        return seconds
+
+    def over_choices(self, group: Group, choices: list[int],
+                     pipeline_s: Callable[[int], float]) -> float:
+        """The objective's lower bound over the data-parallel degrees, from a lower bound
+        pipeline_s(m) of the pipeline's time at m micro-batches (which falls as d grows)."""
         if self.objective == "time":
-            m = self.space.global_batch // (choices[-1] * group.micro_batch)
-            return pipeline_time_s(seconds, m, group.virtual_stages)
+            return pipeline_s(self.space.global_batch // (choices[-1] * group.micro_batch))
         best = float("inf")
         for replicas in choices:
             m = self.space.global_batch // (replicas * group.micro_batch)
             devices = group.tensor * group.pipeline * replicas
-            best = min(best, pipeline_time_s(seconds, m, group.virtual_stages) * devices
-                       * self.price() / 3600)
+            best = min(best, pipeline_s(m) * devices * self.price() / 3600)
         return best
+
+    def bound(self, group: Group, choices: list[int], stages: tuple[StageCosts, ...]) -> float:
+        """Lower bound of the objective over the group's data-parallel degrees: the pipeline's
+        time on the devices alone (no launch or transfer time, no data-parallel traffic, no
+        optimizer step), which falls as d grows (fewer micro-batches)."""
+        self.bounded += 1
+        seconds = self.seconds(group, stages)
+        return self.over_choices(group, choices,
+                                 lambda m: pipeline_time_s(seconds, m, group.virtual_stages))
+
+    def quick_bound(self, group: Group, choices: list[int]) -> float:
+        """A lower bound of `bound` without the group's pipeline layout, from the whole model
+        on one stage (shared by every pipeline degree): stage totals are additive and every
+        layer sits on one device, so Σ t_i is the whole model's T; t_max ≥ T / p; and
+        m · t_max + (T − t_max) / v grows with t_max (m ≥ 1 ≥ 1/v). QUICK_SLACK covers the
+        rounding of the two sums' orders."""
+        self.bounded += 1
+        key = (group.tensor, group.micro_batch, group.sequence_parallel, group.recompute)
+        total = self.caches.whole.get(key)
+        if total is None:
+            whole = self.stages(group._replace(pipeline=1, schedule="1f1b", virtual_stages=1))
+            total = self.caches.whole[key] = self.seconds(group, whole)[0]
+        share, v = total / group.pipeline, group.virtual_stages
+        return self.over_choices(group, choices, lambda m: (m * share + (total - share) / v)
+                                 * (1 - QUICK_SLACK))
 
     def run(self, devices: int, top: int) -> list[Priced]:
         """The `top` best plans within `devices` GPUs: groups in order of their bound, each
-        priced at every data-parallel degree, until no bound can beat the top-th plan."""
-        heap: list[tuple[float, int, Group, tuple[StageCosts, ...], list[int]]] = []
+        priced at every data-parallel degree, until no bound can beat the top-th plan. Groups
+        enter with their quick bound; the first time one comes up it is laid out and goes back
+        with its exact bound (best-first search with lazily tightened bounds: exact, because
+        every bound is a lower bound of the group's objective)."""
+        heap: list[tuple[float, int, Group, list[int], tuple[StageCosts, ...] | None]] = []
         for index, group in enumerate(groups_of(self.space, self.workload)):
             choices = replica_choices(group, self.space, devices)
-            if not choices:
-                continue
-            stages = self.stages(group)
-            heapq.heappush(heap, (self.bound(group, choices, stages), index, group, stages,
-                                  choices))
+            if choices:
+                heap.append((self.quick_bound(group, choices), index, group, choices, None))
+        heapq.heapify(heap)
         found: list[Priced] = []
         while heap:
-            bound, _, group, stages, choices = heapq.heappop(heap)
+            bound, index, group, choices, stages = heapq.heappop(heap)
             if len(found) >= top and bound >= self.key(found[top - 1])[0] * (1 + 1e-12):
                 break
+            if stages is None:
+                stages = self.stages(group)
+                heapq.heappush(heap, (self.bound(group, choices, stages), index, group,
+                                      choices, stages))
+                continue
             for replicas in reversed(choices):  # memory never grows with d: stop at a misfit
                 context = self.context(group, replicas, stages)
                 if not self.fits(group, replicas, context):
@@ -331,66 +371,6 @@ class _Search:
             found.sort(key=self.key)
             del found[max(top, 1) * 4:]
         return found[:top]
-
-
-@dataclass(frozen=True)
-class ModernCurvePoint:
-    gpus: int
-    step_time_s: float
-    speedup: float
-    prediction: Prediction
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpus": self.gpus, "machines": self.gpus, "step_time_s": self.step_time_s,
-                "speedup": self.speedup, "gpus_used": self.prediction.plan.workers,
-                "plan_fields": modern_plan_to_dict(self.prediction.plan)}
-
-
-@dataclass
-class ModernResult:
-    """The answer for a transformer on a GPU cluster."""
-
-    workload: str
-    cluster: str
-    gpus: int
-    global_batch: int
-    objective: str
-    method: str
-    best: Prediction
-    top: list[Prediction]
-    curve: list[ModernCurvePoint]
-    pareto: list[Prediction]
-    families: dict[str, Prediction]
-    explanation: list[str]
-    warnings: list[str]
-    evaluated: int
-    bounds_evaluated: int
-    search_time_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        def entry(p: Prediction) -> dict[str, Any]:
-            return {"plan_fields": modern_plan_to_dict(p.plan), "label": p.label(),
-                    "gpus": p.plan.workers, "cost_per_step": _cost(p, self._price),
-                    "prediction": p.to_dict()}
-
-        return {"workload": self.workload, "cluster": self.cluster, "gpus": self.gpus,
-                "machines": self.gpus, "global_batch": self.global_batch,
-                "objective": self.objective, "method": self.method, "best": entry(self.best),
-                "top": [entry(p) for p in self.top], "explanation": list(self.explanation),
-                "warnings": list(self.warnings),
-                "families": {name: entry(p) for name, p in self.families.items()},
-                "pareto": [entry(p) for p in self.pareto],
-                "curve": [point.to_dict() for point in self.curve],
-                "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
-                "search_time_s": self.search_time_s}
-
-    _price: float | None = None
-
-
-def _cost(prediction: Prediction, price: float | None) -> float | None:
-    if price is None:
-        return None
-    return prediction.step_time_s * prediction.plan.workers * price / 3600
 
 
 def _checked(workload: Workload, system: System, space: ModernSpace, priced: Priced) -> Prediction:
@@ -415,9 +395,16 @@ Brown et al. 2020 Table 2.1) and past the critical batch size of such models (Mc
 
 def _search(workload: Workload, system: System, space: ModernSpace, devices: int, top: int,
             objective: str, caches: Caches | None = None) -> tuple[list[Prediction], _Search]:
-    search = _Search(workload, system, space, objective, caches=caches or Caches())
+    caches = caches or Caches()
+    search = _Search(workload, system, space, objective, caches=caches)
     found = search.run(devices, top)
-    return [_checked(workload, system, space, p) for p in found], search
+    checked = []
+    for priced in found:
+        key = (priced.group, priced.replicas)
+        if key not in caches.checked:
+            caches.checked[key] = _checked(workload, system, space, priced)
+        checked.append(caches.checked[key])
+    return checked, search
 
 
 def _budgets(gpus: int, per_node: int) -> list[int]:
@@ -449,7 +436,7 @@ def _why(best: Prediction, families: dict[str, Prediction], objective: str) -> l
 
 def optimize_modern(workload: Workload, system: System, space: ModernSpace,
                     gpus: int | None = None, top: int = 5, objective: str = "time",
-                    pareto: bool = False, curve: bool = True) -> ModernResult:
+                    pareto: bool = False, curve: bool = True) -> OptimizeResult:
     """The fastest (or cheapest) plan within `gpus` GPUs, the top `top`, the best of each
     family, the scalability curve over GPU counts and (with `pareto`) the plans no other beats
     on both step time and GPUs (or cost)."""
@@ -480,7 +467,7 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
         evaluated, bounded = evaluated + extra.evaluated, bounded + extra.bounded
         if found:
             families[name] = found[0]
-    points: list[ModernCurvePoint] = []
+    points: list[CurvePoint] = []
     front: list[Prediction] = []
     if curve or pareto:
         best_by_count: dict[int, Prediction] = {}
@@ -492,13 +479,14 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
         first = None
         for count, prediction in sorted(best_by_count.items()):
             first = first or prediction.step_time_s
-            points.append(ModernCurvePoint(count, prediction.step_time_s,
-                                           first / prediction.step_time_s, prediction))
+            points.append(CurvePoint(count, prediction.epoch_time_s,
+                                     first / prediction.step_time_s, prediction,
+                                     SpaceKind.GPU))
         if pareto:
             candidates = sorted({id(p): p for p in list(best_by_count.values()) + ranked}.values(),
                                 key=lambda p: (p.plan.workers, p.step_time_s))
             metric = ((lambda p: p.plan.workers) if objective == "time"
-                      else (lambda p: _cost(p, system.price_per_device_hour) or 0.0))
+                      else (lambda p: cost_per_step(p, system.price_per_device_hour) or 0.0))
             for p in sorted(candidates, key=lambda p: (metric(p), p.step_time_s)):
                 if not front or p.step_time_s < front[-1].step_time_s:
                     front.append(p)
@@ -511,12 +499,13 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
         warnings.append(f"a global batch of {tokens:,} tokens is beyond what trains well for "
                         f"most models (GPT-3 used 3.2M tokens); dnnscale predicts throughput, "
                         f"not convergence")
-    result = ModernResult(workload.name, system.name, devices, space.global_batch, objective,
-                          "fast", ranked[0], ranked, points, front, families,
-                          _why(ranked[0], families, objective), warnings, evaluated, bounded,
-                          time.perf_counter() - started)
-    result._price = system.price_per_device_hour
-    return result
+    return OptimizeResult(
+        workload=workload.name, cluster=system.name, machines=devices, method="fast",
+        best=ranked[0], top=ranked, curve=points, families=families, evaluated=evaluated,
+        bounds_evaluated=bounded, search_time_s=time.perf_counter() - started,
+        explanation=_why(ranked[0], families, objective), space=SpaceKind.GPU,
+        global_batch=space.global_batch, objective=objective, pareto=front, warnings=warnings,
+        price_per_device_hour=system.price_per_device_hour)
 
 
 def exhaustive_modern(workload: Workload, system: System, space: ModernSpace, devices: int,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from dnnscale.optimize.modern import ModernResult, _cost
+from dnnscale.optimize.result import OptimizeResult
 from dnnscale.report.tables import add_breakdown_rows
 from dnnscale.units import format_seconds
 
 
-def modern_plan_table(result: ModernResult) -> Table:
+def modern_plan_table(result: OptimizeResult) -> Table:
     best = result.best
     what = "cheapest" if result.objective == "cost" else "fastest"
     table = Table(title=f"The {what} plan for {result.workload} on {result.cluster} within "
@@ -24,7 +24,7 @@ def modern_plan_table(result: ModernResult) -> Table:
         table.add_row("tokens", f"{best.tokens_per_s:,.0f} tokens/s")
     if best.mfu is not None:
         table.add_row("MFU", f"{100 * best.mfu:.1f} %")
-    cost = _cost(best, result._price)
+    cost = result.cost_per_step(best)
     if cost is not None:
         table.add_row("cost per step", f"{cost:,.3f} USD")
     table.add_row("bottleneck", best.bottleneck)
@@ -32,7 +32,7 @@ def modern_plan_table(result: ModernResult) -> Table:
     return table
 
 
-def modern_top_table(result: ModernResult) -> Table:
+def modern_top_table(result: OptimizeResult) -> Table:
     table = Table(title=f"Top {len(result.top)} plans", title_justify="left")
     for header in ("#", "plan", "GPUs", "step", "vs best", "MFU", "bottleneck"):
         table.add_column(header, justify="left" if header in ("plan", "bottleneck") else "right")
@@ -44,7 +44,7 @@ def modern_top_table(result: ModernResult) -> Table:
     return table
 
 
-def modern_curve_table(result: ModernResult, pareto: bool) -> Table:
+def modern_curve_table(result: OptimizeResult, pareto: bool) -> Table:
     rows = result.pareto if pareto else [point.prediction for point in result.curve]
     title = ("Pareto front: no other plan is both faster and uses fewer GPUs" if pareto else
              "Scalability curve: the best plan per GPU count")

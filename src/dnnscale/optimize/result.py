@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from dnnscale.plan.config import Config
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import Bottleneck
 from dnnscale.optimize.feasibility import Infeasible
+from dnnscale.plan.modern import modern_plan_to_dict
 from dnnscale.units import format_seconds
 
 SATURATED = 0.99
@@ -17,16 +19,49 @@ IDLE = 0.5
 """A resource busy at most this fraction of the time counts as mostly idle."""
 
 
+def cost_per_step(prediction: Prediction, price_per_device_hour: float | None) -> float | None:
+    """USD per step of a GPU plan: step_time_s × GPUs × price / 3600 s (None without a price)."""
+    if price_per_device_hour is None:
+        return None
+    return prediction.step_time_s * prediction.plan.workers * price_per_device_hour / 3600
+
+
+class SpaceKind(str, Enum):
+    """Which sub-space of the one search a result comes from: Adam's CPU configurations
+    (sync mode, P, R, S, n, intervals) or Megatron-style GPU plans (TP, PP, DP, micro-batch,
+    schedule, ZeRO, recompute, sequence parallel) for a transformer on accelerators."""
+
+    ADAM = "adam"
+    GPU = "gpu"
+
+
 @dataclass(frozen=True)
 class CurvePoint:
-    """The best configuration under a budget of `machines`; speedup over the curve's first point."""
+    """The best plan under a budget of `machines` (GPUs in the GPU space); speedup over the
+    curve's first point (in epoch time for Adam's space, in step time for GPU plans, the same
+    ratio at a fixed global batch)."""
 
     machines: int
     epoch_time_s: float
     speedup: float
     prediction: Prediction
+    space: SpaceKind = SpaceKind.ADAM
+
+    @property
+    def gpus(self) -> int:
+        """The budget in GPUs (the GPU space's name for `machines`)."""
+        return self.machines
+
+    @property
+    def step_time_s(self) -> float:
+        return self.prediction.step_time_s
 
     def to_dict(self) -> dict[str, Any]:
+        if self.space is SpaceKind.GPU:
+            return {"gpus": self.machines, "machines": self.machines,
+                    "step_time_s": self.step_time_s, "speedup": self.speedup,
+                    "gpus_used": self.prediction.plan.workers,
+                    "plan_fields": modern_plan_to_dict(self.prediction.plan)}
         cfg = self.prediction.config
         return {"machines": self.machines, "epoch_time_s": self.epoch_time_s,
                 "speedup": self.speedup, "machines_used": cfg.machines, "config": cfg.to_dict()}
@@ -34,12 +69,16 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class OptimizeResult:
-    """The optimizer's answer for `workload` on `cluster` with a budget of `machines`.
+    """The optimizer's answer for `workload` on `cluster` within a budget of `machines`
+    (GPUs in the GPU space), for either sub-space of the one search.
 
-    top: the best configuration of each of the K best groups (sync mode, P, n, k_push, k_pull),
-    best first; best == top[0]. curve: one point per budget from the smallest feasible one up to
-    `machines`. evaluated: configurations whose throughput was computed (bounds_evaluated: interval
-    bounds, fast search only). search_time_s: wall time of the whole search, curve included.
+    top: the best plans, best first; best == top[0] (Adam's space: the best configuration of
+    each of the K best groups; GPU space: the K best plans). curve: one point per budget (Adam:
+    every budget from the smallest feasible one; GPU: powers of two and the budget). families:
+    the best plan of each family beside the winner (Adam: each sync mode, JSON key
+    "best_per_mode"; GPU: each of modern.FAMILIES, JSON key "families"). evaluated: plans
+    whose step was computed; bounds_evaluated: interval (Adam) or group (GPU) bounds.
+    search_time_s: wall time of the whole search, curve included.
     """
 
     workload: str
@@ -49,16 +88,40 @@ class OptimizeResult:
     best: Prediction
     top: list[Prediction]
     curve: list[CurvePoint]
-    best_per_mode: dict[str, Prediction]
-    infeasible: list[Infeasible]
+    families: dict[str, Prediction]
     evaluated: int
     bounds_evaluated: int
     search_time_s: float
     explanation: list[str] = field(default_factory=list)
+    space: SpaceKind = SpaceKind.ADAM
+    infeasible: list[Infeasible] = field(default_factory=list)
+    """Adam's space: the groups left out and why."""
     best_per_protocol: dict[str, Prediction] = field(default_factory=dict)
     """When the search chose Adam's FC protocol: the best PS configuration of each."""
+    global_batch: int | None = None
+    """GPU space: samples (sequences) per step, fixed across the search."""
+    objective: str = "time"
+    """GPU space: 'time' or 'cost' (the step's device-hours at price_per_device_hour)."""
+    pareto: list[Prediction] = field(default_factory=list)
+    """GPU space, when asked: the plans no other beats on both step time and GPUs (or cost)."""
+    warnings: list[str] = field(default_factory=list)
+    price_per_device_hour: float | None = None
+    """GPU space: the system's price (USD per device-hour), for the cost per step."""
+
+    @property
+    def gpus(self) -> int:
+        """The budget in GPUs (the GPU space's name for `machines`)."""
+        return self.machines
+
+    def cost_per_step(self, prediction: Prediction) -> float | None:
+        """USD per step of a GPU plan at this result's price (None without one)."""
+        return cost_per_step(prediction, self.price_per_device_hour)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON of `dnnscale optimize --json`: each space keeps its own keys."""
+        return self._gpu_dict() if self.space is SpaceKind.GPU else self._adam_dict()
+
+    def _adam_dict(self) -> dict[str, Any]:
         def entry(p: Prediction) -> dict[str, Any]:
             return {"config": p.config.to_dict(), "prediction": p.to_dict()}
 
@@ -66,12 +129,29 @@ class OptimizeResult:
                 "method": self.method, "best": entry(self.best),
                 "explanation": list(self.explanation),
                 "top": [entry(p) for p in self.top],
-                "best_per_mode": {mode: entry(p) for mode, p in self.best_per_mode.items()},
+                "best_per_mode": {mode: entry(p) for mode, p in self.families.items()},
                 **({"best_per_fc_protocol": {name: entry(p) for name, p in
                                              self.best_per_protocol.items()}}
                    if self.best_per_protocol else {}),
                 "curve": [point.to_dict() for point in self.curve],
                 "infeasible": [item.to_dict() for item in self.infeasible],
+                "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
+                "search_time_s": self.search_time_s}
+
+    def _gpu_dict(self) -> dict[str, Any]:
+        def entry(p: Prediction) -> dict[str, Any]:
+            return {"plan_fields": modern_plan_to_dict(p.plan), "label": p.label(),
+                    "gpus": p.plan.workers, "cost_per_step": self.cost_per_step(p),
+                    "prediction": p.to_dict()}
+
+        return {"workload": self.workload, "cluster": self.cluster, "gpus": self.machines,
+                "machines": self.machines, "global_batch": self.global_batch,
+                "objective": self.objective, "method": self.method, "best": entry(self.best),
+                "top": [entry(p) for p in self.top], "explanation": list(self.explanation),
+                "warnings": list(self.warnings),
+                "families": {name: entry(p) for name, p in self.families.items()},
+                "pareto": [entry(p) for p in self.pareto],
+                "curve": [point.to_dict() for point in self.curve],
                 "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
                 "search_time_s": self.search_time_s}
 
@@ -101,7 +181,7 @@ def _named(utilization: dict[str, float], keep: Any) -> str:
     return ", ".join(f"{name.replace('_', ' ')} {100 * value:.0f} %" for name, value in items)
 
 
-def explain(best: Prediction, top: list[Prediction], best_per_mode: dict[str, Prediction],
+def explain(best: Prediction, top: list[Prediction], per_mode: dict[str, Prediction],
             machines: int) -> list[str]:
     """Why the best configuration wins: what saturates, what idles, what it beats."""
     cfg = best.config
@@ -124,7 +204,7 @@ def explain(best: Prediction, top: list[Prediction], best_per_mode: dict[str, Pr
         lines.append(f"next best: {describe_config(runner.config)} at "
                      f"{format_seconds(runner.epoch_time_s)} per epoch "
                      f"({runner.epoch_time_s / best.epoch_time_s:.3g}x slower)")
-    for mode, prediction in best_per_mode.items():
+    for mode, prediction in per_mode.items():
         if mode != cfg.sync:
             lines.append(f"best {mode}: {describe_config(prediction.config)} at "
                          f"{format_seconds(prediction.epoch_time_s)} per epoch "

@@ -1,6 +1,6 @@
-"""Assemble a search's report: what the page shows of Project Adam's search (OptimizeResult,
-with one curve per mode from the same search restricted to that mode) and of the GPU-plan
-search (ModernResult). Nothing here re-derives a number: every value is the search's own."""
+"""Assemble a search's report: what the page shows of an OptimizeResult of Adam's space (with
+one curve per mode from the same search restricted to that mode) or of the GPU space.
+Nothing here re-derives a number: every value is the search's own."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
+from dnnscale.optimize.result import SpaceKind
 from dnnscale.report.charts import CurveSeries
 from dnnscale.report.page import section, table
 from dnnscale.report.pages import SearchView, change_points, search_page
@@ -18,13 +19,13 @@ def optimize_report(result: Any, workload: Any, system: Any,
                     rerun: Callable[[str], Any] | None = None) -> str:
     """The HTML of a search's result. For Adam's search, `rerun(mode)` runs the same search for
     one mode, whose curve is drawn beside the overall best when several modes were compared."""
-    if hasattr(result, "best_per_mode"):
-        curves: dict[str, Any] = {}
-        if rerun is not None and len(result.best_per_mode) > 1:
-            curves = {mode: rerun(mode).curve for mode in result.best_per_mode}
-        view = adam_view(result, curves)
-    else:
+    if result.space is SpaceKind.GPU:
         view = gpu_view(result)
+    else:
+        curves: dict[str, Any] = {}
+        if rerun is not None and len(result.families) > 1:
+            curves = {mode: rerun(mode).curve for mode in result.families}
+        view = adam_view(result, curves)
     return search_page(view, workload, system)
 
 

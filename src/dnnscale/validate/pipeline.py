@@ -139,7 +139,7 @@ def _optimizer_regret(workload: Workload, cluster: System, grid: Grid,
     """Run the optimizer for the testbed's budget (its dedicated PS hosts kept apart), run its
     choice too, add it as a row of its own unless the grid has it, and compare it with the
     best configuration measured (regret on throughput, i.e. on epoch time)."""
-    from dnnscale.optimize.api import optimize
+    from dnnscale.optimize import optimize
 
     base = grid.configs[0]
     result = optimize(workload, cluster, machines=cluster.machines, top=1,

@@ -1,0 +1,120 @@
+"""`optimize`: the one entry point of the search, for the Python API and the CLI alike.
+
+The space follows from the inputs: a transformer workload on accelerators searches
+Megatron-style GPU plans (optimize/modern.py), anything else Adam's CPU configurations
+(optimize/api.py). Both return one OptimizeResult. An argument of the other space is an
+InputError naming it, never silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from dnnscale.boundary import check_prediction, finite_answers
+from dnnscale.errors import InputError, require_positive
+from dnnscale.optimize.result import OptimizeResult
+from dnnscale.plan.config import Config
+from dnnscale.system import System, load_system
+from dnnscale.workload import Workload, load_workload
+
+GPU_SPACE = "GPU plans (a transformer workload on an accelerator cluster)"
+ADAM_SPACE = "Adam's CPU configurations (any workload but a transformer on accelerators)"
+
+
+def is_gpu_problem(workload: str | Path | Workload, cluster: str | Path | System) -> bool:
+    """Whether the GPU-plan search applies: a transformer workload on accelerators."""
+    return (load_workload(workload).transformer is not None
+            and load_system(cluster).machine.is_accelerator)
+
+
+def _strings(values: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """'none,full' or ['none', 'full'] -> ('none', 'full'); None stays None."""
+    if values is None:
+        return None
+    items = values.split(",") if isinstance(values, str) else list(values)
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def _refuse(given: dict[str, object], space: str) -> None:
+    """InputError naming the first argument given that the chosen space does not have."""
+    for name, value in given.items():
+        if value is not None:
+            raise InputError(name, f"does not apply here: the search is over {space}")
+
+
+@finite_answers("optimize")
+def optimize(workload: str | Path | Workload, cluster: str | Path | System,
+             machines: int | None = None, modes: str | Sequence[str] | None = None,
+             top: int = 5, minibatch: int | Iterable[int] | None = None,
+             push_every: int | Iterable[int] | None = None,
+             pull_every: int | Iterable[int] | None = None, base: Config | None = None,
+             curve: bool = True, method: str = "fast",
+             fc_protocols: str | Sequence[str] | None = None,
+             choose_overlap: bool = False, *, gpus: int | None = None,
+             global_batch: int | None = None, tp: int | Iterable[int] | None = None,
+             pp: int | Iterable[int] | None = None,
+             micro_batch: int | Iterable[int] | None = None,
+             zero: int | Iterable[int] | None = None,
+             recompute: str | Sequence[str] | None = None,
+             schedules: str | Sequence[str] | None = None, precision: str | None = None,
+             sequence_parallel: bool | None = None, overlap_dp: bool | None = None,
+             objective: str | None = None, pareto: bool | None = None,
+             price_per_device_hour: float | None = None) -> OptimizeResult:
+    """The fastest plan within a budget, the top `top`, the best of each family, and the
+    scalability curve, over the space the inputs call for.
+
+    workload, cluster: names, YAML paths or objects. machines (or gpus, its GPU-space name):
+    the budget, default the cluster's. top, curve: both spaces.
+
+    Adam's space (performance-model.md §6): modes ('ps-async', 'ps-sync', 'allreduce'),
+    minibatch, push_every, pull_every (one value or choices), base (the fixed fields),
+    fc_protocols, choose_overlap, method ('fast', or 'exhaustive': the reference).
+
+    GPU space (§9): global_batch (required, samples per step), tp, pp, micro_batch, zero (one
+    value or choices), recompute, schedules (names, or comma-separated), precision (default
+    bf16), sequence_parallel (None: both), overlap_dp, objective ('time' | 'cost'), pareto,
+    price_per_device_hour (USD, replaces the system's, for objective 'cost').
+
+    Raises InputError naming the field for bad input, an argument the chosen space does not
+    have, or a budget too small for any feasible plan.
+    """
+    w, c = load_workload(workload), load_system(cluster)
+    if gpus is not None and machines is not None and gpus != machines:
+        raise InputError("gpus", f"{gpus} but machines={machines}: give one budget")
+    budget = machines if machines is not None else gpus
+    if not is_gpu_problem(w, c):
+        _refuse({"gpus": gpus, "global_batch": global_batch, "tp": tp, "pp": pp,
+                 "micro_batch": micro_batch, "zero": zero, "recompute": recompute,
+                 "schedules": schedules, "precision": precision,
+                 "sequence_parallel": sequence_parallel, "overlap_dp": overlap_dp,
+                 "objective": objective, "pareto": pareto,
+                 "price_per_device_hour": price_per_device_hour}, ADAM_SPACE)
+        from dnnscale.optimize.api import optimize_adam
+
+        return optimize_adam(w, c, budget, modes, top, minibatch, push_every, pull_every, base,
+                             curve, method, fc_protocols, choose_overlap)
+    _refuse({"modes": modes, "minibatch": minibatch, "push_every": push_every,
+             "pull_every": pull_every, "base": base, "fc_protocols": fc_protocols,
+             "choose_overlap": choose_overlap or None}, GPU_SPACE)
+    if method != "fast":
+        raise InputError("method", f"the GPU-plan search is exact and has no {method!r} "
+                         "method (its exhaustive reference is modern.exhaustive_modern)")
+    if global_batch is None:
+        raise InputError("global_batch", "required for GPU plans (samples per step)")
+    from dnnscale.optimize.modern import make_modern_space, optimize_modern
+
+    if price_per_device_hour is not None:
+        c = replace(c, price_per_device_hour=require_positive("price_per_device_hour",
+                                                              price_per_device_hour))
+    space = make_modern_space(w, c, global_batch, tensor=tp, pipeline=pp,
+                              micro_batch=micro_batch, zero=zero,
+                              recompute=_strings(recompute), schedules=_strings(schedules),
+                              precision=precision or "bf16",
+                              sequence_parallel=sequence_parallel,
+                              overlap_dp=bool(overlap_dp))
+    result = optimize_modern(w, c, space, gpus=budget, top=top, objective=objective or "time",
+                             pareto=bool(pareto), curve=curve)
+    check_prediction(result.best, "optimize")
+    return result
