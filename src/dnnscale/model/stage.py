@@ -8,7 +8,7 @@ workers are the tensor group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -211,64 +211,92 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, degr
                      shard.work_fraction * layer.activation_values)
 
 
+class _Path(NamedTuple):
+    """One state's cheapest chain so far: its last layer's cost and the chain it extends (a
+    linked list, so extending a path is O(1))."""
+
+    cost: LayerCost
+    previous: "_Path | None"
+
+
 def stage_costs(workload: Workload, system: System, partitions: int, minibatch: int,
                 fc_protocol: str = "weights", rules: str = "adam",
                 layer_indices: list[int] | None = None, precision: str = "fp32",
-                sequence_parallel: bool = False, bytes_scale: float = 1.0) -> StageCosts:
+                sequence_parallel: bool = False, bytes_scale: float = 1.0,
+                schemes: Mapping[str, str] | None = None) -> StageCosts:
     """Cost every layer (of one pipeline stage: `layer_indices`, default all) on the most
-    loaded of P tensor-parallel members, each weighted layer under its cheapest valid split
-    (sharding.py), with the split-caused communication on the tiers the group spans.
+    loaded of P tensor-parallel members, each weighted layer under a valid split (sharding.py),
+    with the split-caused communication on the tiers the group spans.
 
-    A weighted layer's scheme is the valid one (at least one unit per worker) with the least
-    compute + communication time; layers without weights follow the last weighted layer's split.
-    With fc_protocol 'vectors' the FC weight gradients move to the PS. On accelerators the
-    phases run in `precision`, activation bytes scaled by `bytes_scale`.
+    The splits are an exact shortest path over the layer chain (Viterbi): the state entering a
+    layer is (the last weighted layer's scheme, whether the input is distributed); a layer's
+    cost under a scheme given that state is its compute + communication time in seconds, the
+    transition traffic included (shard_layer prices it from the SplitContext of the incoming
+    state), and the chain with the least Σ (compute_s + comm_s) wins — not each layer's own
+    cheapest scheme, which ignores the traffic its choice forces on the next layer (issue 24).
+    A weighted layer's schemes are its valid ones (at least one unit per worker); layers
+    without weights follow the last weighted layer's split and keep the state. Ties keep the
+    earlier scheme (sharding.split_schemes order). With fc_protocol 'vectors' the FC weight
+    gradients move to the PS. On accelerators the phases run in `precision`, activation bytes
+    scaled by `bytes_scale`. `schemes` (layer name -> scheme) pins the named weighted layers'
+    splits (the path is then the cheapest among those that keep them).
     """
     b = workload.bytes_per_value * bytes_scale
-    costs: list[LayerCost] = []
     params = 0
-    input_distributed = False
-    current_scheme = "tensor" if rules == "megatron" else "features"
     chosen = set(layer_indices) if layer_indices is not None else None
     seen: dict[tuple[object, ...], LayerCost] = {}
+    start = ("tensor" if rules == "megatron" else "features", False)
+    paths: dict[tuple[str, bool], _Path | None] = {start: None}
+    totals: dict[tuple[str, bool], float] = {start: 0.0}
+    last_index = -1
     for index, layer in enumerate(workload.layers):
         if chosen is not None and index not in chosen:
             continue
-        key = (layer.cost_key, current_scheme, input_distributed)
-        known = seen.get(key)
-        if known is not None:
-            block = layer.hyper.get("block")
-            costs.append(known._replace(name=layer.name,
-                                        block=block if isinstance(block, int) else None))
-            params += layer.params
-            if layer.has_weights:
-                current_scheme = known.scheme
-                input_distributed = partitions > 1
-            continue
-        skip_weight_grad = fc_protocol == "vectors" and layer.kind == "linear"
-        schemes = split_schemes(layer, rules)
-        candidates = schemes if layer.has_weights else (
-            (current_scheme,) if current_scheme in schemes else schemes[:1])
-        context = SplitContext(current_scheme, input_distributed, minibatch, b, sequence_parallel)
-        best: LayerCost | None = None
-        for scheme in candidates:
-            if (layer.has_weights and split_extent(layer, scheme) < partitions and partitions > 1
-                    and len(candidates) > 1):
-                continue  # invalid split: some worker would get nothing
-            shard = shard_layer(rules, layer, scheme, partitions, context)
-            cost = _layer_cost(layer, shard, minibatch, system, partitions, skip_weight_grad,
-                               precision, bytes_scale)
-            if best is None or cost.compute_s + cost.comm_s < best.compute_s + best.comm_s:
-                best = cost
-        if best is None:
-            raise ValueError(f"layer {layer.name!r} cannot be split {partitions} ways")
-        costs.append(best)
-        seen[key] = best
+        last_index = index
         params += layer.params
-        if layer.has_weights:
-            current_scheme = best.scheme
-            input_distributed = partitions > 1
-    last = workload.layers[max(chosen)] if chosen else workload.layers[-1]
+        block = layer.hyper.get("block")
+        block_id = block if isinstance(block, int) else None
+        skip_weight_grad = fc_protocol == "vectors" and layer.kind == "linear"
+        valid = split_schemes(layer, rules)
+        pinned = schemes.get(layer.name) if schemes is not None and layer.has_weights else None
+        if pinned is not None and pinned not in valid:
+            raise ValueError(f"layer {layer.name!r} has no split {pinned!r} (one of {valid})")
+        next_paths: dict[tuple[str, bool], _Path | None] = {}
+        next_totals: dict[tuple[str, bool], float] = {}
+        for state, path in paths.items():
+            current_scheme, input_distributed = state
+            candidates = ((pinned,) if pinned is not None else valid) if layer.has_weights else (
+                (current_scheme,) if current_scheme in valid else valid[:1])
+            for scheme in candidates:
+                if (layer.has_weights and split_extent(layer, scheme) < partitions
+                        and partitions > 1 and len(candidates) > 1):
+                    continue  # invalid split: some worker would get nothing
+                key = (layer.cost_key, current_scheme, input_distributed, scheme)
+                cost = seen.get(key)
+                if cost is None:
+                    context = SplitContext(current_scheme, input_distributed, minibatch, b,
+                                           sequence_parallel)
+                    shard = shard_layer(rules, layer, scheme, partitions, context)
+                    cost = seen[key] = _layer_cost(layer, shard, minibatch, system, partitions,
+                                                   skip_weight_grad, precision, bytes_scale)
+                if cost.name != layer.name or cost.block != block_id:
+                    cost = cost._replace(name=layer.name, block=block_id)
+                after = (scheme, partitions > 1) if layer.has_weights else state
+                total = totals[state] + cost.compute_s + cost.comm_s
+                if after not in next_totals or total < next_totals[after]:
+                    next_totals[after] = total
+                    next_paths[after] = _Path(cost, path)
+        if not next_paths:
+            raise ValueError(f"layer {layer.name!r} cannot be split {partitions} ways")
+        paths, totals = next_paths, next_totals
+    best = min(paths, key=totals.__getitem__)
+    costs: list[LayerCost] = []
+    node = paths[best]
+    while node is not None:
+        costs.append(node.cost)
+        node = node.previous
+    costs.reverse()
+    last = workload.layers[last_index] if last_index >= 0 else workload.layers[-1]
     return StageCosts(partitions, minibatch, tuple(costs), params,
                       boundary_values=last.activation_values)
 
