@@ -269,7 +269,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
                 (current_scheme,) if current_scheme in valid else valid[:1])
             for scheme in candidates:
                 if (layer.has_weights and split_extent(layer, scheme) < partitions
-                        and partitions > 1 and len(candidates) > 1):
+                        and partitions > 1 and len(valid) > 1):
                     continue  # invalid split: some worker would get nothing
                 key = (layer.cost_key, current_scheme, input_distributed, scheme)
                 cost = seen.get(key)
