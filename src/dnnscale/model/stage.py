@@ -211,12 +211,52 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, degr
                      shard.work_fraction * layer.activation_values)
 
 
-class _Path(NamedTuple):
-    """One state's cheapest chain so far: its last layer's cost and the chain it extends (a
-    linked list, so extending a path is O(1))."""
+_State = tuple[str, bool]
+"""The state entering a layer: the last weighted layer's scheme, whether the input is
+distributed over the tensor group."""
 
-    cost: LayerCost
-    previous: "_Path | None"
+_Path = tuple[LayerCost, "_Path | None"]
+"""A chain of layer costs as a linked list, last layer first (extending one is O(1))."""
+
+
+def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, minibatch: int,
+             system: System, rules: str, fc_protocol: str, precision: str, bytes_scale: float,
+             bytes_per_value: float, sequence_parallel: bool
+             ) -> tuple[tuple[_State, LayerCost, float], ...]:
+    """Each way to cost `layer` entering in `state`: (the state after it, its cost, its
+    compute + communication seconds). A weighted layer takes each valid scheme (`pinned`
+    only, when given) and leaves its scheme behind; a layer without weights follows the state."""
+    current_scheme, input_distributed = state
+    valid = split_schemes(layer, rules)
+    if pinned is not None and pinned not in valid:
+        raise ValueError(f"layer {layer.name!r} has no split {pinned!r} (one of {valid})")
+    candidates = ((pinned,) if pinned is not None else valid) if layer.has_weights else (
+        (current_scheme,) if current_scheme in valid else valid[:1])
+    context = SplitContext(current_scheme, input_distributed, minibatch, bytes_per_value,
+                           sequence_parallel)
+    skip_weight_grad = fc_protocol == "vectors" and layer.kind == "linear"
+    options = []
+    for scheme in candidates:
+        if (layer.has_weights and split_extent(layer, scheme) < partitions and partitions > 1
+                and len(valid) > 1):
+            continue  # invalid split: some worker would get nothing
+        shard = shard_layer(rules, layer, scheme, partitions, context)
+        cost = _layer_cost(layer, shard, minibatch, system, partitions, skip_weight_grad,
+                           precision, bytes_scale)
+        after = (scheme, partitions > 1) if layer.has_weights else state
+        options.append((after, cost, cost.compute_s + cost.comm_s))
+    return tuple(options)
+
+
+def _cheapest_per_state(paths: list[tuple[_State, float, _Path | None]]
+                        ) -> list[tuple[_State, float, _Path | None]]:
+    """The cheapest of `paths` into each state (of equal ones the first)."""
+    cheapest: dict[_State, tuple[_State, float, _Path | None]] = {}
+    for entry in paths:
+        known = cheapest.get(entry[0])
+        if known is None or entry[1] < known[1]:
+            cheapest[entry[0]] = entry
+    return list(cheapest.values())
 
 
 def stage_costs(workload: Workload, system: System, partitions: int, minibatch: int,
@@ -235,19 +275,19 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     state), and the chain with the least Σ (compute_s + comm_s) wins — not each layer's own
     cheapest scheme, which ignores the traffic its choice forces on the next layer (issue 24).
     A weighted layer's schemes are its valid ones (at least one unit per worker); layers
-    without weights follow the last weighted layer's split and keep the state. Ties keep the
-    earlier scheme (sharding.split_schemes order). With fc_protocol 'vectors' the FC weight
-    gradients move to the PS. On accelerators the phases run in `precision`, activation bytes
-    scaled by `bytes_scale`. `schemes` (layer name -> scheme) pins the named weighted layers'
-    splits (the path is then the cheapest among those that keep them).
+    without weights follow the last weighted layer's split and keep the state. Of equal chains
+    the one found first wins (sharding.split_schemes order). Each (layer cost key, state) is
+    priced once, so a stack of identical blocks costs one block. With fc_protocol 'vectors'
+    the FC weight gradients move to the PS. On accelerators the phases run in `precision`,
+    activation bytes scaled by `bytes_scale`. `schemes` (layer name -> scheme) pins the named
+    weighted layers' splits (the path is then the cheapest among those that keep them).
     """
     b = workload.bytes_per_value * bytes_scale
     params = 0
     chosen = set(layer_indices) if layer_indices is not None else None
-    seen: dict[tuple[object, ...], LayerCost] = {}
-    start = ("tensor" if rules == "megatron" else "features", False)
-    paths: dict[tuple[str, bool], _Path | None] = {start: None}
-    totals: dict[tuple[str, bool], float] = {start: 0.0}
+    memo: dict[tuple[object, ...], tuple[tuple[_State, LayerCost, float], ...]] = {}
+    start: _State = ("tensor" if rules == "megatron" else "features", False)
+    frontier: list[tuple[_State, float, _Path | None]] = [(start, 0.0, None)]
     last_index = -1
     for index, layer in enumerate(workload.layers):
         if chosen is not None and index not in chosen:
@@ -256,45 +296,27 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
         params += layer.params
         block = layer.hyper.get("block")
         block_id = block if isinstance(block, int) else None
-        skip_weight_grad = fc_protocol == "vectors" and layer.kind == "linear"
-        valid = split_schemes(layer, rules)
         pinned = schemes.get(layer.name) if schemes is not None and layer.has_weights else None
-        if pinned is not None and pinned not in valid:
-            raise ValueError(f"layer {layer.name!r} has no split {pinned!r} (one of {valid})")
-        next_paths: dict[tuple[str, bool], _Path | None] = {}
-        next_totals: dict[tuple[str, bool], float] = {}
-        for state, path in paths.items():
-            current_scheme, input_distributed = state
-            candidates = ((pinned,) if pinned is not None else valid) if layer.has_weights else (
-                (current_scheme,) if current_scheme in valid else valid[:1])
-            for scheme in candidates:
-                if (layer.has_weights and split_extent(layer, scheme) < partitions
-                        and partitions > 1 and len(valid) > 1):
-                    continue  # invalid split: some worker would get nothing
-                key = (layer.cost_key, current_scheme, input_distributed, scheme)
-                cost = seen.get(key)
-                if cost is None:
-                    context = SplitContext(current_scheme, input_distributed, minibatch, b,
-                                           sequence_parallel)
-                    shard = shard_layer(rules, layer, scheme, partitions, context)
-                    cost = seen[key] = _layer_cost(layer, shard, minibatch, system, partitions,
-                                                   skip_weight_grad, precision, bytes_scale)
+        extended = []
+        for state, total, path in frontier:
+            key = (layer.cost_key, state, pinned)
+            options = memo.get(key)
+            if options is None:
+                options = memo[key] = _options(layer, state, pinned, partitions, minibatch,
+                                               system, rules, fc_protocol, precision,
+                                               bytes_scale, b, sequence_parallel)
+            for after, cost, seconds in options:
                 if cost.name != layer.name or cost.block != block_id:
                     cost = cost._replace(name=layer.name, block=block_id)
-                after = (scheme, partitions > 1) if layer.has_weights else state
-                total = totals[state] + cost.compute_s + cost.comm_s
-                if after not in next_totals or total < next_totals[after]:
-                    next_totals[after] = total
-                    next_paths[after] = _Path(cost, path)
-        if not next_paths:
+                extended.append((after, total + seconds, (cost, path)))
+        if not extended:
             raise ValueError(f"layer {layer.name!r} cannot be split {partitions} ways")
-        paths, totals = next_paths, next_totals
-    best = min(paths, key=totals.__getitem__)
+        frontier = extended if len(extended) == 1 else _cheapest_per_state(extended)
+    best = min(frontier, key=lambda entry: entry[1])[2]
     costs: list[LayerCost] = []
-    node = paths[best]
-    while node is not None:
-        costs.append(node.cost)
-        node = node.previous
+    while best is not None:
+        costs.append(best[0])
+        best = best[1]
     costs.reverse()
     last = workload.layers[last_index] if last_index >= 0 else workload.layers[-1]
     return StageCosts(partitions, minibatch, tuple(costs), params,
