@@ -297,7 +297,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
         block = layer.hyper.get("block")
         block_id = block if isinstance(block, int) else None
         pinned = schemes.get(layer.name) if schemes is not None and layer.has_weights else None
-        extended = []
+        extended: list[tuple[_State, float, _Path | None]] = []
         for state, total, path in frontier:
             key = (layer.cost_key, state, pinned)
             options = memo.get(key)
