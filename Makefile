@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make run   - create .venv, install pinned dependencies, run the main job
-#   make test  - the same set-up, then the whole test suite
+#   make test  - the same set-up, then mypy (strict on plan/, system/, model/: pyproject.toml)
+#                and the whole test suite; it fails if either fails
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -22,7 +23,7 @@ run: $(STAMP)
 		--plot results/adam-imagenet22k-curve.png
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	status=0; $(BIN)/mypy || status=1; $(BIN)/python -m pytest -q || status=1; exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -3,7 +3,7 @@
 `make test` and CI run hypothesis derandomized (profile "ci": the same examples every run, no
 example database), so a red run is reproducible from a clean checkout. Set
 HYPOTHESIS_PROFILE=explore to draw fresh random examples (and keep them in .hypothesis/); a
-counterexample found that way is pinned as a test (tests/test_known_defects.py shows how).
+counterexample found that way is pinned as a test (tests/test_split_path.py shows one).
 """
 
 import os

@@ -132,7 +132,7 @@ def test_second_conv_picks_cheaper_split() -> None:
 
 
 def test_stripes_after_channels_pay_the_regather() -> None:
-    # P = 2: the first conv (1->8) splits by channels; stripes for the second would first
+    # P = 2, the first conv (1->8) pinned to a channel split: stripes for the second would first
     # re-gather its whole input (the channel split's 3·(1/2)·8·16·16·4·n bytes) and then also
     # all-reduce the kernel, so the second conv stays split by channels.
     w = build_workload("two-conv", [1, 16, 16], [
@@ -140,9 +140,19 @@ def test_stripes_after_channels_pay_the_regather() -> None:
         {"kind": "conv2d", "out_channels": 8, "kernel": 3, "padding": 1},
     ], samples_per_epoch=10)
     cluster = tiny_cluster()
-    c = stage_costs(w, cluster, 2, N)
+    c = stage_costs(w, cluster, 2, N, schemes={"conv2d1": "channels"})
     assert [layer.scheme for layer in c.layers] == ["channels", "channels"]
     assert c.layers[1].comm_bytes == pytest.approx(3 * (1 / 2) * 8 * 16 * 16 * 4 * N)
+    # Unpinned, the shortest path over the chain (issue 24) stripes both: the first all-reduces
+    # its 80-parameter kernel, 2·(1/2)·80·4 bytes (the greedy choice took channels to avoid
+    # it), the second exchanges one halo row with its one neighbour forward and backward,
+    # 2·1·16·8·4·n, plus its 584-parameter kernel's all-reduce, 2·(1/2)·584·4 — far below the
+    # re-gather above.
+    best = stage_costs(w, cluster, 2, N)
+    assert [layer.scheme for layer in best.layers] == ["rows", "rows"]
+    assert best.layers[0].comm_bytes == pytest.approx(2 * (1 / 2) * 80 * 4)
+    assert best.layers[1].comm_bytes == pytest.approx(2 * 1 * 16 * 8 * 4 * N + 2 * (1 / 2) * 584 * 4)
+    assert best.compute_s + best.partition_s < c.compute_s + c.partition_s
 
 
 def test_ps_async_worker_bound() -> None:

@@ -8,7 +8,7 @@ workers are the tensor group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -213,66 +213,116 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
                      shard.work_fraction * layer.activation_values)
 
 
+_State = tuple[str, bool]
+"""The state entering a layer: the last weighted layer's scheme, whether the input is
+distributed over the tensor group."""
+
+_Path = tuple[LayerCost, "_Path | None"]
+"""A chain of layer costs as a linked list, last layer first (extending one is O(1))."""
+
+
+def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, minibatch: int,
+             system: System, placed: Placement, rules: str, fc_protocol: str, precision: str,
+             bytes_scale: float, bytes_per_value: float, sequence_parallel: bool
+             ) -> tuple[tuple[_State, LayerCost, float], ...]:
+    """Each way to cost `layer` entering in `state`: (the state after it, its cost, its
+    compute + communication seconds). A weighted layer takes each valid scheme (`pinned`
+    only, when given) and leaves its scheme behind; a layer without weights follows the state."""
+    current_scheme, input_distributed = state
+    valid = split_schemes(layer, rules)
+    if pinned is not None and pinned not in valid:
+        raise ValueError(f"layer {layer.name!r} has no split {pinned!r} (one of {valid})")
+    candidates = ((pinned,) if pinned is not None else valid) if layer.has_weights else (
+        (current_scheme,) if current_scheme in valid else valid[:1])
+    context = SplitContext(current_scheme, input_distributed, minibatch, bytes_per_value,
+                           sequence_parallel)
+    skip_weight_grad = fc_protocol == "vectors" and record_of(layer).vector_gradients
+    options = []
+    for scheme in candidates:
+        if (layer.has_weights and split_extent(layer, scheme) < partitions and partitions > 1
+                and len(valid) > 1):
+            continue  # invalid split: some worker would get nothing
+        shard = shard_layer(rules, layer, scheme, partitions, context)
+        cost = _layer_cost(layer, shard, minibatch, system, placed, skip_weight_grad,
+                           precision, bytes_scale)
+        after = (scheme, partitions > 1) if layer.has_weights else state
+        options.append((after, cost, cost.compute_s + cost.comm_s))
+    return tuple(options)
+
+
+def _cheapest_per_state(paths: list[tuple[_State, float, _Path | None]]
+                        ) -> list[tuple[_State, float, _Path | None]]:
+    """The cheapest of `paths` into each state (of equal ones the first)."""
+    cheapest: dict[_State, tuple[_State, float, _Path | None]] = {}
+    for entry in paths:
+        known = cheapest.get(entry[0])
+        if known is None or entry[1] < known[1]:
+            cheapest[entry[0]] = entry
+    return list(cheapest.values())
+
+
 def stage_costs(workload: Workload, system: System, partitions: int, minibatch: int,
                 fc_protocol: str = "weights", rules: str = "adam",
                 layer_indices: list[int] | None = None, precision: str = "fp32",
-                sequence_parallel: bool = False, bytes_scale: float = 1.0) -> StageCosts:
+                sequence_parallel: bool = False, bytes_scale: float = 1.0,
+                schemes: Mapping[str, str] | None = None) -> StageCosts:
     """Cost every layer (of one pipeline stage: `layer_indices`, default all) on the most
-    loaded of P tensor-parallel members, each weighted layer under its cheapest valid split
-    (sharding.py), with the split-caused communication on the tiers the group spans.
+    loaded of P tensor-parallel members, each weighted layer under a valid split (sharding.py),
+    with the split-caused communication on the tiers the group spans.
 
-    A weighted layer's scheme is the valid one (at least one unit per worker) with the least
-    compute + communication time; layers without weights follow the last weighted layer's split.
-    With fc_protocol 'vectors' the FC weight gradients move to the PS. On accelerators the
-    phases run in `precision`, activation bytes scaled by `bytes_scale`.
+    The splits are an exact shortest path over the layer chain (Viterbi): the state entering a
+    layer is (the last weighted layer's scheme, whether the input is distributed); a layer's
+    cost under a scheme given that state is its compute + communication time in seconds, the
+    transition traffic included (shard_layer prices it from the SplitContext of the incoming
+    state), and the chain with the least Σ (compute_s + comm_s) wins — not each layer's own
+    cheapest scheme, which ignores the traffic its choice forces on the next layer (issue 24).
+    A weighted layer's schemes are its valid ones (at least one unit per worker); layers
+    without weights follow the last weighted layer's split and keep the state. Of equal chains
+    the one found first wins (sharding.split_schemes order). Each (layer cost key, state) is
+    priced once, so a stack of identical blocks costs one block. With fc_protocol 'vectors'
+    the FC weight gradients move to the PS. On accelerators the phases run in `precision`,
+    activation bytes scaled by `bytes_scale`. `schemes` (layer name -> scheme) pins the named
+    weighted layers' splits (the path is then the cheapest among those that keep them).
     """
     b = workload.bytes_per_value * bytes_scale
-    costs: list[LayerCost] = []
     params = 0
-    input_distributed = False
-    current_scheme = "tensor" if rules == "megatron" else "features"
     chosen = set(layer_indices) if layer_indices is not None else None
-    seen: dict[tuple[object, ...], LayerCost] = {}
+    memo: dict[tuple[object, ...], tuple[tuple[_State, LayerCost, float], ...]] = {}
     # The tensor group is the mesh's innermost dimension: its placement needs only its size.
     placed = placement(DeviceMesh.of(tp=partitions), system.topology)
+    start: _State = ("tensor" if rules == "megatron" else "features", False)
+    frontier: list[tuple[_State, float, _Path | None]] = [(start, 0.0, None)]
+    last_index = -1
     for index, layer in enumerate(workload.layers):
         if chosen is not None and index not in chosen:
             continue
-        key = (layer.cost_key, current_scheme, input_distributed)
-        known = seen.get(key)
-        if known is not None:
-            block = layer.hyper.get("block")
-            costs.append(known._replace(name=layer.name,
-                                        block=block if isinstance(block, int) else None))
-            params += layer.params
-            if layer.has_weights:
-                current_scheme = known.scheme
-                input_distributed = partitions > 1
-            continue
-        skip_weight_grad = fc_protocol == "vectors" and record_of(layer).vector_gradients
-        schemes = split_schemes(layer, rules)
-        candidates = schemes if layer.has_weights else (
-            (current_scheme,) if current_scheme in schemes else schemes[:1])
-        context = SplitContext(current_scheme, input_distributed, minibatch, b, sequence_parallel)
-        best: LayerCost | None = None
-        for scheme in candidates:
-            if (layer.has_weights and split_extent(layer, scheme) < partitions and partitions > 1
-                    and len(candidates) > 1):
-                continue  # invalid split: some worker would get nothing
-            shard = shard_layer(rules, layer, scheme, partitions, context)
-            cost = _layer_cost(layer, shard, minibatch, system, placed, skip_weight_grad,
-                               precision, bytes_scale)
-            if best is None or cost.compute_s + cost.comm_s < best.compute_s + best.comm_s:
-                best = cost
-        if best is None:
-            raise ValueError(f"layer {layer.name!r} cannot be split {partitions} ways")
-        costs.append(best)
-        seen[key] = best
+        last_index = index
         params += layer.params
-        if layer.has_weights:
-            current_scheme = best.scheme
-            input_distributed = partitions > 1
-    last = workload.layers[max(chosen)] if chosen else workload.layers[-1]
+        block = layer.hyper.get("block")
+        block_id = block if isinstance(block, int) else None
+        pinned = schemes.get(layer.name) if schemes is not None and layer.has_weights else None
+        extended: list[tuple[_State, float, _Path | None]] = []
+        for state, total, path in frontier:
+            key = (layer.cost_key, state, pinned)
+            options = memo.get(key)
+            if options is None:
+                options = memo[key] = _options(layer, state, pinned, partitions, minibatch,
+                                               system, placed, rules, fc_protocol, precision,
+                                               bytes_scale, b, sequence_parallel)
+            for after, cost, seconds in options:
+                if cost.name != layer.name or cost.block != block_id:
+                    cost = cost._replace(name=layer.name, block=block_id)
+                extended.append((after, total + seconds, (cost, path)))
+        if not extended:
+            raise ValueError(f"layer {layer.name!r} cannot be split {partitions} ways")
+        frontier = extended if len(extended) == 1 else _cheapest_per_state(extended)
+    best = min(frontier, key=lambda entry: entry[1])[2]
+    costs: list[LayerCost] = []
+    while best is not None:
+        costs.append(best[0])
+        best = best[1]
+    costs.reverse()
+    last = workload.layers[last_index] if last_index >= 0 else workload.layers[-1]
     return StageCosts(partitions, minibatch, tuple(costs), params,
                       boundary_values=last.activation_values)
 

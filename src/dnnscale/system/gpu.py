@@ -64,7 +64,10 @@ def node_preset_names() -> list[str]:
 
 @functools.cache
 def _node(name: str) -> dict[str, Any]:
-    return _read(_presets() / "nodes" / f"{name}.yaml")
+    data = _read(_presets() / "nodes" / f"{name}.yaml")
+    if not isinstance(data, dict):
+        raise ValueError(f"node preset {name!r}: the file is not a mapping")
+    return data
 
 
 def default_profile_path(device: str) -> Path | None:
