@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dnnscale.errors import InputError
-from dnnscale.model.sharding import max_split
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.system.system import System
+from dnnscale.workload.splits import max_split
 from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
