@@ -39,7 +39,7 @@ def run_modern(workload: Any, cluster: Any, gpus: int | None, global_batch: int 
     space = make_modern_space(w, c, global_batch, tensor=parse_int_list(tp, "tp"),
                               pipeline=parse_int_list(pp, "pp"),
                               micro_batch=parse_int_list(micro_batch, "micro_batch"),
-                              zero=parse_int_list(zero, "zero"),
+                              zero=parse_int_list(zero, "zero", minimum=0),
                               recompute=_strings(recompute, "recompute"),
                               schedules=_strings(schedule, "schedule"), precision=precision)
     result = optimize_modern(w, c, space, gpus=gpus, top=top, objective=objective,
