@@ -231,11 +231,13 @@ def layer_splits_into(layer: Layer, scheme: str, partitions: int) -> Violation |
     """A weighted layer split by `scheme` gives every one of the P partitions at least one unit
     (output feature, channel or row)."""
     extent = split_extent(layer, scheme)
-    if extent < partitions:
-        unit = "rows" if scheme == "rows" else "units"
-        return Violation("partitions", f"{partitions} is more than layer {layer.name!r} can be "
-                         f"split into (at most {extent} {unit})")
-    return None
+    if extent >= partitions:
+        return None
+    if scheme == "rows":
+        return Violation("partitions", f"{partitions} stripes do not fit the {extent} output "
+                         f"rows of layer {layer.name!r}")
+    return Violation("partitions", f"{partitions} is more than layer {layer.name!r} can be split "
+                     f"into (at most {extent} units)")
 
 
 def shards_within_params(ps_shards: int, params: int) -> Violation | None:
