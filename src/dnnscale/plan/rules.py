@@ -4,8 +4,9 @@ plan/config.py), the search spaces (optimize/modern.py, optimize/space.py) and t
 
 Each rule is a small function that returns a `Violation` (the plan field at fault and why) or
 None. Loading turns a violation into an InputError naming the field (`Violation.error`); the
-searches skip the choices a rule rejects. Rules are facts about divisibility, schedules and
-engine limits; memory fit is a price (model/memory.py), not a rule.
+searches skip the choices a rule rejects. Rules are facts about divisibility, schedules, the
+devices and the units a split divides; memory fit is a price (model/memory.py), not a rule, and
+what only dnnscale's own runtime cannot run (layer kinds, SGD only) stays in runtime/netplan.py.
 
 Megatron-style plans (Shoeybi et al. 2019; Narayanan et al. SC'21):
 
@@ -21,7 +22,9 @@ Megatron-style plans (Shoeybi et al. 2019; Narayanan et al. SC'21):
   turns it off), so a search does not offer it as a distinct plan.
 
 Project Adam's plans (performance-model.md §2): a global step R · n within one epoch, P within
-the narrowest weighted layer's widest split, P · R + S machines (or dedicated PS hosts).
+the narrowest weighted layer's widest split (each split layer a unit per partition), P · R + S
+machines (or dedicated PS hosts), S = 0 exactly with all-reduce, each shard a non-empty slice of
+the parameters, and the vector protocol only with a parameter server.
 """
 
 from __future__ import annotations
