@@ -42,18 +42,12 @@ RANKS: tuple[tuple[str, ...], ...] = (
 
 RANK_OF = {part: rank for rank, parts in enumerate(RANKS) for part in parts}
 
-_COMMANDS = "optimize's command and table modules print with report/ (they belong above it)"
+COMMAND_TABLES = frozenset({"dnnscale.optimize.tables", "dnnscale.optimize.modern_tables"})
+"""Modules that only a package's command modules import (the optimize command's printed
+tables): they rank with the commands."""
 KNOWN: dict[tuple[str, str], str] = {
-    ("dnnscale.plan.rules", "dnnscale.model.sharding"): "being fixed in parallel (issue 24)",
-    ("dnnscale.runtime.commands", "dnnscale.cli"): "being fixed in parallel (issue 24)",
     ("dnnscale.calibrate.gpu_grid", "dnnscale.validate.metrics"):
         "the GPU grid's error summary uses validate's metrics (open)",
-    **{("dnnscale.optimize.commands", f"dnnscale.report.{name}"): _COMMANDS
-       for name in ("build", "console", "csv_out", "curve_plot", "pages")},
-    **{("dnnscale.optimize.modern_commands", f"dnnscale.report.{name}"): _COMMANDS
-       for name in ("console", "curve_plot")},
-    ("dnnscale.optimize.modern_tables", "dnnscale.report.tables"): _COMMANDS,
-    ("dnnscale.optimize.tables", "dnnscale.report.tables"): _COMMANDS,
 }
 """Violations known at issue 24, each with why; remove one once fixed (its strict xfail below
 turns red then)."""
@@ -100,14 +94,24 @@ def part_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+def rank_of(module: str) -> int:
+    """A module's rank: its part's, except that a package's command modules (`commands`,
+    `*_commands`: the CLI's subcommands, registered by cli.py) and the tables only they print
+    (COMMAND_TABLES) rank with `cli`; nothing below may import them."""
+    last = module.rsplit(".", 1)[-1]
+    if last == "commands" or last.endswith("_commands") or module in COMMAND_TABLES:
+        return RANK_OF["cli"]
+    return RANK_OF[part_of(module)]
+
+
 def violations(root: Path, package: str) -> list[tuple[str, str]]:
     """(module, imported module) for every import of a higher rank, sorted."""
     found = []
     for path in sorted(root.rglob("*.py")):
         module = module_name(path, root, package)
-        rank = RANK_OF[part_of(module)]
+        rank = rank_of(module)
         for imported in sorted(imported_modules(path, root, package)):
-            if RANK_OF[part_of(imported)] > rank:
+            if rank_of(imported) > rank:
                 found.append((module, imported))
     return found
 

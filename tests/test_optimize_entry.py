@@ -119,9 +119,6 @@ def test_every_gpu_plan_returned_is_one_predict_accepts(nodes: int, global_batch
     _assert_predict_accepts(w, system, result)
 
 
-@pytest.mark.xfail(strict=True, raises=InputError,
-                   reason="issue 24: the GPU space offers pp = 3 on 4 blocks, which predict "
-                          "rejects; the space's rules move to plan/rules.py in another slice")
 def test_a_pipeline_that_does_not_divide_the_blocks_is_never_returned() -> None:
     w, system = load_workload(SMALL_GPT), load_system("dgx-a100-80g:1")
     try:

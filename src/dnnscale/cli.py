@@ -134,36 +134,6 @@ def workload_json(w: Any) -> dict[str, Any]:
             "totals": w.totals()}
 
 
-def config_from_options(config_file: Optional[Path], **flags: Any) -> Any:
-    """A Config from an optional YAML file, overridden by the flags that were given."""
-    from dnnscale.plan import config_from_dict
-    from dnnscale.yamlio import load_yaml_file
-
-    data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
-    data.update({key: value for key, value in flags.items() if value is not None})
-    return config_from_dict(data)
-
-
-def plan_from_options(config_file: Optional[Path], adam: dict[str, Any],
-                      modern: dict[str, Any]) -> Any:
-    """Adam's flags (-P -R -S --sync ...) build a Config; the GPU flags (--tp --pp --dp ...) a
-    Megatron-style plan; a --config file may hold either kind, and flags of its kind override
-    it. Mixing the kinds is an error naming the first flag of the other kind."""
-    from dnnscale.plan.modern import is_modern, modern_plan_from_dict
-    from dnnscale.yamlio import load_yaml_file
-
-    data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
-    given_adam = {k: v for k, v in adam.items() if v is not None}
-    given_modern = {k: v for k, v in modern.items() if v is not None}
-    if given_modern or is_modern(data):
-        if given_adam:
-            first = next(iter(given_adam))
-            raise InputError(f"--{first.replace('_', '-')}", "is one of Project Adam's flags; "
-                             "give either those or the GPU plan's (--tp, --pp, --dp, ...)")
-        return modern_plan_from_dict({**data, **given_modern})
-    return config_from_options(config_file, **given_adam)
-
-
 @app.command()
 @user_errors
 def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_HELP),
@@ -228,6 +198,7 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
     from dnnscale.boundary import check_prediction, finite_answers
     from dnnscale.model.predict import predict as predict_any
     from dnnscale.plan import check_plan
+    from dnnscale.plan.flags import plan_from_options
     from dnnscale.system import load_system
     from dnnscale.workload.source import resolve_workload
 

@@ -26,6 +26,8 @@ from dnnscale.model.compute import imbalance_fraction
 from dnnscale.plan.mesh import MeshDim
 from dnnscale.workload.kind_record import KindFacts, record_of
 from dnnscale.workload.layer import Layer
+from dnnscale.workload.splits import (TENSOR_EXTENT_KEY, max_split, split_extent,  # noqa: F401
+                                      split_schemes)
 
 PHASE_FORWARD, PHASE_BACKWARD = "forward", "backward"
 
@@ -85,32 +87,6 @@ def sharding_rule(rules: str, split: str, scheme: str) -> Callable[[ShardingRule
     return decorate
 
 
-TENSOR_EXTENT_KEY: Mapping[str, str] = KindFacts[str]("tensor_extent_key")
-"""Megatron's unit of split per kind (query groups for the QKV projection), read from each
-kind's record: kinds without one are absent."""
-
-
-def split_schemes(layer: Layer, rules: str = "adam") -> tuple[str, ...]:
-    """Ways a layer's neurons may be divided: under Adam's rules conv2d (any 3-D output) by
-    output channels or rows, every 1-D layer by features; under Megatron's one 'tensor' split."""
-    if rules == "megatron":
-        return ("tensor",)
-    if len(layer.output_shape) == 3:
-        return ("channels", "rows")
-    return ("features",)
-
-
-def split_extent(layer: Layer, scheme: str) -> int:
-    """How many units `scheme` divides among the members: output features, channels or rows;
-    for Megatron's 'tensor' split heads, query groups or the MLP width (layers without such a
-    unit — norms, the vocabulary-padded embedding — do not limit the degree)."""
-    if scheme == "tensor":
-        key = TENSOR_EXTENT_KEY.get(layer.kind)
-        value = layer.hyper.get(key) if key else None
-        return int(value) if isinstance(value, int) else 1 << 30
-    return layer.split_extent(scheme)
-
-
 def split_sizes(extent: int, parts: int) -> list[int]:
     """Divide `extent` units among `parts` workers as evenly as possible, larger parts first.
 
@@ -139,11 +115,6 @@ def member_params(layer: Layer, scheme: str, units: int) -> int:
     if layer.kind == "linear":
         return units * layer.input_shape[0] + bias
     return 0
-
-
-def max_split(layer: Layer, rules: str = "adam") -> int:
-    """The widest split any of the layer's schemes allows (at least one unit per member)."""
-    return max(split_extent(layer, scheme) for scheme in split_schemes(layer, rules))
 
 
 def shard_layer(rules: str, layer: Layer, scheme: str, degree: int, context: SplitContext) -> Shard:

@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
                                 choose_overlap=choose_overlap, global_batch=global_batch,
                                 tp=parse_int_list(tp, "tp"), pp=parse_int_list(pp, "pp"),
                                 micro_batch=parse_int_list(micro_batch, "micro_batch"),
-                                zero=parse_int_list(zero, "zero"),
+                                zero=parse_int_list(zero, "zero", minimum=0),
                                 recompute=strings(recompute, "recompute"),
                                 schedules=strings(schedule, "schedule"), precision=precision,
                                 objective=objective, pareto=pareto or None,

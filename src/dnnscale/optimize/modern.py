@@ -37,8 +37,11 @@ from dnnscale.model.stage import (PipelineLayout, StageCosts, StageTemplate, pip
                                   stage_template, stages_from_template)
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
 from dnnscale.plan.modern import PRECISION_PRESETS
-from dnnscale.plan.plan import (Batch, Collective, DataParallel, MemoryPolicy, ParallelPlan,
-                                Pipeline, TensorSplit)
+from dnnscale.plan.plan import (RECOMPUTE, SCHEDULES, Batch, Collective, DataParallel,
+                                MemoryPolicy, ParallelPlan, Pipeline, TensorSplit)
+from dnnscale.plan.rules import (Violation, batch_violation, pipeline_divides_layers,
+                                 precision_on_device, require, schedule_violation,
+                                 sequence_parallel_splits, tensor_divides_heads)
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
@@ -99,13 +102,20 @@ def _divisors_cached(value: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [value // d for d in small])))
 
 
-def _choices(values: Iterable[int] | int | None, default: Sequence[int], field_name: str) -> tuple[int, ...]:
+def _choices(values: Iterable[int] | int | None, default: Sequence[int], field_name: str,
+             minimum: int = 1) -> tuple[int, ...]:
     if values is None:
         return tuple(default)
     items = [values] if isinstance(values, int) else list(values)
     if not items:
         raise InputError(field_name, "must list at least one value")
-    return tuple(sorted({require_int(field_name, v) for v in items}))
+    return tuple(sorted({require_int(field_name, v, minimum=minimum) for v in items}))
+
+
+def _rejected(choices: tuple[int, ...], rule: Callable[[int], Violation | None]) -> None:
+    """Raise the InputError of the first user-given choice that `rule` rejects."""
+    for value in choices:
+        require(rule(value), "")
 
 
 def make_modern_space(workload: Workload, system: System, global_batch: int,
@@ -118,28 +128,28 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                       sequence_parallel: bool | None = None,
                       overlap_dp: bool = False) -> ModernSpace:
     """The space for a transformer on GPUs; defaults: TP dividing the heads and key/value heads
-    within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch."""
+    within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch.
+
+    A user-given tp, pp or zero that plan/rules.py rejects on its own (tp not dividing the
+    heads, pp not dividing the layers, a ZeRO stage outside 0-3) is an InputError naming the
+    field; a combination the rules reject (ZeRO-2 with a pipeline, a micro-batch not dividing
+    the batch, an interleaved chunking) is left out of the space, as the defaults' are."""
     shape = workload.transformer
     if shape is None:
         raise InputError("workload", f"{workload.name} is not a transformer: the GPU-plan search "
                          "needs one (a zoo name like gpt3-175b, gpt:..., or hf:config.json)")
     global_batch = require_int("global_batch", global_batch)
     per_node = system.devices_per_node
-    tp_default = [t for t in _divisors(per_node) if shape.heads % t == 0
-                  and shape.kv_heads % t == 0]
+    tp_default = [t for t in _divisors(per_node) if tensor_divides_heads(t, shape) is None]
     tp = _choices(tensor, tp_default, "tp")
-    for t in tp:
-        if shape.heads % t or shape.kv_heads % t:
-            raise InputError("tp", f"{t} does not divide the model's {shape.heads} heads and "
-                             f"{shape.kv_heads} key/value heads")
+    _rejected(tp, lambda t: tensor_divides_heads(t, shape))
     pp = _choices(pipeline, [p for p in _divisors(shape.layers) if p <= system.machines], "pp")
+    _rejected(pp, lambda p: pipeline_divides_layers(p, 1, shape.layers))
     mb = _choices(micro_batch, [b for b in DEFAULT_MICRO_BATCHES if global_batch % b == 0],
                   "micro_batch")
-    zeros = _choices(zero, (0, 1, 2, 3), "zero")
+    zeros = _choices(zero, (0, 1, 2, 3), "zero", minimum=0)
     if any(z > 3 for z in zeros):
         raise InputError("zero", "stages are 0-3")
-    from dnnscale.plan.plan import RECOMPUTE, SCHEDULES
-
     rec = tuple(recompute) if recompute is not None else RECOMPUTE
     for value in rec:
         if value not in RECOMPUTE:
@@ -150,46 +160,49 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
             raise InputError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {value!r}")
     if precision not in PRECISION_PRESETS:
         raise InputError("precision", f"must be one of {', '.join(PRECISION_PRESETS)}")
-    if system.machine.is_accelerator and precision not in system.machine.peak_flops_per_s:
-        raise InputError("precision", f"{system.machine.name} has no {precision} units")
+    require(precision_on_device(precision, system), "")
     sp = (False, True) if sequence_parallel is None else (sequence_parallel,)
     return ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
                        precision, overlap_dp)
 
 
 def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
+    """Every group of the space that plan/rules.py accepts: the schedule's virtual stages with
+    pp · v dividing the layers, no ZeRO-2/3 with a pipeline, sequence parallelism only where it
+    splits something (tp > 1; with tp = 1 it is the plan without it)."""
     shape = workload.transformer
-    assert shape is not None
+    if shape is None:
+        raise InputError("workload", f"{workload.name} is not a transformer")
     out = []
     for tp, pp, mb, sp, rec, zero in itertools.product(
             space.tensor, space.pipeline, space.micro_batch, space.sequence_parallel,
             space.recompute, space.zero):
-        if sp and tp == 1:
+        if sp and not sequence_parallel_splits(sp, tp):
             continue
-        if zero >= 2 and pp > 1:
-            continue  # partitioned gradients cannot accumulate across micro-batches of a pipeline
+        if tensor_divides_heads(tp, shape) is not None:
+            continue
         for schedule in space.schedules:
-            virtuals = (1,) if schedule != "interleaved" else tuple(
-                v for v in space.virtual_stages if pp > 1 and shape.layers % (pp * v) == 0)
+            virtuals = (1,) if schedule != "interleaved" else space.virtual_stages
             for v in virtuals:
-                out.append(Group(tp, pp, schedule, v, mb, sp, rec, zero))
+                if schedule_violation(pp, schedule, v, zero, shape.layers) is None:
+                    out.append(Group(tp, pp, schedule, v, mb, sp, rec, zero))
     return out
 
 
 def replica_choices(group: Group, space: ModernSpace, devices: int) -> list[int]:
     """Data-parallel degrees the group may take within `devices` GPUs: the divisors d of
-    B / b with t · p · d ≤ devices (and m = B / (d · b) a multiple of p when interleaved)."""
-    out = []
+    B / b with t · p · d ≤ devices that plan/rules.py's batch rules accept (B a multiple of
+    d · b; m = B / (d · b) a multiple of p when interleaved)."""
+    out: list[int] = []
     limit = devices // (group.tensor * group.pipeline)
     if space.global_batch % group.micro_batch:
         return out
     for d in _divisors_cached(space.global_batch // group.micro_batch):
         if d > limit:
             break
-        m = space.global_batch // (d * group.micro_batch)
-        if group.schedule == "interleaved" and m % group.pipeline:
-            continue
-        out.append(d)
+        if batch_violation(space.global_batch, d, group.micro_batch, group.schedule,
+                           group.pipeline) is None:
+            out.append(d)
     return out
 
 

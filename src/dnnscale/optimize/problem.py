@@ -16,7 +16,7 @@ from dnnscale.optimize.feasibility import (Infeasible, min_ps_shards, ranges, to
                                            worker_fits)
 from dnnscale.optimize.space import Group, SearchSpace, make_space
 from dnnscale.plan.config import Config, validate_config
-from dnnscale.plan.rules import max_partitions
+from dnnscale.plan.rules import max_partitions, minibatch_within_epoch, require
 from dnnscale.system import System, load_system
 from dnnscale.system.load import MAX_MACHINES
 from dnnscale.units import format_si
@@ -94,13 +94,12 @@ def prepare(workload: str | Path | Workload, cluster: str | Path | System,
                        None if base is None else validate_config(base, "base"), fc_protocols,
                        choose_overlap)
     infeasible: list[Infeasible] = []
-    too_large = [n for n in space.minibatches if n > w.samples_per_epoch]
+    too_large = [n for n in space.minibatches if minibatch_within_epoch(n, w) is not None]
     if too_large:  # a global step may not train on more samples than the epoch has
         if len(too_large) == len(space.minibatches):
-            raise InputError("minibatch", f"{too_large[0]} is more than the "
-                             f"{w.samples_per_epoch} samples of one epoch")
+            require(minibatch_within_epoch(too_large[0], w), "")
         space = dataclasses.replace(space, minibatches=tuple(
-            n for n in space.minibatches if n <= w.samples_per_epoch))
+            n for n in space.minibatches if n not in too_large))
         infeasible.append(Infeasible(f"n={ranges(too_large)}", f"more than the "
                                      f"{w.samples_per_epoch} samples of one epoch"))
     p_max = min(max_partitions(w), budget)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from dnnscale.plan.config import SYNC_MODES, Config
+from dnnscale.plan.rules import protocol_needs_ps
 from dnnscale.errors import InputError, require_int
 
 DEFAULT_MINIBATCH = 32
@@ -104,7 +105,8 @@ class SearchSpace:
         return self.fc_protocols or (self.base.fc_protocol,)
 
 
-def _int_choices(values: int | Iterable[int] | None, default: int, field: str) -> tuple[int, ...]:
+def _int_choices(values: int | Iterable[int] | None, default: int, field: str,
+                 minimum: int = 1) -> tuple[int, ...]:
     if values is None:
         return (default,)
     items = [values] if isinstance(values, int) else list(values)
@@ -113,12 +115,13 @@ def _int_choices(values: int | Iterable[int] | None, default: int, field: str) -
     if len(items) > MAX_CHOICES:
         raise InputError(field, f"lists {len(items)} values; the limit is {MAX_CHOICES}")
     for item in items:
-        require_int(field, item)
+        require_int(field, item, minimum=minimum)
     return tuple(sorted(set(items)))
 
 
-def parse_int_list(text: str | None, field: str) -> tuple[int, ...] | None:
-    """'16,32,64' -> (16, 32, 64); None stays None. Errors name `field`."""
+def parse_int_list(text: str | None, field: str, minimum: int = 1) -> tuple[int, ...] | None:
+    """'16,32,64' -> (16, 32, 64); None stays None. Each value at least `minimum` (0 for
+    ZeRO stages). Errors name `field`."""
     if text is None:
         return None
     parts = [part.strip() for part in str(text).split(",") if part.strip()]
@@ -128,7 +131,7 @@ def parse_int_list(text: str | None, field: str) -> tuple[int, ...] | None:
         values = tuple(int(part) for part in parts)
     except ValueError:
         raise InputError(field, f"must be a comma-separated list of integers, got {text!r}") from None
-    return _int_choices(values, DEFAULT_MINIBATCH, field)
+    return _int_choices(values, DEFAULT_MINIBATCH, field, minimum)
 
 
 def _named_choices(text: str | Sequence[str], known: Sequence[str], field: str,
@@ -178,8 +181,8 @@ def make_space(modes: str | Sequence[str] | None = None,
         protocols = ()
     chosen = parse_modes(modes)
     if chosen is None:
-        chosen = tuple(m for m in SYNC_MODES if not (m == "allreduce" and base.fc_protocol == "vectors"))
-    elif "allreduce" in chosen and base.fc_protocol == "vectors":
+        chosen = tuple(m for m in SYNC_MODES if protocol_needs_ps(base.fc_protocol, m) is None)
+    elif any(protocol_needs_ps(base.fc_protocol, m) is not None for m in chosen):
         raise InputError("modes", "allreduce cannot be used with fc_protocol 'vectors' (it needs a "
                          "parameter server)")
     if not isinstance(base.epoch_fraction, (int, float)) or not 0 < base.epoch_fraction <= 1:

@@ -13,6 +13,7 @@ from typing import Any
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.plan.plan import (FC_PROTOCOLS, OPTIMIZERS, Batch, Collective, DataParallel,
                                 ParallelPlan, ParameterServer, TensorSplit)
+from dnnscale.plan.rules import protocol_needs_ps, ps_shards_for_sync, require
 
 SYNC_MODES = ("ps-async", "ps-sync", "allreduce")
 
@@ -98,16 +99,11 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
             require_int(f"{where}.{name}", values[name])
     if "ps_shards" in values:
         shards = require_int(f"{where}.ps_shards", values["ps_shards"], minimum=0)
-        if sync == "allreduce" and shards != 0:
-            raise InputError(f"{where}.ps_shards", f"must be 0 with sync allreduce (no parameter "
-                             f"server), got {shards}")
-        if sync != "allreduce" and shards < 1:
-            raise InputError(f"{where}.ps_shards", f"must be >= 1 with sync {sync}, got {shards}")
+        require(ps_shards_for_sync(sync, shards), where)
     if values.get("fc_protocol", "weights") not in FC_PROTOCOLS:
         raise InputError(f"{where}.fc_protocol", f"must be one of {', '.join(FC_PROTOCOLS)}, "
                          f"got {short_repr(values['fc_protocol'])}")
-    if values.get("fc_protocol") == "vectors" and sync == "allreduce":
-        raise InputError(f"{where}.fc_protocol", "'vectors' needs a parameter server, not allreduce")
+    require(protocol_needs_ps(values.get("fc_protocol", "weights"), sync), where)
     if not isinstance(values.get("optimizer", "sgd"), str) or \
             values.get("optimizer", "sgd") not in OPTIMIZERS:
         raise InputError(f"{where}.optimizer", f"must be one of "

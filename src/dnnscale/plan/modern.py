@@ -26,6 +26,8 @@ from typing import Any
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.plan.plan import (RECOMPUTE, SCHEDULES, Batch, Collective, DataParallel,
                                 MemoryPolicy, ParallelPlan, Pipeline, Precision, TensorSplit)
+from dnnscale.plan.rules import (batch_divides, interleaved_micro_batches, require,
+                                 schedule_virtual_stages, zero_with_pipeline)
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
@@ -69,7 +71,8 @@ def _flag(data: dict[str, Any], key: str, where: str) -> bool:
 
 
 def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> ParallelPlan:
-    """Validate a mapping of MODERN_FIELDS into a ParallelPlan (Megatron rules, Adam optimizer).
+    """Validate a mapping of MODERN_FIELDS into a ParallelPlan (Megatron rules, Adam optimizer);
+    the rules that need no workload are plan/rules.py's, the ones `predict` and the search use.
 
     global_batch defaults to dp × micro_batch (one micro-batch per step); it must be a multiple
     of dp × micro_batch.
@@ -84,28 +87,15 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
     dp = require_int(f"{where}.dp", values.get("dp", 1), maximum=MAX_DEGREE)
     micro = require_int(f"{where}.micro_batch", values.get("micro_batch", 1))
     global_batch = require_int(f"{where}.global_batch", values.get("global_batch", dp * micro))
-    if global_batch % (dp * micro):
-        raise InputError(f"{where}.global_batch", f"{global_batch} is not a multiple of dp × "
-                         f"micro_batch = {dp} × {micro}")
+    require(batch_divides(global_batch, dp, micro), where)
     micro_batches = global_batch // (dp * micro)
     schedule = _choice(values, "schedule", SCHEDULES, "1f1b", where)
     virtual = require_int(f"{where}.virtual_stages", values.get("virtual_stages", 1),
                           maximum=1024)
-    if schedule != "interleaved" and virtual != 1:
-        raise InputError(f"{where}.virtual_stages", f"only the interleaved schedule has virtual "
-                         f"stages (got {virtual} with {schedule})")
-    if schedule == "interleaved":
-        if pp < 2 or virtual < 2:
-            raise InputError(f"{where}.schedule", "interleaved needs pp >= 2 and "
-                             "virtual_stages >= 2")
-        if micro_batches % pp:
-            raise InputError(f"{where}.global_batch", f"the interleaved schedule needs the "
-                             f"micro-batches per step ({micro_batches}) to be a multiple of pp "
-                             f"= {pp} (Megatron-LM's rule)")
+    require(schedule_virtual_stages(schedule, pp, virtual), where)
+    require(interleaved_micro_batches(schedule, micro_batches, pp), where)
     zero = require_int(f"{where}.zero", values.get("zero", 0), minimum=0, maximum=3)
-    if zero >= 2 and pp > 1:
-        raise InputError(f"{where}.zero", f"ZeRO-{zero} shards gradients, which pipeline "
-                         f"parallelism cannot accumulate (DeepSpeed allows ZeRO-1 with pp > 1)")
+    require(zero_with_pipeline(zero, pp), where)
     recompute = _choice(values, "recompute", RECOMPUTE, "none", where)
     precision = PRECISION_PRESETS[_choice(values, "precision", tuple(PRECISION_PRESETS), "bf16",
                                           where)]

@@ -1,15 +1,212 @@
-"""Validity rules of a plan that need the workload and the system (InputError names the field)."""
+"""The validity rules of a plan: the one module that plan loading (plan/modern.py,
+plan/config.py), the search spaces (optimize/modern.py, optimize/space.py) and the runtime
+(runtime/netplan.py) call, so that every plan the search returns is one `predict` accepts.
+
+Each rule is a small function that returns a `Violation` (the plan field at fault and why) or
+None. Loading turns a violation into an InputError naming the field (`Violation.error`); the
+searches skip the choices a rule rejects. Rules are facts about divisibility, schedules, the
+devices and the units a split divides; memory fit is a price (model/memory.py), not a rule, and
+what only dnnscale's own runtime cannot run (layer kinds, SGD only) stays in runtime/netplan.py.
+
+Megatron-style plans (Shoeybi et al. 2019; Narayanan et al. SC'21):
+
+- tp divides the attention heads and the key/value heads (query groups);
+- pp · v divides the layers (v virtual stages per device, the interleaved schedule only);
+- the global batch B is a multiple of dp · b (b the micro-batch);
+- the interleaved schedule needs pp ≥ 2 and v ≥ 2, and micro-batches m = B / (dp · b) a
+  multiple of pp (Megatron-LM's rule);
+- ZeRO-2/3 partition gradients, which pipeline parallelism cannot accumulate over micro-batches
+  (DeepSpeed allows ZeRO-1 with pp > 1);
+- tp · pp · dp devices within the cluster, and a precision the device has units for;
+- sequence parallelism splits over the tensor group: with tp = 1 it changes nothing (Megatron-LM
+  turns it off), so a search does not offer it as a distinct plan.
+
+Project Adam's plans (performance-model.md §2): a global step R · n within one epoch, P within
+the narrowest weighted layer's widest split (each split layer a unit per partition), P · R + S
+machines (or dedicated PS hosts), S = 0 exactly with all-reduce, each shard a non-empty slice of
+the parameters, and the vector protocol only with a parameter server.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol
+
 from dnnscale.errors import InputError
-from dnnscale.model.sharding import max_split
-from dnnscale.plan.config import Config
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.system.system import System
+from dnnscale.workload.layer import Layer
+from dnnscale.workload.splits import max_split, split_extent
 from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
+
+class AdamFlags(Protocol):
+    """What the rules read of Adam's flags (plan/config.Config, which itself calls the rules of
+    its fields here, so this module does not import it)."""
+
+    @property
+    def partitions(self) -> int: ...
+    @property
+    def replicas(self) -> int: ...
+    @property
+    def ps_shards(self) -> int: ...
+    @property
+    def minibatch(self) -> int: ...
+    @property
+    def uses_ps(self) -> bool: ...
+    @property
+    def workers(self) -> int: ...
+    @property
+    def machines(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A rule a plan breaks: `field`, the plan field at fault relative to the plan ('pp',
+    'global_batch'; '' for the plan as a whole), and `message`, why."""
+
+    field: str
+    message: str
+
+    def error(self, where: str = "plan") -> InputError:
+        """The InputError naming `where`.`field` (or `where` alone for the whole plan)."""
+        name = f"{where}.{self.field}" if where and self.field else (where or self.field)
+        return InputError(name, self.message)
+
+
+def require(violation: Violation | None, where: str = "plan") -> None:
+    """Raise the violation's InputError, if there is one."""
+    if violation is not None:
+        raise violation.error(where)
+
+
+# --- Megatron-style plans ----------------------------------------------------------------------
+
+def tensor_divides_heads(tp: int, shape: TransformerShape) -> Violation | None:
+    """tp divides the attention heads and the key/value heads (each member holds whole heads)."""
+    for count, what in ((shape.heads, "attention heads"), (shape.kv_heads, "key/value heads")):
+        if count % tp:
+            return Violation("tp", f"{tp} does not divide the model's {count} {what}")
+    return None
+
+
+def pipeline_divides_layers(pp: int, virtual_stages: int, layers: int) -> Violation | None:
+    """pp · v divides the transformer's layers (every chunk holds the same number of blocks)."""
+    if layers % (pp * virtual_stages):
+        return Violation("pp", f"{layers} layers do not divide into {pp} stages"
+                         + (f" × {virtual_stages} chunks" if virtual_stages > 1 else ""))
+    return None
+
+
+def pipeline_within_layers(pp: int, layers: int) -> Violation | None:
+    """At most one stage per layer (a workload that is not a transformer)."""
+    if pp > layers:
+        return Violation("pp", f"{pp} stages for {layers} layers")
+    return None
+
+
+def batch_divides(global_batch: int, dp: int, micro_batch: int) -> Violation | None:
+    """The global batch B is a whole number of micro-batches per replica: dp · b divides B."""
+    if global_batch % (dp * micro_batch):
+        return Violation("global_batch", f"{global_batch} is not a multiple of dp × "
+                         f"micro_batch = {dp} × {micro_batch}")
+    return None
+
+
+def schedule_virtual_stages(schedule: str, pp: int, virtual_stages: int) -> Violation | None:
+    """Only the interleaved schedule has virtual stages, and it needs pp ≥ 2 and v ≥ 2."""
+    if schedule != "interleaved":
+        if virtual_stages != 1:
+            return Violation("virtual_stages", f"only the interleaved schedule has virtual "
+                             f"stages (got {virtual_stages} with {schedule})")
+        return None
+    if pp < 2 or virtual_stages < 2:
+        return Violation("schedule", "interleaved needs pp >= 2 and virtual_stages >= 2")
+    return None
+
+
+def interleaved_micro_batches(schedule: str, micro_batches: int, pp: int) -> Violation | None:
+    """With the interleaved schedule the micro-batches per step m are a multiple of pp
+    (Megatron-LM's rule)."""
+    if schedule == "interleaved" and micro_batches % pp:
+        return Violation("global_batch", f"the interleaved schedule needs the micro-batches per "
+                         f"step ({micro_batches}) to be a multiple of pp = {pp} (Megatron-LM's "
+                         f"rule)")
+    return None
+
+
+def zero_with_pipeline(zero: int, pp: int) -> Violation | None:
+    """ZeRO-2/3 shard gradients, which a pipeline cannot accumulate over its micro-batches."""
+    if zero >= 2 and pp > 1:
+        return Violation("zero", f"ZeRO-{zero} shards gradients, which pipeline parallelism "
+                         f"cannot accumulate (DeepSpeed allows ZeRO-1 with pp > 1)")
+    return None
+
+
+def precision_on_device(precision: str, system: System) -> Violation | None:
+    """An accelerator computes in `precision` only if it has units for it."""
+    machine = system.machine
+    if machine.is_accelerator and precision not in machine.peak_flops_per_s:
+        return Violation("precision", f"{machine.name} has no {precision} units (it has "
+                         f"{', '.join(sorted(machine.peak_flops_per_s))})")
+    return None
+
+
+def devices_within_system(tp: int, pp: int, dp: int, system: System) -> Violation | None:
+    """tp · pp · dp devices, at most the cluster's."""
+    if tp * pp * dp > system.machines:
+        return Violation("", f"needs {tp * pp * dp} devices (tp·pp·dp = {tp}·{pp}·{dp}) but "
+                         f"cluster {system.name!r} has {system.machines}")
+    return None
+
+
+def sequence_parallel_splits(sequence_parallel: bool, tp: int) -> bool:
+    """Whether sequence parallelism changes anything: it splits norms and dropout over the
+    tensor group, so with tp = 1 it is the plan without it (Megatron-LM turns it off there;
+    a plan may still say so, and the exporters note it)."""
+    return sequence_parallel and tp > 1
+
+
+def schedule_violation(pp: int, schedule: str, virtual_stages: int, zero: int,
+                       layers: int) -> Violation | None:
+    """The rules of a pipeline alone: schedule and virtual stages, pp · v dividing the layers,
+    ZeRO with a pipeline (what the search checks once per group)."""
+    return (schedule_virtual_stages(schedule, pp, virtual_stages)
+            or pipeline_divides_layers(pp, virtual_stages, layers)
+            or zero_with_pipeline(zero, pp))
+
+
+def batch_violation(global_batch: int, dp: int, micro_batch: int, schedule: str,
+                    pp: int) -> Violation | None:
+    """The rules of the batch: dp · b dividing B, and the interleaved schedule's m % pp."""
+    return (batch_divides(global_batch, dp, micro_batch)
+            or interleaved_micro_batches(schedule, global_batch // (dp * micro_batch), pp))
+
+
+def check_plan_shape(plan: ParallelPlan, shape: TransformerShape) -> None:
+    """A Megatron-style plan against a transformer's shape: the tensor-parallel degree divides
+    the attention and key/value heads, pp · virtual stages divide the layers (also what
+    `export` checks, with no system to place the plan on)."""
+    require(tensor_divides_heads(plan.tensor.degree, shape))
+    require(pipeline_divides_layers(plan.pipeline.stages, plan.pipeline.virtual_stages,
+                                    shape.layers))
+
+
+def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) -> None:
+    """A Megatron-style plan against the workload and the system: devices, head and layer
+    divisibility, the device's precision."""
+    require(devices_within_system(plan.tensor.degree, plan.pipeline.stages, plan.data.replicas,
+                                  system))
+    shape = workload.transformer
+    if shape is not None:
+        check_plan_shape(plan, shape)
+    else:
+        require(pipeline_within_layers(plan.pipeline.stages, len(workload.layers)))
+    require(precision_on_device(plan.precision.compute, system))
+
+
+# --- Project Adam's plans ----------------------------------------------------------------------
 
 def max_partitions(workload: Workload, rules: str = "adam") -> int:
     """The largest tensor degree every weighted layer can be split into (one unit per member)."""
@@ -25,12 +222,57 @@ def max_replicas(workload: Workload, minibatch: int) -> int:
     return workload.samples_per_epoch // minibatch
 
 
-def check_config(config: Config, workload: Workload, system: System) -> None:
+def minibatch_within_epoch(minibatch: int, workload: Workload) -> Violation | None:
+    """One replica's minibatch n is at most the samples of one epoch."""
+    if minibatch > workload.samples_per_epoch:
+        return Violation("minibatch", f"{minibatch} is more than the "
+                         f"{workload.samples_per_epoch} samples of one epoch")
+    return None
+
+
+def layer_splits_into(layer: Layer, scheme: str, partitions: int) -> Violation | None:
+    """A weighted layer split by `scheme` gives every one of the P partitions at least one unit
+    (output feature, channel or row)."""
+    extent = split_extent(layer, scheme)
+    if extent >= partitions:
+        return None
+    if scheme == "rows":
+        return Violation("partitions", f"{partitions} stripes do not fit the {extent} output "
+                         f"rows of layer {layer.name!r}")
+    return Violation("partitions", f"{partitions} is more than layer {layer.name!r} can be split "
+                     f"into (at most {extent} units)")
+
+
+def shards_within_params(ps_shards: int, params: int) -> Violation | None:
+    """Every parameter-server shard owns a non-empty slice of the W parameters: S ≤ W (the
+    runtime's shard map, runtime/layout.py)."""
+    if ps_shards > params:
+        return Violation("ps_shards", f"{ps_shards} shards for only {params} parameters")
+    return None
+
+
+def ps_shards_for_sync(sync: str, ps_shards: int) -> Violation | None:
+    """All-reduce has no parameter server (S = 0); the PS modes need at least one shard."""
+    if sync == "allreduce" and ps_shards != 0:
+        return Violation("ps_shards", f"must be 0 with sync allreduce (no parameter server), "
+                         f"got {ps_shards}")
+    if sync != "allreduce" and ps_shards < 1:
+        return Violation("ps_shards", f"must be >= 1 with sync {sync}, got {ps_shards}")
+    return None
+
+
+def protocol_needs_ps(fc_protocol: str, sync: str) -> Violation | None:
+    """Adam's vector protocol pushes activation and error vectors for the PS to multiply: it
+    needs a parameter server, not all-reduce."""
+    if fc_protocol == "vectors" and sync == "allreduce":
+        return Violation("fc_protocol", "'vectors' needs a parameter server, not allreduce")
+    return None
+
+
+def check_config(config: AdamFlags, workload: Workload, system: System) -> None:
     """Adam's flags against the workload and the system: a global step within one epoch,
     machines, and P within the narrowest weighted layer's widest split."""
-    if config.minibatch > workload.samples_per_epoch:
-        raise InputError("config.minibatch", f"{config.minibatch} is more than the "
-                         f"{workload.samples_per_epoch} samples of one epoch")
+    require(minibatch_within_epoch(config.minibatch, workload), "config")
     if config.replicas > max_replicas(workload, config.minibatch):
         raise InputError("config.replicas", f"R·n = {config.replicas}·{config.minibatch} = "
                          f"{config.replicas * config.minibatch} samples per global step is more "
@@ -59,47 +301,9 @@ def check_config(config: Config, workload: Workload, system: System) -> None:
                              f"{narrow.name!r} can be split into (at most {limit})")
 
 
-def check_plan_shape(plan: ParallelPlan, shape: TransformerShape) -> None:
-    """A Megatron-style plan against a transformer's shape: the tensor-parallel degree divides
-    the attention and key/value heads, pp · virtual stages divide the layers (also what
-    `export` checks, with no system to place the plan on)."""
-    t = plan.tensor.degree
-    for field, count in (("heads", shape.heads), ("kv_heads", shape.kv_heads)):
-        if count % t:
-            raise InputError("plan.tp", f"{t} does not divide the model's {count} "
-                             f"{'attention heads' if field == 'heads' else 'key/value heads'}")
-    chunks = plan.pipeline.stages * plan.pipeline.virtual_stages
-    if shape.layers % chunks:
-        raise InputError("plan.pp", f"{shape.layers} layers do not divide into "
-                         f"{plan.pipeline.stages} stages"
-                         + (f" × {plan.pipeline.virtual_stages} chunks"
-                            if plan.pipeline.virtual_stages > 1 else ""))
-
-
-def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) -> None:
-    """A Megatron-style plan against the workload and the system: devices, head and layer
-    divisibility, the device's precision."""
-    devices = plan.workers
-    if devices > system.machines:
-        raise InputError("plan", f"needs {devices} devices (tp·pp·dp = {plan.tensor.degree}·"
-                         f"{plan.pipeline.stages}·{plan.data.replicas}) but cluster "
-                         f"{system.name!r} has {system.machines}")
-    shape = workload.transformer
-    if shape is not None:
-        check_plan_shape(plan, shape)
-    elif plan.pipeline.stages > len(workload.layers):
-        raise InputError("plan.pp", f"{plan.pipeline.stages} stages for {len(workload.layers)} "
-                         f"layers")
-    if system.machine.is_accelerator and plan.precision.compute not in \
-            system.machine.peak_flops_per_s:
-        raise InputError("plan.precision", f"{system.machine.name} has no "
-                         f"{plan.precision.compute} units (it has "
-                         f"{', '.join(sorted(system.machine.peak_flops_per_s))})")
-
-
-def check_plan(plan: "Config | ParallelPlan", workload: Workload, system: System) -> None:
+def check_plan(plan: "AdamFlags | ParallelPlan", workload: Workload, system: System) -> None:
     """Adam's flags or a Megatron-style plan against the workload and the system."""
-    if isinstance(plan, Config):
-        check_config(plan, workload, system)
-    else:
+    if isinstance(plan, ParallelPlan):
         check_modern_plan(plan, workload, system)
+    else:
+        check_config(plan, workload, system)

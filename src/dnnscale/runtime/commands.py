@@ -89,7 +89,7 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
                                               help="JSONL file: one record per step and rank"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """Train WORKLOAD for real on torch.distributed and measure throughput and phase times."""
-    from dnnscale.cli import config_from_options
+    from dnnscale.plan.flags import config_from_options
     from dnnscale.workload.source import resolve_workload
 
     modes = [name for name, on in (("--local", local), ("--testbed", testbed is not None),

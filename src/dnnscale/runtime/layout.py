@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dnnscale.errors import InputError
 from dnnscale.plan import Config
 from dnnscale.plan.mesh import DeviceMesh, MeshDim
+from dnnscale.plan.rules import require, shards_within_params
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,7 @@ class ShardMap:
         total = sum(partition_sizes)
         if shards < 1:
             raise InputError("config.ps_shards", f"must be >= 1, got {shards}")
-        if shards > total:
-            raise InputError("config.ps_shards", f"{shards} shards for only {total} parameters")
+        require(shards_within_params(shards, total), "config")
         self.partition_sizes = list(partition_sizes)
         self.partition_offsets = split_offsets(self.partition_sizes)
         self.shards = shards

@@ -6,7 +6,8 @@ stripes, each worker holding the whole kernel), as `layout.split_sizes` divides 
 Element-wise layers act on each worker's part; pooling on its channels, or on its stripe after a
 halo exchange. A layer that needs its whole input gets the split activation gathered first
 (forward) and the input gradient reduce-scattered back (backward); the first weighted layer reads
-the replicated sample. The torch side is in network.py.
+the replicated sample. The torch side is in network.py. The split's validity rules (a unit per
+partition, a slice per shard) are plan/rules.py's, the ones `predict` applies.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import math
 
 from dnnscale.plan import Config
 from dnnscale.errors import InputError
-from dnnscale.model.sharding import split_extent
 from dnnscale.model.vectors import Region, flat_layout
+from dnnscale.plan.rules import layer_splits_into, require, shards_within_params
 from dnnscale.workload import Workload
 from dnnscale.workload.layer import Layer
 
@@ -115,15 +116,10 @@ def check_runnable(workload: Workload, config: Config,
                 raise InputError(f"{field}.groups", f"grouped convolutions cannot be split over "
                                  f"{config.partitions} partitions")
             striped = schemes.get(layer.name) == "rows"
-            extent = split_extent(layer, "rows" if striped else weighted_scheme_of(layer))
-            if extent < config.partitions:
-                unit = "rows" if striped else "units"
-                raise InputError("config.partitions", f"{config.partitions} is more than layer "
-                                 f"{layer.name!r} can be split into (at most {extent} {unit})")
-        elif layer.kind in ("maxpool2d", "avgpool2d") and striped \
-                and split_extent(layer, "rows") < config.partitions:
-            raise InputError("config.partitions", f"{config.partitions} stripes do not fit the "
-                             f"{layer.output_shape[1]} output rows of layer {layer.name!r}")
+            require(layer_splits_into(layer, "rows" if striped else weighted_scheme_of(layer),
+                                      config.partitions), "config")
+        elif layer.kind in ("maxpool2d", "avgpool2d") and striped:
+            require(layer_splits_into(layer, "rows", config.partitions), "config")
         elif layer.kind == "flatten":
             striped = False
     if not weighted:
@@ -133,6 +129,5 @@ def check_runnable(workload: Workload, config: Config,
     if len(logits_shape) != 1 or logits_shape[0] < 2:
         raise InputError("workload.layers", f"the network must end in a flat output of at least "
                          f"2 classes (got shape {list(logits_shape)}); add flatten and linear")
-    if config.uses_ps and config.ps_shards > workload.params:
-        raise InputError("config.ps_shards", f"{config.ps_shards} shards for only "
-                         f"{workload.params} parameters")
+    if config.uses_ps:
+        require(shards_within_params(config.ps_shards, workload.params), "config")
