@@ -11,7 +11,8 @@ import pytest
 from dnnscale.errors import InputError
 from dnnscale.model import predict_config, stage_costs
 from dnnscale.model.gpu_compute import gpu_phase_times_s
-from dnnscale.model.sharding import TENSOR_EXTENT_KEY, SplitContext, shard_layer
+from dnnscale.model.sharding import SplitContext, shard_layer
+from dnnscale.workload.splits import TENSOR_EXTENT_KEY
 from dnnscale.plan import Config
 from dnnscale.system import load_system
 from dnnscale.workload import build_workload, load_workload

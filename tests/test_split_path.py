@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import pytest
 
 from dnnscale.model import predict_config, stage_costs
-from dnnscale.model.sharding import split_extent, split_schemes
+from dnnscale.workload.splits import split_extent, split_schemes
 from dnnscale.plan import Config
 from dnnscale.system import Device, LinkTier, RateCurve, System
 from dnnscale.workload import build_workload

@@ -560,9 +560,8 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                            record=record)
     x, step_s, allreduce_s, busy_s, update_s = _collective(ctx, replicas)
     if not is_modern(ctx):
-        stage = ctx.stage
         record = step_record(ctx, busy_s, (
-            CollectiveTime(Part.PARTITION_COMM, MeshDim.TP, stage.partition_s),
+            CollectiveTime(Part.PARTITION_COMM, MeshDim.TP, ctx.stage.partition_s),
             CollectiveTime(Part.ALLREDUCE, MeshDim.DP, allreduce_s)))
         # Adam's one-stage plans report the first stage (the only one) with wave 1's names.
         first = record.stages[0]

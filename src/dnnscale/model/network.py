@@ -30,4 +30,5 @@ def overlapped_time_s(first_s: float, second_s: float, gamma: float) -> float:
     if first_s <= 0 or second_s <= 0:
         return max(first_s, second_s, 0.0)
     top = max(first_s, second_s)
-    return top * ((first_s / top) ** gamma + (second_s / top) ** gamma) ** (1.0 / gamma)
+    combined: float = top * ((first_s / top) ** gamma + (second_s / top) ** gamma) ** (1.0 / gamma)
+    return combined

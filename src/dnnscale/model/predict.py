@@ -27,21 +27,23 @@ def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
     fc_protocol = aggregation.fc_protocol if isinstance(aggregation, ParameterServer) else "weights"
     b = workload.bytes_per_value
     scale = (plan.precision.activation_bytes or b) / b
-    common = {"precision": plan.precision.compute, "bytes_scale": scale,
-              "sequence_parallel": plan.tensor.sequence_parallel}
+    precision, sp = plan.precision.compute, plan.tensor.sequence_parallel
     if plan.pipeline.stages == 1:
         return (stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
-                            fc_protocol, plan.tensor.rules, **common),)
+                            fc_protocol, plan.tensor.rules, precision=precision,
+                            sequence_parallel=sp, bytes_scale=scale),)
     assignment = stage_layers(workload.layers, plan.pipeline.stages,
                               plan.pipeline.virtual_stages)
     layout = (pipeline_layout(workload, assignment)
               if not per_layer and plan.tensor.rules == "megatron" else None)
     if layout is not None:
         template = stage_template(workload, system, plan.tensor.degree, plan.batch.micro_batch,
-                                  layout.block, **common)
+                                  layout.block, precision=precision, sequence_parallel=sp,
+                                  bytes_scale=scale)
         return stages_from_template(workload, template, layout)
     return tuple(stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
-                             fc_protocol, plan.tensor.rules, indices, **common)
+                             fc_protocol, plan.tensor.rules, indices, precision=precision,
+                             sequence_parallel=sp, bytes_scale=scale)
                  for indices in assignment)
 
 

@@ -26,8 +26,7 @@ from dnnscale.model.compute import imbalance_fraction
 from dnnscale.plan.mesh import MeshDim
 from dnnscale.workload.kind_record import KindFacts, record_of
 from dnnscale.workload.layer import Layer
-from dnnscale.workload.splits import (TENSOR_EXTENT_KEY, max_split, split_extent,  # noqa: F401
-                                      split_schemes)
+from dnnscale.workload.splits import split_extent
 
 PHASE_FORWARD, PHASE_BACKWARD = "forward", "backward"
 

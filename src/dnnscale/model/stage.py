@@ -16,12 +16,12 @@ import dnnscale.model.megatron_rules  # noqa: F401  (registers Megatron's shardi
 from dnnscale.model.collectives import collective_transfer, group_collective_time_s
 from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.gpu_compute import gpu_phase_times_s
-from dnnscale.model.sharding import (PHASE_FORWARD, Shard, SplitContext, shard_layer, split_extent,
-                                     split_schemes)
+from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
 from dnnscale.plan.mesh import DeviceMesh, Placement, placement
 from dnnscale.system.system import System
 from dnnscale.workload.kind_record import Recompute, layer_kind, record_of
 from dnnscale.workload.layer import Layer
+from dnnscale.workload.splits import split_extent, split_schemes
 from dnnscale.workload.workload import Workload
 
 
@@ -119,12 +119,9 @@ class StageCosts:
     layers: tuple[LayerCost, ...]
     params: int = 0
     """W_stage: parameters of the stage's layers (all of a replica's for one stage)."""
-    totals: StageTotals | None = None
+    totals: StageTotals = StageTotals()
+    """The sums the composition reads: StageTotals.of(layers) when costed layer by layer."""
     boundary_values: int = 0
-
-    def __post_init__(self) -> None:
-        if self.totals is None:
-            object.__setattr__(self, "totals", StageTotals.of(self.layers))
 
     @property
     def forward_s(self) -> float:
@@ -278,7 +275,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     cheapest scheme, which ignores the traffic its choice forces on the next layer (issue 24).
     A weighted layer's schemes are its valid ones (at least one unit per worker); layers
     without weights follow the last weighted layer's split and keep the state. Of equal chains
-    the one found first wins (sharding.split_schemes order). Each (layer cost key, state) is
+    the one found first wins (workload/splits.split_schemes order). Each (layer cost key, state) is
     priced once, so a stack of identical blocks costs one block. With fc_protocol 'vectors'
     the FC weight gradients move to the PS. On accelerators the phases run in `precision`,
     activation bytes scaled by `bytes_scale`. `schemes` (layer name -> scheme) pins the named
@@ -323,7 +320,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
         best = best[1]
     costs.reverse()
     last = workload.layers[last_index] if last_index >= 0 else workload.layers[-1]
-    return StageCosts(partitions, minibatch, tuple(costs), params,
+    return StageCosts(partitions, minibatch, tuple(costs), params, StageTotals.of(costs),
                       boundary_values=last.activation_values)
 
 

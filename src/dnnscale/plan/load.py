@@ -4,6 +4,7 @@ sync, minibatch, ...) or the Megatron-style fields of plan/modern.py (tp, pp, dp
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from dnnscale.errors import InputError
 from dnnscale.plan.config import Config, config_from_dict, validate_config
@@ -12,7 +13,7 @@ from dnnscale.plan.plan import ParallelPlan
 from dnnscale.yamlio import load_yaml_file
 
 
-def load_config(source: "str | Path | Config | dict") -> Config:
+def load_config(source: "str | Path | Config | dict[str, Any]") -> Config:
     """A Config (re-validated), a mapping of its fields, or a config YAML path."""
     if isinstance(source, Config):
         return validate_config(source)
@@ -24,7 +25,7 @@ def load_config(source: "str | Path | Config | dict") -> Config:
     return config_from_dict(load_yaml_file(Path(source), "config"))
 
 
-def load_plan(source: "str | Path | Config | ParallelPlan | dict") -> "Config | ParallelPlan":
+def load_plan(source: "str | Path | Config | ParallelPlan | dict[str, Any]") -> "Config | ParallelPlan":
     """Adam's flags (a Config, or a mapping/YAML of its fields) or a Megatron-style plan (a
     ParallelPlan with Megatron's rules, or a mapping/YAML of plan/modern.py's fields), each
     re-validated; Adam's stay a Config so that they report under their own flags."""

@@ -34,7 +34,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from dnnscale.model.sharding import split_extent, split_sizes
+from dnnscale.model.sharding import split_sizes
+from dnnscale.workload.splits import split_extent
 from dnnscale.runtime.layout import split_offsets
 from dnnscale.runtime.netplan import layer_has_bias, weighted_scheme_of, weighted_schemes
 from dnnscale.workload import Workload
