@@ -193,17 +193,19 @@ def replica_choices(group: Group, space: ModernSpace, devices: int) -> list[int]
     """Data-parallel degrees the group may take within `devices` GPUs: the divisors d of
     B / b with t · p · d ≤ devices that plan/rules.py's batch rules accept (B a multiple of
     d · b; m = B / (d · b) a multiple of p when interleaved)."""
-    out: list[int] = []
-    limit = devices // (group.tensor * group.pipeline)
-    if space.global_batch % group.micro_batch:
-        return out
-    for d in _divisors_cached(space.global_batch // group.micro_batch):
-        if d > limit:
-            break
-        if batch_violation(space.global_batch, d, group.micro_batch, group.schedule,
-                           group.pipeline) is None:
-            out.append(d)
-    return out
+    return list(_replica_choices(space.global_batch, group.micro_batch, group.schedule,
+                                 group.pipeline, devices // (group.tensor * group.pipeline)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _replica_choices(global_batch: int, micro_batch: int, schedule: str, pipeline: int,
+                     limit: int) -> tuple[int, ...]:
+    """replica_choices for the values it depends on (many groups share them)."""
+    if global_batch % micro_batch:
+        return ()
+    return tuple(d for d in _divisors_cached(global_batch // micro_batch)
+                 if d <= limit and batch_violation(global_batch, d, micro_batch, schedule,
+                                                   pipeline) is None)
 
 
 @dataclass
