@@ -159,3 +159,7 @@ def test_tensor_split_events_run_over_tp() -> None:
     events = [event for kind in ("attn_qkv", "attn_out", "mlp_up", "mlp_down")
               for event in megatron_shard(kinds[kind], 4, context, False).events]
     assert events and all(event.dimension is MeshDim.TP for event in events)
+
+
+def test_a_mesh_prints_its_sizes_outermost_first() -> None:
+    assert str(DeviceMesh.of(tp=8, pp=4, dp=2)) == "pp4 × dp2 × ep1 × cp1 × tp8"

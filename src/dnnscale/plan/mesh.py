@@ -88,6 +88,10 @@ class DeviceMesh:
             _index(name)
         return cls(tuple([sizes.get(dim.value, 1) for dim in MESH_ORDER]))
 
+    def __str__(self) -> str:
+        """'pp8 × dp8 × ep1 × cp1 × tp8': the sizes, outermost first."""
+        return " × ".join(f"{dim.value}{size}" for dim, size in zip(MESH_ORDER, self.sizes))
+
     def size(self, dim: MeshDim | str) -> int:
         """Members of each group of `dim`."""
         return self.sizes[_index(dim)]
