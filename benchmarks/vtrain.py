@@ -224,6 +224,13 @@ def main() -> None:
         "unrestricted_optimum": optima,
         "peers_on_multi_node_rows": PEERS,
     }
+    if args.reuse_profiles:  # a re-score: the fits are the earlier sitting's, kept as recorded
+        old = previous.get("protocol", {})
+        for key in ("held_out_fit", "full_fit"):
+            if key in old:
+                summary["protocol"][key] = old[key]
+        summary["protocol"]["rescored"] = ("predictions re-made at this commit with "
+                                           "results/vtrain/profile-*.yaml (--reuse-profiles)")
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     rows_out = [{"label": r.label, "measured_s": r.measured_s, "predicted_s": p,
                  "relative_error": abs(p - r.measured_s) / r.measured_s}
