@@ -517,7 +517,8 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
          x_cpu) = _ps_async(ctx, replicas, shards, shards)
         step_s = replicas * ctx.n / x
         transfer_s = max(push_w_s + pull_w_s, serve_s)
-        record = step_record(ctx, ctx.busy_s, _ps_collectives(ctx, push_w_s, pull_w_s))
+        record = step_record(ctx, ctx.busy_s, _adam_collectives(
+            ctx, (Part.PS_PUSH, push_w_s), (Part.PS_PULL, pull_w_s)))
         stage = record.slowest_stage
         if x == x_replicas:
             bottleneck = _largest({Bottleneck.WORKER_COMPUTE: stage.compute_s,
@@ -540,7 +541,8 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                            _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu), record)
     if ctx.mode == MODE_PS_SYNC:
         x, step_s, push_s, apply_s, pull_s = _ps_sync(ctx, replicas, shards, shards)
-        record = step_record(ctx, ctx.busy_s, _ps_collectives(ctx, push_s, pull_s))
+        record = step_record(ctx, ctx.busy_s, _adam_collectives(
+            ctx, (Part.PS_PUSH, push_s), (Part.PS_PULL, pull_s)))
         stage = record.slowest_stage
         bottleneck = _largest({Bottleneck.WORKER_COMPUTE: stage.compute_s,
                                Bottleneck.PARTITION_COMM: stage.tp_comm_s,
@@ -560,9 +562,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                            record=record)
     x, step_s, allreduce_s, busy_s, update_s = _collective(ctx, replicas)
     if not is_modern(ctx):
-        record = step_record(ctx, busy_s, (
-            CollectiveTime(Part.PARTITION_COMM, MeshDim.TP, ctx.stage.partition_s),
-            CollectiveTime(Part.ALLREDUCE, MeshDim.DP, allreduce_s)))
+        record = step_record(ctx, busy_s, _adam_collectives(ctx, (Part.ALLREDUCE, allreduce_s)))
         # Adam's one-stage plans report the first stage (the only one) with wave 1's names.
         first = record.stages[0]
         bottleneck = _largest({Bottleneck.WORKER_COMPUTE: first.compute_s + update_s,
@@ -580,13 +580,13 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
     return _modern_composition(ctx, x, step_s, allreduce_s, busy_s, update_s)
 
 
-def _ps_collectives(ctx: StepContext, push_s: float, pull_s: float
-                    ) -> tuple[CollectiveTime, ...]:
-    """A PS step's communication by mesh dimension: the partition traffic among the replica's
-    P workers (tp), the push and pull to the shards (dp, through the parameter server)."""
+def _adam_collectives(ctx: StepContext, *data_parallel: tuple[Part, float]
+                      ) -> tuple[CollectiveTime, ...]:
+    """A one-stage (Project Adam) step's communication by mesh dimension: the partition
+    traffic among the replica's P workers (tp), then each data-parallel part (dp: the push and
+    pull to the shards, or the all-reduce)."""
     return (CollectiveTime(Part.PARTITION_COMM, MeshDim.TP, ctx.stage.partition_s),
-            CollectiveTime(Part.PS_PUSH, MeshDim.DP, push_s),
-            CollectiveTime(Part.PS_PULL, MeshDim.DP, pull_s))
+            *(CollectiveTime(part, MeshDim.DP, seconds) for part, seconds in data_parallel))
 
 
 def is_modern(ctx: StepContext) -> bool:

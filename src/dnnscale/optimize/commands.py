@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
         print the scalability curve (best epoch time and speedup per machine budget)."""
         from dnnscale.atomic import check_output_path
         from dnnscale.errors import InputError
-        from dnnscale.optimize.entry import is_gpu_problem, optimize as run_optimize
+        from dnnscale.optimize.entry import is_gpu_space, optimize as run_optimize
         from dnnscale.optimize.modern_commands import print_gpu_result, strings
         from dnnscale.optimize.result import SpaceKind
         from dnnscale.optimize.space import parse_fc_protocols, parse_int_list
@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
         w = resolve_workload(workload, input_shape, field="--workload")
         c = load_system(cluster)
         silent = quiet or csv == "-"
-        if global_batch is None and is_gpu_problem(w, c):
+        if global_batch is None and is_gpu_space(w, c):
             raise InputError("--global-batch", "required for GPU plans (samples per step)")
         protocols = parse_fc_protocols(fc_protocol)
         if choose_overlap and overlap is not None:

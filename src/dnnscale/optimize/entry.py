@@ -25,8 +25,12 @@ ADAM_SPACE = "Adam's CPU configurations (any workload but a transformer on accel
 
 def is_gpu_problem(workload: str | Path | Workload, cluster: str | Path | System) -> bool:
     """Whether the GPU-plan search applies: a transformer workload on accelerators."""
-    return (load_workload(workload).transformer is not None
-            and load_system(cluster).machine.is_accelerator)
+    return is_gpu_space(load_workload(workload), load_system(cluster))
+
+
+def is_gpu_space(workload: Workload, system: System) -> bool:
+    """is_gpu_problem of inputs already loaded (loading re-validates a Workload)."""
+    return workload.transformer is not None and system.machine.is_accelerator
 
 
 def _strings(values: str | Sequence[str] | None) -> tuple[str, ...] | None:
@@ -84,7 +88,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     if gpus is not None and machines is not None and gpus != machines:
         raise InputError("gpus", f"{gpus} but machines={machines}: give one budget")
     budget = machines if machines is not None else gpus
-    if not is_gpu_problem(w, c):
+    if not is_gpu_space(w, c):
         _refuse({"gpus": gpus, "global_batch": global_batch, "tp": tp, "pp": pp,
                  "micro_batch": micro_batch, "zero": zero, "recompute": recompute,
                  "schedules": schedules, "precision": precision,
