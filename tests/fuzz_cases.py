@@ -765,13 +765,21 @@ def transformer_cases() -> Iterator[Case]:
 
 # -- everything ---------------------------------------------------------------------------------
 
+def _wave3_generators() -> tuple[Callable[[], Iterator[Case]], ...]:
+    """Issue 26's classes, one module per area (imported here, after Case exists)."""
+    from tests import fuzz_cases_export, fuzz_cases_flags, fuzz_cases_gpu, fuzz_cases_outputs
+
+    return (fuzz_cases_outputs.cases, fuzz_cases_gpu.cases, fuzz_cases_flags.cases,
+            fuzz_cases_export.cases)
+
+
 GENERATORS: tuple[Callable[[], Iterator[Case]], ...] = (
     structure_cases, bomb_cases, layer_cases, config_cases, cluster_cases, huge_cases,
     output_cases, usage_cases, name_cases, torch_cases, transformer_cases)
 
 
 def all_cases() -> list[Case]:
-    cases = [case for generate in GENERATORS for case in generate()]
+    cases = [case for generate in GENERATORS + _wave3_generators() for case in generate()]
     ids = [case.id for case in cases]
     assert len(ids) == len(set(ids)), "case names must be unique"
     return cases
