@@ -699,7 +699,7 @@ HF_FILES: dict[str, tuple[str, "str | bytes | None"]] = {
     "over-size": ("--hf-config", " " * (MAX_FILE_BYTES + 1)),
     "folder": ("--hf-config", None),
     "layers-billion": ("transformer.layers", json.dumps({**GPT2_CONFIG, "n_layer": 10**9})),
-    "hidden-huge": ("transformer.hidden", json.dumps({**GPT2_CONFIG, "n_embd": 2**60,
+    "hidden-huge": ("hf_config.n_embd", json.dumps({**GPT2_CONFIG, "n_embd": 2**60,
                                                     "n_head": 1})),
     "layers-zero": ("hf_config.n_layer", json.dumps({**GPT2_CONFIG, "n_layer": 0})),
     "heads-not-dividing": ("hf_config.num_attention_heads",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dnnscale.boundary import finite_answers
+from dnnscale.errors import InputError
 
 if TYPE_CHECKING:
     from dnnscale.model import Prediction
@@ -58,7 +59,27 @@ def optimize(workload: Any, cluster: "str | Path | System", *args: Any,
     from dnnscale.optimize.entry import optimize as search
     from dnnscale.workload.source import resolve_workload
 
+    _check_arguments(search, "optimize", 2 + len(args), kwargs)
     return search(resolve_workload(workload, input_shape, loss), cluster, *args, **kwargs)
+
+
+def _check_arguments(func: Any, name: str, positional: int, keywords: dict[str, Any]) -> None:
+    """InputError (not TypeError) for an argument `func` does not have: too many positional
+    arguments (field `name`), or an unknown keyword (field: that keyword)."""
+    import inspect
+
+    parameters = inspect.signature(func).parameters
+    known = [p for p in parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                          p.KEYWORD_ONLY)]
+    names = {p.name for p in known} | {"input_shape", "loss"}
+    for key in keywords:
+        if key not in names:
+            raise InputError(str(key), f"unknown argument of dnnscale.{name} (known: "
+                             f"{', '.join(sorted(names))})")
+    most = sum(1 for p in known if p.kind is p.POSITIONAL_OR_KEYWORD)
+    if positional > most:
+        raise InputError(name, f"takes at most {most} positional arguments, got {positional}; "
+                         "give the rest by name")
 
 
 class _Package(types.ModuleType):
@@ -78,16 +99,24 @@ sys.modules[__name__].__class__ = _Package
 
 @finite_answers("predict")
 def predict(workload: Any, cluster: "str | Path | System",
-            config: "Config | ParallelPlan | dict | str | Path", *,
-            input_shape: Any = None, loss: "str | None" = None) -> "Prediction":
+            config: "Config | ParallelPlan | dict | str | Path", *extra: Any,
+            input_shape: Any = None, loss: "str | None" = None,
+            **unknown: Any) -> "Prediction":
     """Predict step time, throughput and epoch time of `config` for `workload` on `cluster`:
     Adam's flags (a Config or their mapping), or a Megatron-style plan (a ParallelPlan or a
     mapping of tp, pp, dp, micro_batch, global_batch, ...), or a YAML path of either.
     `workload` may be a PyTorch model (an nn.Module or a factory) with `input_shape`.
 
     Every input is validated as if it came from YAML (objects too): raises
-    dnnscale.errors.InputError (naming the field) for invalid inputs.
+    dnnscale.errors.InputError (naming the field) for invalid inputs, also for an argument
+    predict does not have (never a TypeError).
     """
+    if extra:
+        raise InputError("predict", f"takes 3 positional arguments (workload, cluster, config), "
+                         f"got {3 + len(extra)}")
+    for key in unknown:
+        raise InputError(str(key), "unknown argument of dnnscale.predict (known: workload, "
+                         "cluster, config, input_shape, loss)")
     from dnnscale.boundary import check_prediction
     from dnnscale.system import load_system
     from dnnscale.model.predict import predict as predict_any

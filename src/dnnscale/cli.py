@@ -198,7 +198,7 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
     from dnnscale.boundary import check_prediction, finite_answers
     from dnnscale.model.predict import predict as predict_any
     from dnnscale.plan import check_plan
-    from dnnscale.plan.flags import plan_from_options
+    from dnnscale.plan.flags import as_typed, plan_from_options, typed_flags
     from dnnscale.system import load_system
     from dnnscale.workload.source import resolve_workload
 
@@ -207,16 +207,19 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
 
         check_output_path(html, "--html")
 
-    plan = plan_from_options(
-        config, dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards, sync=sync,
-                     minibatch=minibatch, push_every=push_every, pull_every=pull_every,
-                     fc_protocol=fc_protocol, overlap=overlap),
-        dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
-             schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
-             precision=precision, sequence_parallel=sequence_parallel, overlap_dp=overlap_dp))
-    w = resolve_workload(workload, input_shape, field="--workload")
-    c = load_system(cluster)
-    check_plan(plan, w, c)
+    gpu_flags = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
+                     schedule=schedule, virtual_stages=virtual_stages, zero=zero,
+                     recompute=recompute, precision=precision,
+                     sequence_parallel=sequence_parallel, overlap_dp=overlap_dp)
+    with as_typed(typed_flags(gpu_flags)):  # plan.global_batch -> --global-batch, as typed
+        plan = plan_from_options(
+            config, dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards,
+                         sync=sync, minibatch=minibatch, push_every=push_every,
+                         pull_every=pull_every, fc_protocol=fc_protocol, overlap=overlap),
+            gpu_flags)
+        w = resolve_workload(workload, input_shape, field="--workload")
+        c = load_system(cluster)
+        check_plan(plan, w, c)
     prediction = check_prediction(finite_answers("predict")(predict_any)(
         w, c, plan, per_layer=layers or html is not None))
     if html is not None:

@@ -134,7 +134,13 @@ def register(app: typer.Typer) -> None:
                                 objective=objective, pareto=pareto or None,
                                 price_per_device_hour=price)
 
-        result = search(modes, top)
+        from dnnscale.plan.flags import as_typed, typed_flags
+
+        gpu_flags = dict(global_batch=global_batch, tp=tp, pp=pp, micro_batch=micro_batch,
+                         zero=zero, recompute=recompute, schedule=schedule, precision=precision)
+        gpu_flags["schedules"] = schedule  # the API's name of --schedule's choices
+        with as_typed(typed_flags(gpu_flags, "", {"schedules": "--schedule"})):  # (--pp, ...)
+            result = search(modes, top)
         if result.space is SpaceKind.GPU:
             print_gpu_result(result, w, tokens, plot, as_json, silent)
             _write_outputs(result, w, c, html, csv, None, silent)

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from dnnscale.boundary import check_prediction, finite_answers
-from dnnscale.errors import InputError, require_positive
+from dnnscale.boundary import check_prediction, finite_answers, require_bool
+from dnnscale.errors import InputError, require_int, require_positive, short_repr
 from dnnscale.optimize.result import OptimizeResult
 from dnnscale.plan.config import Config
 from dnnscale.system import System, load_system
@@ -33,12 +33,44 @@ def is_gpu_space(workload: Workload, system: System) -> bool:
     return workload.transformer is not None and system.machine.is_accelerator
 
 
-def _strings(values: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    """'none,full' or ['none', 'full'] -> ('none', 'full'); None stays None."""
+def _strings(values: str | Sequence[str] | None,
+             field: str) -> tuple[str, ...] | None:
+    """'none,full' or ['none', 'full'] -> ('none', 'full'); None stays None; anything but
+    text or a list of text is an InputError naming `field`."""
     if values is None:
         return None
-    items = values.split(",") if isinstance(values, str) else list(values)
+    if isinstance(values, str):
+        items: list[object] = list(values.split(","))
+    elif isinstance(values, (list, tuple)):
+        items = list(values)
+    else:
+        raise InputError(field, f"must be names, comma-separated or a list, got "
+                         f"{short_repr(values)}")
+    for item in items:
+        if not isinstance(item, str):
+            raise InputError(field, f"must be names, got {short_repr(item)}")
     return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def _counts(values: int | Iterable[int] | None, field: str) -> int | tuple[int, ...] | None:
+    """One integer or a list of them (checked one by one where the space is built); text, a
+    mapping or a set of anything else is an InputError naming `field`."""
+    if values is None or isinstance(values, int):
+        return values
+    if not isinstance(values, (list, tuple, range, set, frozenset)):
+        raise InputError(field, f"must be an integer or a list of integers, got "
+                         f"{short_repr(values)}")
+    return tuple(values)
+
+
+def _optional_bool(field: str, value: object) -> bool | None:
+    return None if value is None else require_bool(field, value)
+
+
+def _optional_name(field: str, value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise InputError(field, f"must be a name, got {short_repr(value)}")
+    return value
 
 
 def _refuse(given: dict[str, object], space: str) -> None:
@@ -85,9 +117,22 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     have, or a budget too small for any feasible plan.
     """
     w, c = load_workload(workload), load_system(cluster)
+    require_int("top", top)
+    require_bool("curve", curve)
+    require_bool("choose_overlap", choose_overlap)
+    method = _optional_name("method", method) or "fast"
+    sequence_parallel = _optional_bool("sequence_parallel", sequence_parallel)
+    overlap_dp = _optional_bool("overlap_dp", overlap_dp)
+    pareto = _optional_bool("pareto", pareto)
+    precision, objective = (_optional_name("precision", precision),
+                            _optional_name("objective", objective))
+    tp, pp, micro_batch, zero = (_counts(tp, "tp"), _counts(pp, "pp"),
+                                 _counts(micro_batch, "micro_batch"), _counts(zero, "zero"))
     if gpus is not None and machines is not None and gpus != machines:
         raise InputError("gpus", f"{gpus} but machines={machines}: give one budget")
     budget = machines if machines is not None else gpus
+    if budget is not None:
+        require_int("machines" if machines is not None else "gpus", budget)
     if not is_gpu_space(w, c):
         _refuse({"gpus": gpus, "global_batch": global_batch, "tp": tp, "pp": pp,
                  "micro_batch": micro_batch, "zero": zero, "recompute": recompute,
@@ -114,8 +159,9 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                                                               price_per_device_hour))
     space = make_modern_space(w, c, global_batch, tensor=tp, pipeline=pp,
                               micro_batch=micro_batch, zero=zero,
-                              recompute=_strings(recompute), schedules=_strings(schedules),
-                              precision=precision or "bf16",
+                              recompute=_strings(recompute, "recompute"),
+                              schedules=_strings(schedules, "schedules"),
+                              precision="bf16" if precision is None else precision,
                               sequence_parallel=sequence_parallel,
                               overlap_dp=bool(overlap_dp))
     result = optimize_modern(w, c, space, gpus=budget, top=top, objective=objective or "time",

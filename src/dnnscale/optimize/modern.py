@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from dnnscale.errors import InputError, require_int
+from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.model.compose import StepContext, throughput
 from dnnscale.model.predict import accelerator_memory_parts, predict_plan
 from dnnscale.model.prediction import Prediction
@@ -36,10 +36,13 @@ from dnnscale.model.schedule import pipeline_time_s, stage_layers
 from dnnscale.model.stage import (PipelineLayout, StageCosts, StageTemplate, pipeline_layout,
                                   stage_template, stages_from_template)
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
+from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
 from dnnscale.plan.plan import (RECOMPUTE, SCHEDULES, Batch, Collective, DataParallel,
                                 MemoryPolicy, ParallelPlan, Pipeline, TensorSplit)
-from dnnscale.plan.rules import (Violation, batch_violation, pipeline_divides_layers,
+from dnnscale.plan.rules import (Violation, batch_divides, batch_violation,
+                                 global_batch_within_epoch,
+                                 pipeline_divides_layers,
                                  precision_on_device, require, schedule_violation,
                                  sequence_parallel_splits, tensor_divides_heads)
 from dnnscale.system.system import System
@@ -109,6 +112,8 @@ def _choices(values: Iterable[int] | int | None, default: Sequence[int], field_n
     items = [values] if isinstance(values, int) else list(values)
     if not items:
         raise InputError(field_name, "must list at least one value")
+    if len(items) > MAX_CHOICES:
+        raise InputError(field_name, f"lists {len(items):,} values; the limit is {MAX_CHOICES}")
     return tuple(sorted({require_int(field_name, v, minimum=minimum) for v in items}))
 
 
@@ -139,6 +144,7 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
         raise InputError("workload", f"{workload.name} is not a transformer: the GPU-plan search "
                          "needs one (a zoo name like gpt3-175b, gpt:..., or hf:config.json)")
     global_batch = require_int("global_batch", global_batch)
+    require(global_batch_within_epoch(global_batch, workload), "")  # before any search
     per_node = system.devices_per_node
     tp_default = [t for t in _divisors(per_node) if tensor_divides_heads(t, shape) is None]
     tp = _choices(tensor, tp_default, "tp")
@@ -147,23 +153,39 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     _rejected(pp, lambda p: pipeline_divides_layers(p, 1, shape.layers))
     mb = _choices(micro_batch, [b for b in DEFAULT_MICRO_BATCHES if global_batch % b == 0],
                   "micro_batch")
+    for b in mb:  # a micro-batch that does not divide B is in no plan
+        violation = batch_divides(global_batch, 1, b)
+        if violation is not None:
+            raise InputError("micro_batch", f"{b} can be in no plan: {violation.message}")
     zeros = _choices(zero, (0, 1, 2, 3), "zero", minimum=0)
     if any(z > 3 for z in zeros):
         raise InputError("zero", "stages are 0-3")
     rec = tuple(recompute) if recompute is not None else RECOMPUTE
     for value in rec:
         if value not in RECOMPUTE:
-            raise InputError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got {value!r}")
+            raise InputError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got "
+                             f"{short_repr(value)}")
     sched = tuple(schedules) if schedules is not None else ("1f1b", "interleaved")
     for value in sched:
         if value not in SCHEDULES:
-            raise InputError("schedule", f"must be one of {', '.join(SCHEDULES)}, got {value!r}")
+            raise InputError("schedules", f"must be one of {', '.join(SCHEDULES)}, got "
+                             f"{short_repr(value)}")
     if precision not in PRECISION_PRESETS:
         raise InputError("precision", f"must be one of {', '.join(PRECISION_PRESETS)}")
     require(precision_on_device(precision, system), "")
     sp = (False, True) if sequence_parallel is None else (sequence_parallel,)
-    return ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
-                       precision, overlap_dp)
+    space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
+                        precision, overlap_dp)
+    if not groups_of(space, workload):  # every combination the user left open breaks a rule
+        for p_, schedule, zero_ in itertools.product(pp, sched, zeros):
+            for v in ((1,) if schedule != "interleaved" else DEFAULT_VIRTUAL_STAGES):
+                violation = schedule_violation(p_, schedule, v, zero_, shape.layers)
+                if violation is not None:
+                    field = "schedules" if violation.field in ("schedule", "virtual_stages") \
+                        else violation.field
+                    raise InputError(field, f"no plan of the search passes the rules, e.g. "
+                                     f"{violation.message}")
+    return space
 
 
 def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:

@@ -16,7 +16,8 @@ from dnnscale.optimize.feasibility import (Infeasible, min_ps_shards, ranges, to
                                            worker_fits)
 from dnnscale.optimize.space import Group, SearchSpace, make_space
 from dnnscale.plan.config import Config, validate_config
-from dnnscale.plan.rules import max_partitions, minibatch_within_epoch, require
+from dnnscale.plan.rules import (max_partitions, minibatch_within_epoch,
+                                 parameter_server_on_device, require)
 from dnnscale.system import System, load_system
 from dnnscale.system.load import MAX_MACHINES
 from dnnscale.units import format_si
@@ -94,6 +95,13 @@ def prepare(workload: str | Path | Workload, cluster: str | Path | System,
                        None if base is None else validate_config(base, "base"), fc_protocols,
                        choose_overlap)
     infeasible: list[Infeasible] = []
+    ps_modes = tuple(mode for mode in space.modes if mode != "allreduce")
+    refused = parameter_server_on_device(bool(ps_modes), c, "modes")
+    if refused is not None:  # the rules refuse a PS on accelerators: the search leaves it out
+        if len(ps_modes) == len(space.modes):
+            require(refused, "")
+        space = dataclasses.replace(space, modes=("allreduce",))
+        infeasible.append(Infeasible(", ".join(ps_modes), refused.message))
     too_large = [n for n in space.minibatches if minibatch_within_epoch(n, w) is not None]
     if too_large:  # a global step may not train on more samples than the epoch has
         if len(too_large) == len(space.minibatches):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from dnnscale.plan.config import SYNC_MODES, Config
 from dnnscale.plan.rules import protocol_needs_ps
-from dnnscale.errors import InputError, require_int
+from dnnscale.errors import InputError, require_int, short_repr
 
 DEFAULT_MINIBATCH = 32
 """n when the user does not let it vary: the Config default (Project Adam's workers ran small
@@ -137,6 +137,9 @@ def parse_int_list(text: str | None, field: str, minimum: int = 1) -> tuple[int,
 def _named_choices(text: str | Sequence[str], known: Sequence[str], field: str,
                    what: str) -> tuple[str, ...]:
     """'a,b' (or a sequence) -> the named choices among `known`, in `known`'s order."""
+    if not isinstance(text, (str, list, tuple)):
+        raise InputError(field, f"must be names, comma-separated or a list, got "
+                         f"{short_repr(text)}")
     items = [m.strip() for m in text.split(",")] if isinstance(text, str) else [str(m) for m in text]
     items = [m for m in items if m]
     if not items:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from dnnscale.boundary import require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.plan.plan import (FC_PROTOCOLS, OPTIMIZERS, Batch, Collective, DataParallel,
                                 ParallelPlan, ParameterServer, TensorSplit)
@@ -81,8 +82,7 @@ class Config:
 
 def config_from_dict(data: dict[str, Any], where: str = "config") -> Config:
     """Validate a mapping (YAML or flags) into a Config; errors name the field."""
-    if not isinstance(data, dict):
-        raise InputError(where, f"must be a mapping of fields, got {type(data).__name__}")
+    require_mapping(data, where)
     known = {f.name for f in fields(Config)}
     unknown = sorted(str(key) for key in set(data) - known)
     if unknown:

@@ -6,6 +6,8 @@ the same way without importing `dnnscale.cli` (layering: plan < ... < cli)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +40,25 @@ def plan_from_options(config_file: Path | None, adam: dict[str, Any],
                              "give either those or the GPU plan's (--tp, --pp, --dp, ...)")
         return modern_plan_from_dict({**data, **given_modern})
     return config_from_options(config_file, **given_adam)
+
+
+def typed_flags(values: Mapping[str, object], prefix: str = "plan",
+                flags: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Error field -> the flag the user typed, for the `values` given (not None): `tp` ->
+    ``{prefix}.tp`` -> ``--tp`` (`flags` names a flag whose name is not the field's)."""
+    named = dict(flags or {})
+    return {(f"{prefix}.{key}" if prefix else key):
+            named.get(key, "--" + key.replace("_", "-"))
+            for key, value in values.items() if value is not None}
+
+
+@contextmanager
+def as_typed(fields: Mapping[str, str]) -> Iterator[None]:
+    """An InputError naming one of `fields` (typed_flags) names the flag the user typed
+    instead (`plan.global_batch` -> `--global-batch`); any other passes unchanged."""
+    try:
+        yield
+    except InputError as exc:
+        if exc.field in fields:
+            raise InputError(fields[exc.field], exc.problem) from None
+        raise

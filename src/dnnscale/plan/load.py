@@ -8,7 +8,7 @@ from typing import Any
 
 from dnnscale.errors import InputError
 from dnnscale.plan.config import Config, config_from_dict, validate_config
-from dnnscale.plan.modern import is_modern, modern_plan_from_dict, modern_plan_to_dict
+from dnnscale.plan.modern import check_parallel_plan, is_modern, modern_plan_from_dict
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.yamlio import load_yaml_file
 
@@ -30,10 +30,7 @@ def load_plan(source: "str | Path | Config | ParallelPlan | dict[str, Any]") -> 
     ParallelPlan with Megatron's rules, or a mapping/YAML of plan/modern.py's fields), each
     re-validated; Adam's stay a Config so that they report under their own flags."""
     if isinstance(source, ParallelPlan):
-        if source.tensor.rules != "megatron":
-            raise InputError("plan", "give Project Adam's plans as a Config (its flags build "
-                             "the plan)")
-        return modern_plan_from_dict(modern_plan_to_dict(source))
+        return check_parallel_plan(source)
     if isinstance(source, (str, Path)) and not isinstance(source, Config):
         data = load_yaml_file(Path(source), "config")
         return modern_plan_from_dict(data) if is_modern(data) else config_from_dict(data)

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from dnnscale.boundary import require_bool, require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
-from dnnscale.plan.plan import (RECOMPUTE, SCHEDULES, Batch, Collective, DataParallel,
-                                MemoryPolicy, ParallelPlan, Pipeline, Precision, TensorSplit)
-from dnnscale.plan.rules import (batch_divides, interleaved_micro_batches, require,
-                                 schedule_virtual_stages, zero_with_pipeline)
+from dnnscale.plan.plan import (ALGORITHMS, OPTIMIZERS, RECOMPUTE, SCHEDULES, Batch, Collective,
+                                DataParallel, MemoryPolicy, ParallelPlan, ParameterServer,
+                                Pipeline, Precision, TensorSplit)
+from dnnscale.plan.rules import (batch_divides, interleaved_micro_batches, megatron_aggregation,
+                                 require, schedule_virtual_stages, zero_with_pipeline)
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
@@ -46,28 +48,49 @@ MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "v
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
                  "grad_bytes")
 MAX_DEGREE = 1 << 20
+"""The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
+MAX_VIRTUAL_STAGES = 1024
+
+
+GRAD_BYTES = (1, 2, 4)
+"""Bytes per value a plan may store or send (fp8/int8, 16-bit, fp32)."""
 
 
 def is_modern(data: dict[str, Any]) -> bool:
-    """Whether a plan mapping uses the Megatron-style fields (rather than Adam's)."""
-    return any(key in data for key in ("tp", "pp", "dp", "micro_batch", "global_batch",
-                                       "schedule", "zero", "recompute", "precision"))
+    """Whether a plan mapping uses the Megatron-style fields (rather than Adam's; the two sets
+    of names are disjoint, so any one of MODERN_FIELDS decides)."""
+    return any(key in data for key in MODERN_FIELDS)
+
+
+def _one_of(field: str, value: object, allowed: tuple[str, ...]) -> str:
+    """`value` if it is one of the names `allowed` (a list or mapping is not a name)."""
+    if not isinstance(value, str) or value not in allowed:
+        raise InputError(field, f"must be one of {', '.join(allowed)}, got {short_repr(value)}")
+    return value
 
 
 def _choice(data: dict[str, Any], key: str, allowed: tuple[str, ...], default: str,
             where: str) -> str:
-    value = data.get(key, default)
-    if value not in allowed:
-        raise InputError(f"{where}.{key}", f"must be one of {', '.join(allowed)}, got "
-                         f"{short_repr(value)}")
-    return str(value)
+    return _one_of(f"{where}.{key}", data.get(key, default), allowed)
 
 
 def _flag(data: dict[str, Any], key: str, where: str) -> bool:
-    value = data.get(key, False)
-    if not isinstance(value, bool):
-        raise InputError(f"{where}.{key}", f"must be true or false, got {short_repr(value)}")
-    return value
+    return require_bool(f"{where}.{key}", data.get(key, False))
+
+
+def _plan_rules(plan: ParallelPlan, where: str) -> ParallelPlan:
+    """The rules a plan obeys with no workload or system (plan/rules.py), for plans from a
+    mapping and from objects alike: the schedule's virtual stages, the interleaved schedule's
+    micro-batches, ZeRO with a pipeline, a collective's aggregation."""
+    pp = plan.pipeline.stages
+    require(schedule_virtual_stages(plan.pipeline.schedule, pp, plan.pipeline.virtual_stages),
+            where)
+    require(interleaved_micro_batches(plan.pipeline.schedule, plan.batch.accumulation, pp), where)
+    aggregation = plan.data.aggregation
+    require(megatron_aggregation(isinstance(aggregation, ParameterServer)), where)
+    zero = aggregation.zero_stage if isinstance(aggregation, Collective) else 0
+    require(zero_with_pipeline(zero, pp), where)
+    return plan
 
 
 def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> ParallelPlan:
@@ -77,7 +100,7 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
     global_batch defaults to dp × micro_batch (one micro-batch per step); it must be a multiple
     of dp × micro_batch.
     """
-    unknown = sorted(set(data) - set(MODERN_FIELDS))
+    unknown = sorted(set(require_mapping(data, where)) - set(MODERN_FIELDS))
     if unknown:
         raise InputError(f"{where}.{unknown[0]}", f"unknown field (known: "
                          f"{', '.join(MODERN_FIELDS)})")
@@ -91,27 +114,86 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
     micro_batches = global_batch // (dp * micro)
     schedule = _choice(values, "schedule", SCHEDULES, "1f1b", where)
     virtual = require_int(f"{where}.virtual_stages", values.get("virtual_stages", 1),
-                          maximum=1024)
-    require(schedule_virtual_stages(schedule, pp, virtual), where)
-    require(interleaved_micro_batches(schedule, micro_batches, pp), where)
+                          maximum=MAX_VIRTUAL_STAGES)
     zero = require_int(f"{where}.zero", values.get("zero", 0), minimum=0, maximum=3)
-    require(zero_with_pipeline(zero, pp), where)
     recompute = _choice(values, "recompute", RECOMPUTE, "none", where)
     precision = PRECISION_PRESETS[_choice(values, "precision", tuple(PRECISION_PRESETS), "bf16",
                                           where)]
     if "grad_bytes" in values:
-        grad = require_int(f"{where}.grad_bytes", values["grad_bytes"], maximum=8)
-        if grad not in (1, 2, 4):
-            raise InputError(f"{where}.grad_bytes", f"must be 1, 2 or 4, got {grad}")
+        grad = _value_bytes(f"{where}.grad_bytes", values["grad_bytes"])
         precision = Precision(precision.compute, precision.param_bytes, grad,
                               precision.optimizer_state_bytes, precision.activation_bytes,
                               precision.master_weights)
-    return ParallelPlan(
+    return _plan_rules(ParallelPlan(
         tensor=TensorSplit(tp, "megatron", _flag(values, "sequence_parallel", where)),
         pipeline=Pipeline(pp, schedule, virtual),
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where))),
         batch=Batch(micro, micro_batches), memory=MemoryPolicy(recompute), precision=precision,
-        optimizer="adam")
+        optimizer="adam"), where)
+
+
+def _value_bytes(field: str, value: object) -> int:
+    """Bytes per value: 1, 2 or 4."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in GRAD_BYTES:
+        raise InputError(field, f"must be 1, 2 or 4, got {short_repr(value)}")
+    return value
+
+
+_PARTS = (("tensor", TensorSplit), ("pipeline", Pipeline), ("data", DataParallel),
+          ("batch", Batch), ("memory", MemoryPolicy), ("precision", Precision))
+
+
+def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
+    """Validate a ParallelPlan object (a Python caller's) field by field, by the rules its
+    mapping obeys, and return it as it is: every field it has is priced as given (its
+    optimizer, collective algorithm, bytes per value), none replaced by a default. Fields
+    with a mapping name are named by it (`plan.tp`, `plan.global_batch`), the rest by their
+    path (`plan.data.aggregation`, `plan.batch.accumulation`). Project Adam's plans (its
+    split rules, a parameter server) are given as a Config."""
+    if not isinstance(plan, ParallelPlan):
+        raise InputError(where, f"must be a ParallelPlan, got {type(plan).__name__}")
+    for name, kind in _PARTS:
+        part = getattr(plan, name)
+        if not isinstance(part, kind):
+            raise InputError(f"{where}.{name}", f"must be a {kind.__name__}, got "
+                             f"{short_repr(part)}")
+    if plan.tensor.rules != "megatron":
+        raise InputError(f"{where}.tensor.rules", "give Project Adam's plans as a Config (its "
+                         "flags build the plan); a ParallelPlan's tensor split has rules "
+                         "'megatron'")
+    require_int(f"{where}.tp", plan.tensor.degree, maximum=MAX_DEGREE)
+    require_bool(f"{where}.sequence_parallel", plan.tensor.sequence_parallel)
+    require_int(f"{where}.pp", plan.pipeline.stages, maximum=MAX_DEGREE)
+    _one_of(f"{where}.schedule", plan.pipeline.schedule, SCHEDULES)
+    require_int(f"{where}.virtual_stages", plan.pipeline.virtual_stages,
+                maximum=MAX_VIRTUAL_STAGES)
+    require_int(f"{where}.dp", plan.data.replicas, maximum=MAX_DEGREE)
+    aggregation = plan.data.aggregation
+    if isinstance(aggregation, Collective):
+        _one_of(f"{where}.data.aggregation.algorithm", aggregation.algorithm, ALGORITHMS)
+        require_int(f"{where}.zero", aggregation.zero_stage, minimum=0, maximum=3)
+        require_bool(f"{where}.overlap_dp", aggregation.overlap)
+    elif not isinstance(aggregation, ParameterServer):
+        raise InputError(f"{where}.data.aggregation", f"must be a Collective, got "
+                         f"{short_repr(aggregation)}")
+    require_int(f"{where}.micro_batch", plan.batch.micro_batch)
+    require_int(f"{where}.batch.accumulation", plan.batch.accumulation)
+    require_int(f"{where}.global_batch", plan.samples_per_step)
+    _one_of(f"{where}.recompute", plan.memory.recompute, RECOMPUTE)
+    precision = plan.precision
+    _one_of(f"{where}.precision", precision.compute, tuple(PRECISION_PRESETS))
+    for name in ("param_bytes", "grad_bytes", "optimizer_state_bytes", "activation_bytes"):
+        if getattr(precision, name) is not None:
+            _value_bytes(f"{where}.precision.{name}", getattr(precision, name))
+    require_bool(f"{where}.precision.master_weights", precision.master_weights)
+    _one_of(f"{where}.optimizer", plan.optimizer, tuple(OPTIMIZERS))
+    require_bool(f"{where}.overlap", plan.overlap)
+    fraction = plan.epoch_fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
+            or not 0 < fraction <= 1:
+        raise InputError(f"{where}.epoch_fraction", f"must be in (0, 1], got "
+                         f"{short_repr(fraction)}")
+    return _plan_rules(plan, where)
 
 
 def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:

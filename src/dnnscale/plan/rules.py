@@ -161,6 +161,39 @@ def devices_within_system(tp: int, pp: int, dp: int, system: System) -> Violatio
     return None
 
 
+def global_batch_within_epoch(global_batch: int, workload: Workload) -> Violation | None:
+    """The global batch B (samples per step, all replicas together) is at most the samples of
+    one epoch: a larger B would make an epoch shorter than one step (the epoch time is
+    N_samples / X, a step B / X)."""
+    if global_batch > workload.samples_per_epoch:
+        return Violation("global_batch", f"{global_batch:,} samples per step is more than the "
+                         f"{workload.samples_per_epoch:,} samples of one epoch of "
+                         f"{workload.name}")
+    return None
+
+
+def parameter_server_on_device(uses_ps: bool, system: System,
+                               field: str = "data.aggregation") -> Violation | None:
+    """A parameter server is priced on CPU machines only (Project Adam's model: its update
+    rate and network); on accelerators the model prices collectives, so a PS plan there is
+    refused rather than priced as something it is not."""
+    if uses_ps and system.machine.is_accelerator:
+        return Violation(field, f"a parameter server is not priced on accelerators "
+                         f"({system.machine.name} in {system.name!r}); aggregate by a "
+                         f"collective (all-reduce or ZeRO) instead")
+    return None
+
+
+def megatron_aggregation(uses_ps: bool) -> Violation | None:
+    """A Megatron-style plan's replicas meet in a collective (all-reduce, ZeRO): the GPU model
+    prices no parameter server for them (Project Adam's PS plans are its flags, a Config)."""
+    if uses_ps:
+        return Violation("data.aggregation", "a Megatron-style plan aggregates by a Collective "
+                         "(all-reduce or ZeRO); a parameter server is priced for Project "
+                         "Adam's plans only (give those as a Config)")
+    return None
+
+
 def sequence_parallel_splits(sequence_parallel: bool, tp: int) -> bool:
     """Whether sequence parallelism changes anything: it splits norms and dropout over the
     tensor group, so with tp = 1 it is the plan without it (Megatron-LM turns it off there;
@@ -195,9 +228,12 @@ def check_plan_shape(plan: ParallelPlan, shape: TransformerShape) -> None:
 
 def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) -> None:
     """A Megatron-style plan against the workload and the system: devices, head and layer
-    divisibility, the device's precision."""
+    divisibility, a global batch within one epoch, aggregation the model prices on this
+    system, the device's precision."""
     require(devices_within_system(plan.tensor.degree, plan.pipeline.stages, plan.data.replicas,
                                   system))
+    require(global_batch_within_epoch(plan.samples_per_step, workload))
+    require(parameter_server_on_device(plan.data.uses_ps, system))
     shape = workload.transformer
     if shape is not None:
         check_plan_shape(plan, shape)
@@ -273,6 +309,7 @@ def check_config(config: AdamFlags, workload: Workload, system: System) -> None:
     """Adam's flags against the workload and the system: a global step within one epoch,
     machines, and P within the narrowest weighted layer's widest split."""
     require(minibatch_within_epoch(config.minibatch, workload), "config")
+    require(parameter_server_on_device(config.uses_ps, system, "sync"), "config")
     if config.replicas > max_replicas(workload, config.minibatch):
         raise InputError("config.replicas", f"R·n = {config.replicas}·{config.minibatch} = "
                          f"{config.replicas * config.minibatch} samples per global step is more "

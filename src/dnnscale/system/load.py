@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from dnnscale.boundary import require_bool
 from dnnscale.errors import (InputError, require_int, require_nonnegative, require_positive,
                              short_repr)
 from dnnscale.system.curve import RateCurve
@@ -236,12 +237,20 @@ def system_from_dict(data: dict[str, Any], source: str = "") -> System:
                          f"of {machines} machines")
     info = (ProfileInfo(str(data["profile"]), profile.date, dict(profile.machine))
             if profile is not None else None)
-    return System(name=str(data.get("name", "cluster")), machines=machines, machine=machine,
+    return System(name=_text(data, "name", "cluster"), machines=machines, machine=machine,
                   network=network, ps_machine=ps_machine, ps_network=ps_network,
                   ps_machines=ps_machines, overlap_gamma=gamma, straggler_spread=spread,
-                  calibrated=bool(data.get("calibrated", False)),
-                  description=str(data.get("description", "")), profile_source=source,
+                  calibrated=require_bool("cluster.calibrated", data.get("calibrated", False)),
+                  description=_text(data, "description"), profile_source=source,
                   profile=info)
+
+
+def _text(data: dict[str, Any], key: str, default: str = "") -> str:
+    """cluster.<key>: text (a YAML number is taken as its digits; a list or mapping is not)."""
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(f"cluster.{key}", f"must be text, got {short_repr(value)}")
+    return str(value)
 
 
 def _straggler_spread(value: Any) -> float:
@@ -271,7 +280,7 @@ def check_system(system: System) -> System:
                          f"of {machines} machines")
     for where, machine in (("cluster.machine", system.machine),
                            ("cluster.ps_machine", system.ps_machine)):
-        if machine is None:
+        if machine is None and where == "cluster.ps_machine":
             continue
         if not isinstance(machine, Device):
             raise InputError(where, f"must be a Device, got {type(machine).__name__}")
@@ -283,22 +292,70 @@ def check_system(system: System) -> System:
             require_positive(f"{where}.update_time_per_param", machine.update_s_per_param)
         if "default" not in machine.flops_per_s_per_core:
             raise InputError(f"{where}.flops_per_core.default", "missing")
+        _check_curves(machine.flops_per_s_per_core, f"{where}.flops_per_core")
+        if machine.is_accelerator:
+            _check_accelerator(machine, where)
     for where, network in (("cluster.network", system.network),
                            ("cluster.ps_network", system.ps_network),
                            ("cluster.intra_node", system.intra_node)):
-        if network is None:
+        if network is None and where != "cluster.network":
             continue
         if not isinstance(network, LinkTier):
             raise InputError(where, f"must be a LinkTier, got {type(network).__name__}")
         require_positive(f"{where}.bandwidth", network.bandwidth_bytes_per_s)
         require_nonnegative(f"{where}.latency", network.latency_s)
     require_int("cluster.devices_per_node", system.devices_per_node)
+    require_nonnegative("cluster.collective_call_s", system.collective_call_s)
+    if system.price_per_device_hour is not None:
+        require_positive("cluster.price_per_device_hour", system.price_per_device_hour)
+    for name in ("calibrated", "ps_pull_convoy"):
+        require_bool(f"cluster.{name}", getattr(system, name))
+    for name in ("name", "description", "collective_library"):
+        if not isinstance(getattr(system, name), str):
+            raise InputError(f"cluster.{name}", f"must be text, got "
+                             f"{short_repr(getattr(system, name))}")
     gamma = system.overlap_gamma
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not gamma >= 1:
         raise InputError("cluster.overlap_gamma", f"must be a number >= 1 or inf, got "
                          f"{short_repr(gamma)}")
     _straggler_spread(system.straggler_spread)
     return system
+
+
+def _check_curves(curves: object, where: str) -> None:
+    """A mapping of names to RateCurves whose rates are finite and > 0."""
+    if not isinstance(curves, dict):
+        raise InputError(where, f"must be a mapping of rate curves, got {short_repr(curves)}")
+    for key, curve in curves.items():
+        _check_curve(curve, f"{where}.{key}")
+
+
+def _check_curve(curve: object, where: str) -> None:
+    if not isinstance(curve, RateCurve):
+        raise InputError(where, f"must be a RateCurve, got {short_repr(curve)}")
+    for rate in curve.rates:
+        require_positive(where, rate)
+
+
+def _check_accelerator(machine: Device, where: str) -> None:
+    """An accelerator's peaks (FLOP/s per precision, finite and > 0), achieved efficiencies
+    (fractions of peak in (0, 1]) and launch costs (seconds >= 0)."""
+    peaks = machine.peak_flops_per_s
+    if not isinstance(peaks, dict) or not peaks:
+        raise InputError(f"{where}.peak_flops", "an accelerator needs its peak FLOP/s per "
+                         "precision")
+    for precision, peak in peaks.items():
+        require_positive(f"{where}.peak_flops.{precision}", peak)
+    curves = dict(machine.efficiency)
+    if machine.memory_efficiency is not None:
+        curves["memory"] = machine.memory_efficiency
+    _check_curves(curves, f"{where}.efficiency")
+    for key, curve in curves.items():
+        if any(rate > 1 for rate in curve.rates):
+            raise InputError(f"{where}.efficiency.{key}", f"a fraction of peak is at most 1, "
+                             f"got {max(curve.rates)!r}")
+    for name in ("launch_s", "launch_contention", "pipeline_step_s"):
+        require_nonnegative(f"{where}.{name}", getattr(machine, name))
 
 
 def load_system(source: "str | Path | System") -> System:

@@ -13,7 +13,11 @@ model_type, which gives the rest:
     bert             post-norm LayerNorm, GeLU, learned positions + type_vocab_size token types,
                      biases, bidirectional, tied
 
-A bad file raises `InputError` naming ``hf_config.<key>`` (or the file).
+Every key read is type-checked (counts are integers in [1, MAX_COUNT], never true/false, 2.0 or
+"2"; flags real booleans; dropouts numbers in [0, 1); model_type a known name), also an alias
+that a first key hides. A bad file raises `InputError` naming ``hf_config.<key>`` (or the
+file). Keys not read (rope_scaling, torch_dtype, text_config, ...) are not checked: they do not
+change the cost.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dnnscale.errors import InputError, short_repr
+from dnnscale.errors import MAX_COUNT, InputError, short_repr
 from dnnscale.workload.transformer import DEFAULT_SAMPLES_PER_EPOCH, transformer_workload
 from dnnscale.workload.transformer_zoo import parse_options
 from dnnscale.workload.workload import Workload
@@ -48,15 +52,22 @@ def _field(key: str) -> str:
     return f"hf_config.{key}"
 
 
+def _count(key: str, value: object, minimum: int = 1) -> int:
+    """hf_config.<key>: an integer in [minimum, MAX_COUNT] (true/false, 2.0, "2", a list or a
+    mapping are not)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+        raise InputError(_field(key), f"must be an integer in [{minimum}, {MAX_COUNT:,}], got "
+                         f"{short_repr(value)}")
+    return value
+
+
 def _integer(config: dict[str, Any], keys: tuple[str, ...], default: int | None = None) -> int:
-    """The first of `keys` present (a positive integer), else `default`; errors name it."""
-    for key in keys:
-        value = config.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(_field(key), f"must be a positive integer, got {short_repr(value)}")
-        return value
+    """The first of `keys` present (a positive integer), else `default`; every one present is
+    checked (an alias the first hides is still part of the file); errors name it. null counts
+    as absent (Hugging Face writes n_inner: null for 'the default')."""
+    found = [_count(key, config[key]) for key in keys if config.get(key) is not None]
+    if found:
+        return found[0]
     if default is None:
         raise InputError(_field(keys[0]), "missing" + (f" (nor {', '.join(keys[1:])})"
                                                        if keys[1:] else ""))
@@ -103,11 +114,11 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
     model_type = config.get("model_type")
     if model_type is None:
         raise InputError(_field("model_type"), f"missing (known: {', '.join(FAMILIES)})")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise InputError(_field("model_type"), f"{short_repr(model_type)} is not supported (known: "
                          f"{', '.join(FAMILIES)})")
     for key in _MOE_KEYS:
-        if config.get(key):
+        if config.get(key) is not None and _count(key, config[key], minimum=0) > 0:
             raise InputError(_field(key), "mixture-of-experts models are not supported")
     family = dict(FAMILIES[model_type])
     hidden = _integer(config, ("hidden_size", "n_embd"))
@@ -116,7 +127,7 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
         raise InputError(_field("num_attention_heads"), f"{heads} heads do not divide the "
                          f"hidden size {hidden}")
     head_dim = config.get("head_dim")
-    if head_dim is not None and head_dim != hidden // heads:
+    if head_dim is not None and _count("head_dim", head_dim) != hidden // heads:
         raise InputError(_field("head_dim"), f"{head_dim!r} differs from hidden / heads = "
                          f"{hidden // heads}; only d = hidden / heads is supported")
     kv_heads = _integer(config, ("num_key_value_heads",), heads)

@@ -141,4 +141,20 @@ def check_workload(workload: object) -> Workload:
                              f"follow the previous output {list(shape)}")
         shape = tuple(layer.output_shape)
     _check_work(workload.layers)
+    _check_transformer(workload)
     return workload
+
+
+def _check_transformer(workload: Workload) -> None:
+    """A transformer's shape summary is a TransformerShape whose layer count is the number of
+    blocks its layers hold (the pipeline rules divide that count)."""
+    summary = workload.transformer
+    if summary is None:
+        return
+    if not isinstance(summary, TransformerShape):
+        raise InputError("workload.transformer", f"must be a TransformerShape or None, got "
+                         f"{short_repr(summary)}")
+    blocks = {layer.hyper.get("block") for layer in workload.layers} - {None}
+    if blocks and len(blocks) != summary.layers:
+        raise InputError("workload.transformer.layers", f"{summary.layers} but the workload's "
+                         f"layers hold {len(blocks)} blocks")
