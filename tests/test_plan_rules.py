@@ -227,3 +227,18 @@ def test_adams_optimizer_returns_only_configs_predict_accepts() -> None:
         config = prediction.config
         assert config is not None and config.machines <= 12
         check_config(config, w, sized)
+
+
+def test_issue_26_rules_name_their_field() -> None:
+    """A global batch beyond one epoch, a parameter server on accelerators, a parameter server
+    in a Megatron-style plan: each a Violation naming the plan field, None when it holds."""
+    few = load_workload("gpt:layers=4,hidden=64,heads=4,seq=32,vocab=100,samples=64")
+    assert rules.global_batch_within_epoch(64, few) is None
+    assert _field(rules.global_batch_within_epoch(65, few)) == "plan.global_batch"
+    gpu, cpu = load_system("dgx-a100-80g:1"), load_system("adam-2014")
+    assert rules.parameter_server_on_device(True, cpu) is None
+    assert rules.parameter_server_on_device(False, gpu) is None
+    assert _field(rules.parameter_server_on_device(True, gpu)) == "plan.data.aggregation"
+    assert _field(rules.parameter_server_on_device(True, gpu, "sync"), "config") == "config.sync"
+    assert rules.megatron_aggregation(False) is None
+    assert _field(rules.megatron_aggregation(True)) == "plan.data.aggregation"
