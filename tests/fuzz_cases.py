@@ -384,13 +384,14 @@ def config_cases() -> Iterator[Case]:
              "vectors-with-allreduce": ("--sync", "allreduce", "--fc-protocol", "vectors"),
              "too-many-machines": ("-P", "8", "-R", "20", "-S", "1"),
              "partitions-over-layer": ("-P", "100000", "-R", "1", "-S", "1")}
-    fields = {"allreduce-with-shards": "config.ps_shards",
-              "vectors-with-allreduce": "config.fc_protocol", "too-many-machines": "config",
+    fields = {"allreduce-with-shards": "--ps-shards",
+              "vectors-with-allreduce": "--fc-protocol", "too-many-machines": "config",
               "partitions-over-layer": "config"}
-    for name, extra in flags.items():
-        key = CONFIG_FIELDS.get(name, (None,))[0]
+    long_flags = {"-P": "--partitions", "-R": "--replicas", "-S": "--ps-shards",
+                  "-n": "--minibatch"}
+    for name, extra in flags.items():  # a flag's bad value names the flag typed
         yield Case(f"flag-{name}", "config-values", (*predict, *extra),
-                   fields.get(name, f"config.{key}"))
+                   fields.get(name, long_flags.get(extra[0], extra[0])))
 
 
 CLUSTER_FIELDS: dict[str, tuple[str, Any, str]] = {
@@ -468,23 +469,23 @@ def huge_cases() -> Iterator[Case]:
                {"c.yaml": dump({**CLUSTER, "machines": 10**12})})
     yield Case("budget-10e7", "huge-inputs",
                ("optimize", "-w", "adam-mnist", "-c", "adam-2014", "-M", "10000000", "--json"),
-               "machines")
+               "--machines")
     yield Case("budget-10e30", "huge-inputs",
                ("optimize", "-w", "adam-mnist", "-c", "adam-2014", "-M", str(10**30), "--json"),
-               "machines")
+               "--machines")
     yield Case("exhaustive-budget", "huge-inputs",
                ("optimize", "-w", "adam-mnist", "-c", "adam-2014", "-M", "100000",
-                "--exhaustive", "--json"), "machines")
+                "--exhaustive", "--json"), "--machines")
     yield Case("minibatch-choices", "huge-inputs",
                ("optimize", "-w", "adam-mnist", "-c", "adam-2014", "-n",
-                ",".join(str(n) for n in range(1, 200)), "--json"), "minibatch")
+                ",".join(str(n) for n in range(1, 200)), "--json"), "--minibatch")
     yield Case("replicas-epoch", "huge-inputs",
                ("predict", "-w", "adam-mnist", "-c", "{d}/c.yaml", "-P", "1", "-R", "100000000",
-                "-S", "1", "--json"), "config.replicas",
+                "-S", "1", "--json"), "--replicas",
                {"c.yaml": dump({**CLUSTER, "machines": 1_000_000})})
     yield Case("minibatch-over-epoch-optimize", "huge-inputs",
                ("optimize", "-w", "{d}/w.yaml", "-c", "adam-2014", "-n", "5000", "--json"),
-               "minibatch", {"w.yaml": dump(WORKLOAD)})
+               "--minibatch", {"w.yaml": dump(WORKLOAD)})
     yield Case("local-ranks", "huge-inputs",
                ("run", "-w", "mlp:32-16-4", "-P", "1", "-R", "1000", "--sync", "allreduce",
                 "--local", "--json"), "config")
@@ -584,25 +585,25 @@ def usage_cases() -> Iterator[Case]:
         yield Case(name, "usage-errors", argv, expected)
     semantic = [
         ("run-steps-zero", ("run", "-w", "mlp:32-16-4", *PLAN_FLAGS, "--local", "--steps", "0"),
-         "run.steps"),
+         "--steps"),
         ("run-warmup-over", ("run", "-w", "mlp:32-16-4", *PLAN_FLAGS, "--local", "--steps", "3",
-                             "--warmup", "3"), "run.warmup"),
+                             "--warmup", "3"), "--warmup"),
         ("run-timeout-nan", ("run", "-w", "mlp:32-16-4", *PLAN_FLAGS, "--local", "--timeout",
-                             "nan"), "run.timeout"),
+                             "nan"), "--timeout"),
         ("run-lr-inf", ("run", "-w", "mlp:32-16-4", *PLAN_FLAGS, "--local", "--lr", "inf"),
-         "run.lr"),
+         "--lr"),
         ("run-no-mode", ("run", "-w", "mlp:32-16-4", *PLAN_FLAGS), "run"),
         ("optimize-epoch-fraction-nan", ("optimize", "-w", "adam-mnist", "-c", "adam-2014",
                                          "--epoch-fraction", "nan", "--json"),
-         "optimize.epoch_fraction"),
+         "--epoch-fraction"),
         ("optimize-top-zero", ("optimize", "-w", "adam-mnist", "-c", "adam-2014", "--top", "0",
-                               "--json"), "top"),
+                               "--json"), "--top"),
         ("optimize-modes-bad", ("optimize", "-w", "adam-mnist", "-c", "adam-2014", "--modes",
-                                "gossip", "--json"), "modes"),
+                                "gossip", "--json"), "--modes"),
         ("optimize-minibatch-text", ("optimize", "-w", "adam-mnist", "-c", "adam-2014", "-n",
-                                     "16,x", "--json"), "minibatch"),
+                                     "16,x", "--json"), "--minibatch"),
         ("optimize-machines-zero", ("optimize", "-w", "adam-mnist", "-c", "adam-2014", "-M", "0",
-                                    "--json"), "machines"),
+                                    "--json"), "--machines"),
         ("describe-nothing", ("describe", "--json"), "workload"),
         ("describe-shape-without-torch", ("describe", "adam-mnist", "--input-shape", "3"),
          "--input-shape"),
@@ -748,9 +749,10 @@ def transformer_cases() -> Iterator[Case]:
         files: dict[str, "str | bytes | None"] = {"m/config.json": content}
         yield Case(f"hf-{name}-describe", "transformer-inputs",
                    ("describe", "--hf-config", "{d}/m/config.json", "--json"), expected, files)
+        # -w hf:FILE: what names the file is the flag typed, --workload (not --hf-config)
         yield Case(f"hf-{name}-predict", "transformer-inputs",
                    ("predict", "-w", "hf:{d}/m/config.json", "-c", "adam-2014", *PLAN_FLAGS,
-                    "--json"), expected, files)
+                    "--json"), "--workload" if expected == "--hf-config" else expected, files)
     for name, (expected, argument) in GPT_NAMES.items():
         yield Case(f"gpt-{name}-describe", "transformer-inputs",
                    ("describe", f"gpt:{argument}", "--json"), expected)

@@ -89,8 +89,8 @@ CLUSTER = ("machines: 8\nmachine: {cores: 2, memory: 8GB, memory_bandwidth: 10GB
     (lambda t: ["predict", "-w", "adam-cifar10", "-c", "local", "-P", "2", "-R", "2", "-S", "1"],
      "config"),
     (lambda t: ["predict", "-w", "adam-cifar10", "-c", "adam-2014", "-P", "12", "-S", "1"],
-     "config.partitions"),
-    (lambda t: ["predict", "-w", "mlp", "-c", "local", "--sync", "gossip"], "config.sync"),
+     "--partitions"),
+    (lambda t: ["predict", "-w", "mlp", "-c", "local", "--sync", "gossip"], "--sync"),
     (lambda t: ["describe", "no-such-net"], "workload"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, make_args, field) -> None:

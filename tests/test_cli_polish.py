@@ -128,7 +128,7 @@ def test_report_chooses_predict_or_optimize(tmp_path: Path) -> None:
     assert command_for(["-w", "x", "--machines", "64", "-n", "16,32"], root) == "optimize"
     result = runner.invoke(app, ["report", "-w", "adam-cifar10", "-c", "adam-2014", "-P", "0",
                                  "-o", str(tmp_path / "r.html")])
-    assert result.exit_code == 2 and "config.partitions" in result.output
+    assert result.exit_code == 2 and "--partitions" in result.output
     assert not (tmp_path / "r.html").exists()
 
 

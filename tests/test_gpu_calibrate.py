@@ -256,7 +256,8 @@ def test_calibrate_gpu_flag_errors(tmp_path):
     result = CliRunner().invoke(app, ["calibrate", "--gpu", "--device", "cpu", "-o", out])
     assert result.exit_code == 2 and "--device: must be cuda or cuda:N" in result.stderr
     result = CliRunner().invoke(app, ["calibrate", "--gpu", "--kinds", "linear", "-o", out])
-    assert result.exit_code == 2 and "--kinds: not with --gpu" in result.stderr
+    assert result.exit_code == 2 and "--kinds: only applies with --local or with --testbed; " \
+        "not with --gpu" in result.stderr
 
 
 # --- on a real GPU -------------------------------------------------------------------------------

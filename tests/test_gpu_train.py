@@ -173,16 +173,20 @@ def test_run_gpu_refuses_without_cuda(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["-w", "adam-mnist", "--gpu"], "--workload: 'adam-mnist' is not a transformer workload"),
-    (["-w", TINY, "--gpu", "-P", "2"], "--partitions: not with --gpu"),
+    (["-w", TINY, "--gpu", "-P", "2"], "--partitions: only applies to torch.distributed runs "
+                                       "(--local, --testbed, --rank-from-env); not with --gpu"),
+    (["-w", TINY, "--gpu", "--timeout", "0"], "--timeout: only applies to torch.distributed"),
+    (["-w", TINY, "--gpu", "--conv-split", "rows"], "--conv-split: only applies to torch"),
     (["-w", TINY, "--gpu", "--local"], "choose exactly one of --local, --testbed FILE, "
                                        "--rank-from-env, --gpu"),
-    (["-w", TINY, "--local", "--micro-batch", "2"], "--micro-batch: only with --gpu"),
-    (["-w", TINY, "--gpu", "--recompute", "selective"], "run.recompute: must be one of none, "
+    (["-w", TINY, "--local", "--micro-batch", "2"], "--micro-batch: only applies with --gpu; "
+                                                    "not with --local"),
+    (["-w", TINY, "--gpu", "--recompute", "selective"], "--recompute: must be one of none, "
                                                         "full"),
-    (["-w", TINY, "--gpu", "--precision", "fp16"], "run.precision: must be one of bf16, tf32, "
+    (["-w", TINY, "--gpu", "--precision", "fp16"], "--precision: must be one of bf16, tf32, "
                                                    "fp32"),
     (["-w", TINY, "--gpu", "--micro-batch", "3", "--global-batch", "4"],
-     "plan.global_batch: 4 is not a multiple"),
+     "--global-batch: 4 is not a multiple"),
     (["-w", TINY, "--gpu", "--device", "tpu"], "--device: must be cuda or cuda:N"),
 ])
 def test_run_gpu_input_errors(args, message):

@@ -61,12 +61,12 @@ def test_table_output_and_plot(tmp_path) -> None:
 
 
 def test_errors_exit_2_with_one_line() -> None:
-    for args, field in ((["--modes", "ps-async,bogus"], "modes"),
-                        (["--minibatch", "16,abc"], "minibatch"),
-                        (["--push-every", "0"], "push_every"),
-                        (["--optimizer", "lion"], "optimize.optimizer"),
-                        (["--machines", "0"], "machines"),
-                        (["--fc-protocol", "vectors", "--modes", "allreduce"], "modes")):
+    for args, field in ((["--modes", "ps-async,bogus"], "--modes"),
+                        (["--minibatch", "16,abc"], "--minibatch"),
+                        (["--push-every", "0"], "--push-every"),
+                        (["--optimizer", "lion"], "--optimizer"),
+                        (["--machines", "0"], "--machines"),
+                        (["--fc-protocol", "vectors", "--modes", "allreduce"], "--modes")):
         result = runner.invoke(app, BASE + args)
         assert result.exit_code == 2, (args, result.output)
         lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -84,7 +84,7 @@ def test_budget_too_small_is_exit_2(tmp_path) -> None:
                                  "--modes", "ps-async"])
     assert result.exit_code == 2, result.output
     assert result.stderr.strip() == (
-        "error: machines: 2 machines are too few: the model needs at least 2 machines per "
+        "error: --machines: 2 machines are too few: the model needs at least 2 machines per "
         "replica to fit in worker memory and 1 parameter-server machine to hold the weights, so "
         "at least 3 machines")
     result = runner.invoke(app, ["optimize", "-w", "adam-mnist", "-c", str(cluster), "-M", "3",

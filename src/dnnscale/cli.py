@@ -79,11 +79,12 @@ def describe(workload: Optional[str] = typer.Argument(
         from dnnscale.atomic import check_output_path
 
         check_output_path(output, "--output")
-    if seq is not None and hf_config is None:
-        raise InputError("--seq", "only applies with --hf-config")
-    if torch_factory is None and (input_shape is not None or loss is not None):
-        raise InputError("--input-shape" if input_shape is not None else "--loss",
-                         "only applies with --torch")
+    from dnnscale.errors import require_int
+    from dnnscale.plan.flags import DESCRIBE_FLAGS, PRINT_WORDS, refuse_flags
+
+    refuse_flags(DESCRIBE_FLAGS, {"hf" if hf_config is not None else "torch"
+                                  if torch_factory is not None else "zoo"}, PRINT_WORDS)
+    require_int("--samples-per-epoch", samples_per_epoch)
     if hf_config is not None:
         if workload is not None or torch_factory is not None:
             raise InputError("--hf-config", "give one of a workload, --torch or --hf-config")
@@ -95,6 +96,9 @@ def describe(workload: Optional[str] = typer.Argument(
             raise InputError("workload", "give a workload or --torch, not both")
         if input_shape is None:
             raise InputError("--input-shape", "required with --torch")
+        from dnnscale.workload.source import check_factory_spec
+
+        check_factory_spec(torch_factory)
         from dnnscale.workload.torch_import import from_torch, load_factory, parse_input_shapes
 
         shapes, dtypes = parse_input_shapes(input_shape)
@@ -104,9 +108,9 @@ def describe(workload: Optional[str] = typer.Argument(
         if workload is None:
             raise InputError("workload", "give a zoo name or workload YAML, or --torch, or "
                              "--hf-config")
-        from dnnscale.workload import load_workload
+        from dnnscale.workload.source import load_named
 
-        w = load_workload(workload)
+        w = load_named(workload)
     if output is not None:
         from dnnscale.workload.spec import save_workload_yaml
 
@@ -198,28 +202,32 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
     from dnnscale.boundary import check_prediction, finite_answers
     from dnnscale.model.predict import predict as predict_any
     from dnnscale.plan import check_plan
-    from dnnscale.plan.flags import as_typed, plan_from_options, typed_flags
+    from dnnscale.plan.config import Config
+    from dnnscale.plan.flags import PREDICT_OUTPUT_FLAGS, PRINT_WORDS, plan_from_options, \
+        refuse_flags, refuse_sync_flags
     from dnnscale.system import load_system
     from dnnscale.workload.source import resolve_workload
+
+    refuse_flags(PREDICT_OUTPUT_FLAGS, {"quiet" if quiet else "json" if as_json else "table"}
+                 | ({"writes"} if html is not None else set()), PRINT_WORDS)
 
     if html is not None:
         from dnnscale.atomic import check_output_path
 
         check_output_path(html, "--html")
 
-    gpu_flags = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
-                     schedule=schedule, virtual_stages=virtual_stages, zero=zero,
-                     recompute=recompute, precision=precision,
-                     sequence_parallel=sequence_parallel, overlap_dp=overlap_dp)
-    with as_typed(typed_flags(gpu_flags)):  # plan.global_batch -> --global-batch, as typed
-        plan = plan_from_options(
-            config, dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards,
-                         sync=sync, minibatch=minibatch, push_every=push_every,
-                         pull_every=pull_every, fc_protocol=fc_protocol, overlap=overlap),
-            gpu_flags)
-        w = resolve_workload(workload, input_shape, field="--workload")
-        c = load_system(cluster)
-        check_plan(plan, w, c)
+    plan = plan_from_options(
+        config, dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards, sync=sync,
+                     minibatch=minibatch, push_every=push_every, pull_every=pull_every,
+                     fc_protocol=fc_protocol, overlap=overlap),
+        dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
+             schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
+             precision=precision, sequence_parallel=sequence_parallel, overlap_dp=overlap_dp))
+    if isinstance(plan, Config):
+        refuse_sync_flags(plan)
+    w = resolve_workload(workload, input_shape, field="--workload")
+    c = load_system(cluster)
+    check_plan(plan, w, c)
     prediction = check_prediction(finite_answers("predict")(predict_any)(
         w, c, plan, per_layer=layers or html is not None))
     if html is not None:

@@ -16,6 +16,8 @@ import typer
 from typer import _click  # typer vendors click; these are the exceptions it raises
 from typer.core import TyperGroup
 
+from dnnscale.errors import MAX_VALUE_CHARS, clip_line
+
 USAGE_EXIT_CODE = 2
 
 
@@ -71,8 +73,8 @@ def _problem(exc: Any) -> str:
 
 
 def one_line(exc: Any) -> str:
-    """The one-line message for a click usage error."""
-    return f"error: {_field(exc)}: {_problem(exc)}"
+    """The one-line message for a click usage error (a huge value cut: errors.clip_line)."""
+    return clip_line(f"error: {clip_line(_field(exc), MAX_VALUE_CHARS)}: {_problem(exc)}")
 
 
 def _command_for(group: Any, args: list[str]) -> Any:
@@ -109,7 +111,7 @@ class OneLineErrors(TyperGroup):
             print(one_line(exc), file=sys.stderr)
             sys.exit(USAGE_EXIT_CODE)
         except _click.exceptions.ClickException as exc:
-            print(f"error: {' '.join(exc.format_message().split())}", file=sys.stderr)
+            print(clip_line(f"error: {exc.format_message()}"), file=sys.stderr)
             sys.exit(exc.exit_code)
         except typer.Abort:
             print("error: aborted", file=sys.stderr)

@@ -14,6 +14,17 @@ import typer
 MAX_PEERS = 64
 """The largest all-reduce group calibrate measures (each peer is a process)."""
 
+MODE_FLAGS: dict[str, tuple[str, ...]] = {
+    "--free-core": ("testbed",),
+    **{flag: ("local", "testbed") for flag in ("--no-network", "--kinds", "--allreduce-peers")},
+    **{flag: ("gpu",) for flag in ("--device", "--as", "--steps")},
+}
+"""calibrate's flags by what it measures (plan/flags.py refuse_flags); the rest apply to all."""
+NETWORK_FLAGS: dict[str, tuple[str, ...]] = {"--allreduce-peers": ("network",)}
+"""--allreduce-peers sizes a network measurement."""
+WORDS = {"local": "with --local", "testbed": "with --testbed",
+         "gpu": "with --gpu", "network": "when the network is measured (not with --no-network)"}
+
 
 def register(app: typer.Typer) -> None:
     """Add the `calibrate` command to the CLI."""
@@ -57,20 +68,19 @@ def register(app: typer.Typer) -> None:
         after compute under the quota, and a synchronous PS's held pulls.
         """
         from dnnscale.errors import InputError
+        from dnnscale.plan.flags import refuse_flags
 
         from dnnscale.atomic import check_output_path
 
         if sum((local, testbed is not None, gpu)) != 1:
             raise InputError("calibrate", "give exactly one of --local, --testbed FILE or --gpu")
-        if free_core and testbed is None:
-            raise InputError("--free-core", "only with --testbed")
+        mode = "gpu" if gpu else "local" if local else "testbed"
+        refuse_flags(MODE_FLAGS, {mode}, WORDS, f"not with --{mode}")
+        refuse_flags(NETWORK_FLAGS, set() if no_network else {"network"}, WORDS)
         check_output_path(output, "--output")
         if gpu:
             from dnnscale.calibrate.gpu_commands import run_gpu_calibration
 
-            if kinds is not None or no_network:
-                raise InputError("--kinds" if kinds is not None else "--no-network",
-                                 "not with --gpu")
             run_gpu_calibration(output, quick, device, as_device, steps)
             return
         grid_kinds = _kinds(kinds)

@@ -19,18 +19,18 @@ def run_gpu_calibration(output: Path, quick: bool, device_text: str, as_device: 
 
     from dnnscale.calibrate.gpu import (GpuCalibrationPlan, calibrate_gpu, calibration_steps,
                                         known_devices)
-    from dnnscale.errors import InputError
+    from dnnscale.errors import InputError, short_repr
     from dnnscale.runtime.cuda import cuda_device
     from dnnscale.system.gpu_profile import save_gpu_profile
 
+    known = known_devices()  # the flags first: a bad --as is wrong on any machine
+    if as_device is not None and as_device not in known:
+        raise InputError("--as", f"unknown device {short_repr(as_device)} (known: "
+                         f"{', '.join(known)})")
     device = cuda_device(device_text)
     import torch
 
     from dnnscale.calibrate.gpu_device import CudaDevice, device_preset_for
-
-    known = known_devices()
-    if as_device is not None and as_device not in known:
-        raise InputError("--as", f"unknown device {as_device!r} (known: {', '.join(known)})")
     name = torch.cuda.get_device_name(device)
     preset = as_device or device_preset_for(
         name, float(torch.cuda.get_device_properties(device).total_memory), known)

@@ -10,6 +10,33 @@ from typing import Any, Optional
 
 import typer
 
+ADAM, GPU = "adam", "gpu"
+TABLE, JSON, QUIET = "table", "json", "quiet"
+WRITES = "writes"
+SPACE_FLAGS: dict[str, tuple[str, ...]] = {
+    **{flag: (ADAM,) for flag in ("--modes", "--minibatch", "--push-every", "--pull-every",
+                                  "--fc-protocol", "--overlap", "--choose-overlap",
+                                  "--optimizer", "--epoch-fraction", "--exhaustive",
+                                  "--full-curve")},
+    **{flag: (GPU,) for flag in ("--global-batch", "--tp", "--pp", "--micro-batch", "--zero",
+                                 "--recompute", "--schedule", "--precision", "--objective",
+                                 "--price", "--pareto", "--tokens")},
+}
+"""optimize's flags by the space searched (plan/flags.py refuse_flags); the rest apply to both."""
+OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {
+    "--full-curve": (TABLE,), "--tokens": (TABLE, JSON), "--json": (TABLE, JSON),
+    "--quiet": (WRITES,)}
+"""optimize's flags by what it prints: the table, JSON, or nothing (--quiet), and --quiet only
+when it writes a file."""
+WORDS = {ADAM: "to Adam's CPU search", GPU: "to the GPU-plan search",
+         TABLE: "to the printed tables (not with --json or --quiet)",
+         JSON: "to what optimize prints (not with --quiet)",
+         WRITES: "with --html, --csv or --plot (there is nothing else to print)"}
+
+HERE = {ADAM: "this search is over Adam's CPU configurations (not a transformer workload on "
+              "accelerators)",
+        GPU: "this search is over GPU plans (a transformer workload on accelerators)"}
+
 
 def register(app: typer.Typer) -> None:
     """Add the `optimize` command to `app`."""
@@ -89,12 +116,13 @@ def register(app: typer.Typer) -> None:
         """Find the configuration with the least predicted epoch time, rank the runners-up, and
         print the scalability curve (best epoch time and speedup per machine budget)."""
         from dnnscale.atomic import check_output_path
-        from dnnscale.errors import InputError
+        from dnnscale.errors import InputError, require_positive
         from dnnscale.optimize.entry import is_gpu_space, optimize as run_optimize
         from dnnscale.optimize.modern_commands import print_gpu_result, strings
         from dnnscale.optimize.result import SpaceKind
         from dnnscale.optimize.space import parse_fc_protocols, parse_int_list
         from dnnscale.plan import config_from_dict
+        from dnnscale.plan.flags import refuse_flags
         from dnnscale.system import load_system
         from dnnscale.workload.source import resolve_workload
 
@@ -104,8 +132,14 @@ def register(app: typer.Typer) -> None:
                 check_output_path(path, name)
         w = resolve_workload(workload, input_shape, field="--workload")
         c = load_system(cluster)
+        space = GPU if is_gpu_space(w, c) else ADAM
+        refuse_flags(SPACE_FLAGS, {space}, WORDS, HERE[space])
+        refuse_flags(OUTPUT_FLAGS, {QUIET if quiet else JSON if as_json else TABLE}
+                     | ({WRITES} if html or csv or plot else set()), WORDS)
+        if price is not None:  # the API names it price_per_device_hour
+            require_positive("--price", price)
         silent = quiet or csv == "-"
-        if global_batch is None and is_gpu_space(w, c):
+        if global_batch is None and space == GPU:
             raise InputError("--global-batch", "required for GPU plans (samples per step)")
         protocols = parse_fc_protocols(fc_protocol)
         if choose_overlap and overlap is not None:
@@ -134,12 +168,10 @@ def register(app: typer.Typer) -> None:
                                 objective=objective, pareto=pareto or None,
                                 price_per_device_hour=price)
 
-        from dnnscale.plan.flags import as_typed, typed_flags
+        from dnnscale.errors import flag_aliases
 
-        gpu_flags = dict(global_batch=global_batch, tp=tp, pp=pp, micro_batch=micro_batch,
-                         zero=zero, recompute=recompute, schedule=schedule, precision=precision)
-        gpu_flags["schedules"] = schedule  # the API's name of --schedule's choices
-        with as_typed(typed_flags(gpu_flags, "", {"schedules": "--schedule"})):  # (--pp, ...)
+        # the API's name of --schedule's choices; the other fields are the flags' own names
+        with flag_aliases({"schedules": "--schedule"} if schedule is not None else {}):
             result = search(modes, top)
         if result.space is SpaceKind.GPU:
             print_gpu_result(result, w, tokens, plot, as_json, silent)

@@ -6,12 +6,11 @@ the same way without importing `dnnscale.cli` (layering: plan < ... < cli)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, typed_options
 from dnnscale.plan.config import Config, config_from_dict
 from dnnscale.plan.modern import is_modern, modern_plan_from_dict
 from dnnscale.plan.plan import ParallelPlan
@@ -36,29 +35,66 @@ def plan_from_options(config_file: Path | None, adam: dict[str, Any],
     if given_modern or is_modern(data):
         if given_adam:
             first = next(iter(given_adam))
-            raise InputError(f"--{first.replace('_', '-')}", "is one of Project Adam's flags; "
+            flag = typed_options().get(first, f"--{first.replace('_', '-')}")
+            raise InputError(flag, "is one of Project Adam's flags; "
                              "give either those or the GPU plan's (--tp, --pp, --dp, ...)")
         return modern_plan_from_dict({**data, **given_modern})
     return config_from_options(config_file, **given_adam)
 
 
-def typed_flags(values: Mapping[str, object], prefix: str = "plan",
-                flags: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Error field -> the flag the user typed, for the `values` given (not None): `tp` ->
-    ``{prefix}.tp`` -> ``--tp`` (`flags` names a flag whose name is not the field's)."""
-    named = dict(flags or {})
-    return {(f"{prefix}.{key}" if prefix else key):
-            named.get(key, "--" + key.replace("_", "-"))
-            for key, value in values.items() if value is not None}
+FlagTable = Mapping[str, Collection[str]]
+"""A command's flags that do not apply everywhere: long flag -> the paths it applies to (the
+ways the command can run: ``gpu``, ``local``, ``json`` ...). A flag not in it applies on every
+path."""
 
 
-@contextmanager
-def as_typed(fields: Mapping[str, str]) -> Iterator[None]:
-    """An InputError naming one of `fields` (typed_flags) names the flag the user typed
-    instead (`plan.global_batch` -> `--global-batch`); any other passes unchanged."""
-    try:
-        yield
-    except InputError as exc:
-        if exc.field in fields:
-            raise InputError(fields[exc.field], exc.problem) from None
-        raise
+def refuse_flags(table: FlagTable, paths: Collection[str], words: Mapping[str, str],
+                 here: str = "") -> None:
+    """InputError naming the first flag on the command line that applies to none of `paths`
+    (the ones this run takes), with the paths it does apply to in `words` (path -> e.g. "with
+    --gpu"); `here` says what this run is. Flags left at their defaults are never refused, and
+    outside a CLI command (the Python API, whose arguments are checked by value) nothing is."""
+    taken = set(paths)
+    for name, typed in typed_options().items():
+        applies = _entry(table, typed)
+        if applies is None or taken & set(applies):
+            continue
+        reason = " or ".join(dict.fromkeys(words[path] for path in applies))
+        raise InputError(typed, f"only applies {reason}" + (f"; {here}" if here else ""))
+
+
+def _entry(table: FlagTable, typed: str) -> Collection[str] | None:
+    """The table's paths of a typed flag; ``--no-overlap`` is found under ``--overlap``."""
+    if typed in table:
+        return table[typed]
+    return table.get("--" + typed[5:]) if typed.startswith("--no-") else None
+
+
+ADAM_SYNC_FLAGS: dict[str, tuple[str, ...]] = {
+    "--push-every": ("ps-async", "ps-sync"), "--pull-every": ("ps-async", "ps-sync")}
+"""Adam's flags by the sync mode of the config (predict, run): the intervals of a worker's
+pushes and pulls only exist with a parameter server."""
+
+
+def refuse_sync_flags(config: Config) -> None:
+    """refuse_flags(ADAM_SYNC_FLAGS) for the sync mode `config` has."""
+    refuse_flags(ADAM_SYNC_FLAGS, {config.sync}, SYNC_WORDS, f"this plan is {config.sync}")
+
+
+SYNC_WORDS = {"ps-async": "with a parameter server (--sync ps-async or ps-sync)",
+              "ps-sync": "with a parameter server (--sync ps-async or ps-sync)"}
+
+
+PREDICT_OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {
+    "--explain": ("table",), "--layers": ("table", "json"), "--json": ("table", "json"),
+    "--quiet": ("writes",)}
+"""predict's flags by what it prints (the plan's kind is plan_from_options's: Adam's flags
+and the GPU plan's never mix)."""
+DESCRIBE_FLAGS: dict[str, tuple[str, ...]] = {
+    "--input-shape": ("torch",), "--loss": ("torch",), "--samples-per-epoch": ("torch", "hf"),
+    "--seq": ("hf",)}
+"""describe's flags by the workload's source: a zoo name or YAML, --torch or --hf-config."""
+PRINT_WORDS = {"table": "to the printed tables (not with --json or --quiet)",
+               "json": "to what is printed (not with --quiet)",
+               "writes": "with --html (there is nothing else to print)",
+               "torch": "with --torch", "hf": "with --hf-config"}

@@ -14,6 +14,35 @@ from typing import Optional
 
 import typer
 
+PRINTING_FLAGS = ("--json", "--quiet", "--explain", "--layers", "--full-curve", "--tokens",
+                  "--html")
+"""predict's and optimize's flags that only change what they print (or, --html, where the page
+goes): report prints one line and writes the page to -o, so it refuses them."""
+
+
+def _long_names(command: object) -> dict[str, str]:
+    """Every option of `command` as typed (-q, --no-overlap) -> its long name (--quiet,
+    --overlap)."""
+    names: dict[str, str] = {}
+    for param in getattr(command, "params", []):
+        opts = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+        long = next((o for o in opts if o.startswith("--")), None)
+        names.update({opt: long for opt in opts if long is not None})
+    return names
+
+
+def refuse_printing_flags(args: list[str], command: object) -> None:
+    """InputError naming the first of PRINTING_FLAGS among `args` (the flags report passes on
+    to `command`)."""
+    from dnnscale.errors import InputError
+
+    names = _long_names(command)
+    for arg in args:
+        flag = names.get(arg.split("=", 1)[0])
+        if flag in PRINTING_FLAGS:
+            raise InputError(flag, "does not apply to report, which writes the page to "
+                             "-o/--output and prints nothing else" if flag != "--html" else
+                             "does not apply to report: the page goes to -o/--output")
 
 
 def _options(command: object) -> set[str]:
@@ -52,9 +81,14 @@ def register(app: typer.Typer) -> None:
         args = list(ctx.args)
         from typer.main import get_command
 
+        from dnnscale.errors import flag_aliases
+
         root = get_command(app)
-        code = root.main([command_for(args, root), *args, "--html", str(output), "--quiet"],
-                         prog_name="dnnscale", standalone_mode=False)
+        name = command_for(args, root)
+        user_errors(refuse_printing_flags)(args, getattr(root, "commands", {})[name])
+        with flag_aliases({"--html": "--output"}):  # the flag the user typed
+            code = root.main([name, *args, "--html", str(output), "--quiet"],
+                             prog_name="dnnscale", standalone_mode=False)
         if code:  # the command printed its one-line error
             raise typer.Exit(code)
         print(f"report written to {output}")

@@ -12,11 +12,28 @@ from typing import Any, Optional
 
 import typer
 
-from dnnscale.errors import InputError, require_int, require_positive, user_errors
+from dnnscale.errors import InputError, require_int, require_positive, short_repr, user_errors
 
 
 MAX_LOCAL_RANKS = 64
 """The most ranks `run --local` starts (each is a process with its own copy of the model)."""
+
+CONV_SPLITS = ("channels", "rows", "model")
+RANKS = ("local", "testbed", "rank-from-env")
+MODE_FLAGS: dict[str, tuple[str, ...]] = {
+    **{flag: ("gpu",) for flag in ("--device", "--micro-batch", "--global-batch", "--recompute",
+                                   "--precision", "--bf16-mode")},
+    **{flag: RANKS for flag in ("--input-shape", "--partitions", "--replicas", "--ps-shards",
+                                "--sync", "--minibatch", "--push-every", "--pull-every",
+                                "--fc-protocol", "--overlap", "--epoch-fraction", "--timeout",
+                                "--conv-split", "--cluster")},
+}
+"""run's flags by how it runs (plan/flags.py refuse_flags): one GPU, or ranks of
+torch.distributed (--local, --testbed, --rank-from-env); the rest apply to all."""
+SPLIT_FLAGS: dict[str, tuple[str, ...]] = {"--cluster": ("model",)}
+"""--cluster only prices --conv-split model."""
+WORDS = {**{mode: "to torch.distributed runs (--local, --testbed, --rank-from-env)"
+            for mode in RANKS}, "gpu": "with --gpu", "model": "with --conv-split model"}
 
 
 def register(app: typer.Typer) -> None:
@@ -89,7 +106,7 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
                                               help="JSONL file: one record per step and rank"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON")) -> None:
     """Train WORKLOAD for real on torch.distributed and measure throughput and phase times."""
-    from dnnscale.plan.flags import config_from_options
+    from dnnscale.plan.flags import config_from_options, refuse_flags, refuse_sync_flags
     from dnnscale.workload.source import resolve_workload
 
     modes = [name for name, on in (("--local", local), ("--testbed", testbed is not None),
@@ -97,25 +114,24 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
     if len(modes) != 1:
         raise InputError("run", "choose exactly one of --local, --testbed FILE, "
                          "--rank-from-env, --gpu")
+    refuse_flags(MODE_FLAGS, {modes[0][2:]}, WORDS, f"not with {modes[0]}")
+    refuse_flags(SPLIT_FLAGS, {conv_split}, WORDS)
+    if conv_split not in CONV_SPLITS:  # a workload without conv layers would never look
+        raise InputError("--conv-split", f"must be one of {', '.join(CONV_SPLITS)}, got "
+                         f"{short_repr(conv_split)}")
     gpu_flags = dict(micro_batch=micro_batch, global_batch=global_batch, recompute=recompute,
                      precision=precision)
     if gpu:
         _run_gpu(workload, config, gpu_flags, device, bf16_mode, steps, warmup, lr, seed,
-                 output, as_json, adam=dict(partitions=partitions, replicas=replicas,
-                                            ps_shards=ps_shards, sync=sync, minibatch=minibatch,
-                                            push_every=push_every, pull_every=pull_every,
-                                            cluster=cluster))
+                 output, as_json)
         return
-    given = [key for key, value in gpu_flags.items() if value is not None]
-    if given:
-        raise InputError(f"--{given[0].replace('_', '-')}", "only with --gpu")
     lr = 0.1 if lr is None else lr
-    require_int("run.steps", steps)
-    require_int("run.warmup", warmup, minimum=0)
+    require_int("--steps", steps)
+    require_int("--warmup", warmup, minimum=0)
     if warmup >= steps:
-        raise InputError("run.warmup", f"must be less than --steps ({steps}), got {warmup}")
-    require_positive("run.timeout", timeout)
-    require_positive("run.lr", lr)
+        raise InputError("--warmup", f"must be less than --steps ({steps}), got {warmup}")
+    require_positive("--timeout", timeout)
+    require_positive("--lr", lr)
     if output is not None:
         from dnnscale.atomic import check_output_path
 
@@ -125,6 +141,7 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
                               push_every=push_every, pull_every=pull_every,
                               fc_protocol=fc_protocol, overlap=overlap,
                               epoch_fraction=epoch_fraction)
+    refuse_sync_flags(cfg)
     w = resolve_workload(workload, input_shape, field="--workload")
     from dnnscale.runtime.layout import world_size
     from dnnscale.runtime.netplan import check_runnable, weighted_schemes
@@ -179,14 +196,10 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
 
 def _run_gpu(workload: str, config: Optional[Path], plan_flags: dict[str, Any], device: str,
              bf16_mode: str, steps: int, warmup: int, lr: Optional[float], seed: int,
-             output: Optional[Path], as_json: bool, adam: dict[str, Any]) -> None:
-    """`run --gpu`: runtime/gpu_commands.py, after refusing the flags that mean ranks."""
+             output: Optional[Path], as_json: bool) -> None:
+    """`run --gpu`: runtime/gpu_commands.py (`run` has refused the flags that mean ranks)."""
     from dnnscale.runtime.gpu_commands import gpu_spec, run_gpu
 
-    given = [key for key, value in adam.items() if value is not None]
-    if given:
-        raise InputError(f"--{given[0].replace('_', '-')}", "not with --gpu (one GPU, the GPU "
-                         "plan flags --micro-batch --global-batch --recompute --precision)")
     spec = gpu_spec(workload, config, plan_flags, bf16_mode=bf16_mode, steps=steps,
                     warmup=warmup, seed=seed, **({"lr": lr} if lr is not None else {}))
     run_gpu(spec, device, output, as_json)
@@ -197,10 +210,10 @@ def _conv_split(conv_split: str, cluster: Optional[str], workload: Any,
     """'channels' / 'rows' as given, or with 'model' the split the predictor picks per layer."""
     if conv_split != "model":
         if cluster is not None:
-            raise InputError("run.cluster", "only used with --conv-split model")
+            raise InputError("--cluster", "only applies with --conv-split model")
         return conv_split
     if cluster is None:
-        raise InputError("run.cluster", "--conv-split model needs --cluster")
+        raise InputError("--cluster", "--conv-split model needs --cluster")
     from dnnscale.system import load_system
     from dnnscale.model.stage import stage_costs
 

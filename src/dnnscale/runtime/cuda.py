@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
 
@@ -16,11 +16,11 @@ def cuda_device(text: str, flag: str = "--gpu") -> Any:
 
     Without CUDA: InputError(`flag`, NO_CUDA) — the command cannot do what was asked here, and
     says so in one line (exit 2, like any request this machine cannot honour)."""
+    match = re.fullmatch(r"cuda(?::(\d+))?", text.strip())
+    if match is None:  # before torch is imported: a typo costs no seconds
+        raise InputError("--device", f"must be cuda or cuda:N, got {short_repr(text)}")
     import torch
 
-    match = re.fullmatch(r"cuda(?::(\d+))?", text.strip())
-    if match is None:
-        raise InputError("--device", f"must be cuda or cuda:N, got {text!r}")
     if not torch.cuda.is_available():
         raise InputError(flag, NO_CUDA)
     index = int(match.group(1) or 0)

@@ -45,6 +45,24 @@ def _percent(ratio: float | None, tolerance: float | None = None) -> str:
     return text
 
 
+DOWN_FLAGS: dict[str, tuple[str, ...]] = {"--name": ("one",)}
+"""testbed down --all removes every testbed: no --name (plan/flags.py refuse_flags)."""
+CHECK_FLAGS: dict[str, tuple[str, ...]] = {
+    "--name": ("by-name",), **{flag: ("network",) for flag in ("--seconds", "--tries",
+                                                              "--tolerance")},
+    "--cpu-seconds": ("cpu",)}
+"""testbed check's flags by what it measures, and --name unless --description names it."""
+WORDS = {"one": "without --all", "by-name": "without --description",
+         "network": "when links are measured (not with --no-network)",
+         "cpu": "when CPU shares are measured (not with --no-cpu)"}
+
+
+def _refuse(table: dict[str, tuple[str, ...]], paths: set[str]) -> None:
+    from dnnscale.plan.flags import refuse_flags
+
+    refuse_flags(table, paths, WORDS)
+
+
 NAME_HELP = "testbed name (1-6 lower-case letters/digits); its objects are named dns-NAME-*"
 
 
@@ -120,6 +138,7 @@ def down(name: str = typer.Option("tb", "--name", help=NAME_HELP),
     from dnnscale.testbed.names import check_name
     from dnnscale.testbed.teardown import down as tear_down
 
+    _refuse(DOWN_FLAGS, set() if all_testbeds else {"one"})
     report = tear_down(None if all_testbeds else check_name(name, "--name"))
     if as_json:
         _print_json({"removed": report.removed, "killed_pids": report.killed_pids})
@@ -182,6 +201,8 @@ def check(name: str = typer.Option("tb", "--name", help=NAME_HELP),
     from dnnscale.testbed.check import CheckOptions, check as run_check, with_measurements
     from dnnscale.testbed.describe import load_description, save_copy, save_description
 
+    _refuse(CHECK_FLAGS, {"by-name" if description is None else "by-file"}
+            | ({"network"} if network else set()) | ({"cpu"} if cpu else set()))
     require_positive("--seconds", seconds)
     require_positive("--cpu-seconds", cpu_seconds)
     require_int("--tries", tries)
@@ -191,7 +212,10 @@ def check(name: str = typer.Option("tb", "--name", help=NAME_HELP),
         from dnnscale.atomic import check_output_path
 
         check_output_path(output, "--output")
-    desc = load_description(description if description is not None else name)
+    from dnnscale.testbed.names import check_name
+
+    desc = load_description(description if description is not None
+                            else check_name(name, "--name"))
     options = CheckOptions(seconds_per_flow=seconds, tries=tries, cpu_seconds=cpu_seconds,
                            network=network, cpu=cpu)
     checks = run_check(desc, options)

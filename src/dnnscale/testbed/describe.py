@@ -163,6 +163,14 @@ def description_path(name: str) -> Path:
     return state_dir() / f"{check_name(name, '--name')}.yaml"
 
 
+def _is_file(path: Path) -> bool:
+    """path.is_file(), False where the name itself is impossible (too long, a NUL byte)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_description(ref: "str | Path") -> Path:
     """A description file path, or a testbed name ('tb', looked up in the state directory) ->
     the file's path, which must exist. An existing file wins over a name."""
@@ -170,9 +178,9 @@ def resolve_description(ref: "str | Path") -> Path:
 
     text = str(ref)
     path = Path(text)
-    if not path.is_file() and valid_name(text):
+    if not _is_file(path) and valid_name(text):
         path = description_path(text)
-    if not path.is_file():
+    if not _is_file(path):
         hint = f" (run `dnnscale testbed up --name {text}`)" if valid_name(text) else ""
         raise InputError("testbed", f"no testbed description at {path}{hint}")
     return path

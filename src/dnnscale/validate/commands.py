@@ -44,7 +44,7 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
 
     from rich.console import Console
 
-    from dnnscale.errors import InputError
+    from dnnscale.errors import InputError, require_int
     from dnnscale.testbed.describe import cluster_from_description, load_description
     from dnnscale.validate.grid import load_grid
     from dnnscale.validate.pipeline import validate
@@ -58,11 +58,16 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
     if html is not None:
         check_output_path(html, "--html")
     grid = load_grid(configs)
-    overrides = {k: v for k, v in (("repeats", repeats), ("steps", steps)) if v is not None}
+    overrides = {k: require_int(f"--{k}", v) for k, v in (("repeats", repeats), ("steps", steps))
+                 if v is not None}
     grid = dataclasses.replace(grid, **overrides)
     workload_ref = workload or grid.workload
     if not workload_ref:
         raise InputError("--workload", "missing (and the grid names none)")
+    if workload is not None:  # a bad -w is an error before the testbed is looked for
+        from dnnscale.workload.source import load_named
+
+        load_named(workload)
     if Path(workload_ref).is_file():  # the ranks may start in another folder
         workload_ref = str(Path(workload_ref).resolve())
     desc = load_description(testbed)

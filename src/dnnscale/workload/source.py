@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.workload import Workload
 
 FACTORY_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -32,11 +32,34 @@ def is_factory_spec(source: object) -> bool:
     return base not in PARAMETRIC and base not in ZOO and base != "hf" and not Path(source).exists()
 
 
+def check_factory_spec(spec: str, field: str = "--torch") -> str:
+    """`spec` if it has the form ``package.module:factory``, else InputError naming `field`
+    (checked before torch is imported: a typo costs no seconds)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(field, f"expected package.module:factory, got {short_repr(spec)}")
+    return spec
+
+
 def is_torch_model(source: object) -> bool:
     """An `nn.Module` instance (False without importing torch when torch is not loaded: then
     nothing can be one)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(source, torch.nn.Module)
+
+
+def load_named(source: Any, field: str = "workload") -> Workload:
+    """`load_workload`, with the errors that name the file of an ``hf:`` source naming `field`
+    instead (the hf: loader names it as describe's --hf-config, which a user who typed
+    ``-w hf:config.json`` did not type)."""
+    from dnnscale.workload import load_workload
+
+    try:
+        return load_workload(source)
+    except InputError as exc:
+        if exc.field == "--hf-config" and field != "--hf-config":
+            raise InputError(field, exc.problem) from None
+        raise
 
 
 def resolve_workload(source: Any, input_shape: Any = None, loss: str | None = None,
@@ -57,9 +80,7 @@ def resolve_workload(source: Any, input_shape: Any = None, loss: str | None = No
             raise InputError(shape_field if input_shape is not None else "loss",
                              "only applies to a PyTorch model (an nn.Module, a factory, or "
                              "package.module:factory)")
-        from dnnscale.workload import load_workload
-
-        return load_workload(source)
+        return load_named(source, field)
     if input_shape is None:
         example = "--input-shape 3,224,224" if shape_field.startswith("-") \
             else "input_shape=(3, 224, 224)"
