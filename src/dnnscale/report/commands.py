@@ -73,29 +73,8 @@ def _validation_report(folder: Path, output: Path, extra: list[str]) -> None:
 
 
 def read_validation(folder: Path) -> dict:
-    """DIR/results.json of `dnnscale validate`, checked for the fields the page reads."""
-    import json
+    """DIR/results.json of `dnnscale validate`, checked for the fields the page reads
+    (report/validation_input.py)."""
+    from dnnscale.report.validation_input import read_validation as read
 
-    from dnnscale.errors import InputError
-    from dnnscale.safe_yaml import read_limited
-
-    path = folder / "results.json"
-    text = read_limited(path, "--validation")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError("--validation", f"{path} is not JSON: {exc.msg} at line {exc.lineno}"
-                         ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("rows"), list) \
-            or not isinstance(data.get("summary"), dict):
-        raise InputError("--validation", f"{path} has no 'rows' and 'summary' (is it the "
-                         "results.json of dnnscale validate?)")
-    for index, row in enumerate(data["rows"]):
-        try:
-            float(row["measured"]["throughput_samples_per_s"])
-            float(row["predicted_throughput_samples_per_s"])
-            row["id"], row["label"], row["config"]["sync"]
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"--validation: rows[{index}]", "lacks the measured and predicted "
-                             "throughput, id, label or config.sync") from None
-    return data
+    return read(folder)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 
 NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
 
@@ -18,15 +18,15 @@ def cuda_device(text: str, flag: str = "--gpu") -> Any:
     says so in one line (exit 2, like any request this machine cannot honour)."""
     import torch
 
-    match = re.fullmatch(r"cuda(?::(\d+))?", text.strip())
+    match = re.fullmatch(r"cuda(?::(\d{1,6}))?", text.strip())
     if match is None:
-        raise InputError("--device", f"must be cuda or cuda:N, got {text!r}")
+        raise InputError("--device", f"must be cuda or cuda:N, got {short_repr(text)}")
     if not torch.cuda.is_available():
         raise InputError(flag, NO_CUDA)
     index = int(match.group(1) or 0)
     count = torch.cuda.device_count()
     if index >= count:
-        raise InputError("--device", f"{text}: this machine has {count} CUDA device"
+        raise InputError("--device", f"{short_repr(text)}: this machine has {count} CUDA device"
                          f"{'s' if count != 1 else ''} (cuda:0..cuda:{count - 1})")
     return torch.device("cuda", index)
 
