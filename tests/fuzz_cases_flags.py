@@ -301,7 +301,7 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("validate", "--repeats"): "0", ("validate", "--steps"): "0",
     ("validate", "--html"): "{d}", ("validate", "--testbed"): ("none", "testbed"),
     ("validate", "--configs"): ("{d}/none.yaml", "grid"),
-    ("export", "--to"): "tensorflow", ("export", "--workload"): ("nonet", "workload"),
+    ("export", "--to"): "tensorflow", ("export", "--workload"): ("nonet", "--workload"),
     ("export", "--output"): "{d}", ("export", "--format"): "script",
     ("report", "--output"): "{d}", ("report", "--validation"): "{d}/none",
     ("testbed", "up", "--hosts"): "0",

@@ -92,7 +92,7 @@ def flag_cases() -> Iterator[Case]:
         ("schedule-empty-list", ("--schedule", ","), "--schedule"),
         ("recompute-one-bad", ("--recompute", "none,most"), "--recompute"),
         ("precision-empty", ("--precision", ""), "--precision"),
-        ("objective-unknown", ("--objective", "speed"), "objective"),
+        ("objective-unknown", ("--objective", "speed"), "--objective"),
     ]
     for name, flags, field in optimize:
         yield Case(f"optimize-{name}", "gpu-flags", _optimize(*flags), field)
@@ -115,11 +115,11 @@ def restriction_cases() -> Iterator[Case]:
         ("tp-16-beyond-heads", ("--tp", "16"), "--tp"),
         ("tp5-and-2", ("--tp", "2,5"), "--tp"),
         ("fp8-a100", ("--precision", "fp8"), "--precision"),
-        ("mixed-gpu-adam-modes", ("--modes", "allreduce"), "modes"),
-        ("mixed-gpu-adam-minibatch", ("-n", "8"), "minibatch"),
-        ("exhaustive-gpu", ("--exhaustive",), "method"),
-        ("price-negative", ("--objective", "cost", "--price", "-1"), "price_per_device_hour"),
-        ("price-nan", ("--objective", "cost", "--price", "nan"), "price_per_device_hour"),
+        ("mixed-gpu-adam-modes", ("--modes", "allreduce"), "--modes"),
+        ("mixed-gpu-adam-minibatch", ("-n", "8"), "--minibatch"),
+        ("exhaustive-gpu", ("--exhaustive",), "--exhaustive"),
+        ("price-negative", ("--objective", "cost", "--price", "-1"), "--price"),
+        ("price-nan", ("--objective", "cost", "--price", "nan"), "--price"),
     ]
     for name, flags, field in table:
         yield Case(f"optimize-{name}", "gpu-search", _optimize(*flags), field)
@@ -139,7 +139,7 @@ def restriction_cases() -> Iterator[Case]:
     for name, flags, field in no_plan:
         yield Case(f"optimize-{name}", "gpu-search", _optimize(*flags), field)
     yield Case("optimize-budget-over-cluster", "gpu-search", _optimize("-M", "16"), "gpus")
-    yield Case("optimize-budget-zero", "gpu-search", _optimize("-M", "0"), "machines")
+    yield Case("optimize-budget-zero", "gpu-search", _optimize("-M", "0"), "--machines")
 
 
 # -- GPU node presets as NAME:NODES --------------------------------------------------------------
@@ -175,7 +175,7 @@ def preset_cases() -> Iterator[Case]:
                "config.sync")
     yield Case("ps-modes-on-gpu", "gpu-presets",
                ("optimize", "-w", "adam-mnist", "-c", NODE, "--modes", "ps-async,ps-sync",
-                "--json"), "modes")
+                "--json"), "--modes")
 
 
 # -- answers that would be absurd ----------------------------------------------------------------

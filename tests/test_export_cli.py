@@ -89,8 +89,8 @@ def test_predict_json_round_trip(tmp_path) -> None:
     (["--to", "jax", "-w", "gpt3-175b"], "--to"),
     (["--to", "deepspeed", "-w", "gpt3-175b"], "plan.schedule"),          # interleaved
     (["--to", "torchtitan", "-w", "gpt3-175b"], "plan.zero"),             # ZeRO-1
-    (["--to", "megatron", "-w", "no-such-model"], "workload"),
-    (["--to", "megatron", "-w", "adam-mnist"], "workload"),               # not a transformer
+    (["--to", "megatron", "-w", "no-such-model"], "--workload"),
+    (["--to", "megatron", "-w", "adam-mnist"], "--workload"),             # not a transformer
     (["--to", "deepspeed", "-w", "gpt3-175b", "--format", "torchrun"], "--format"),
     (["--to", "megatron", "-w", "gpt3-175b", "--gpus-per-node", "8"], "--gpus-per-node"),
     (["--to", "megatron", "-w", "gpt3-175b", "--format", "yaml"], "--format"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.export.result import EngineExport, ExportFile
 
 ENGINES = ("megatron", "deepspeed", "torchtitan")
@@ -30,22 +30,36 @@ def export_plan(source: "str | Path", engine: str, workload: "str | None" = None
     """Export the plan at `source` for `engine`; `workload` names the workload when the file
     does not (and must agree with it when it does). options: megatron's `output_format`
     ('args' | 'torchrun') and `gpus_per_node`; deepspeed's `config_name`."""
-    from dnnscale.export.plan_source import read_plan_source
-    from dnnscale.workload import load_workload
+    from dnnscale.export.plan_source import WORKLOAD_KEY, read_plan_source
 
     if engine not in ENGINES:
-        raise InputError("--to", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+        raise InputError("--to", f"must be one of {', '.join(ENGINES)}, got "
+                         f"{short_repr(engine)}")
     plan_source = read_plan_source(source, "plan")
     name = workload if workload is not None else plan_source.workload
     if name is None:
         raise InputError("--workload", "the plan file names no workload: give -w/--workload "
                          "(the model whose layer flags the engine needs)")
+    try:
+        return _export(plan_source, name, workload, engine, options)
+    except InputError as exc:  # name what the user gave: -w, or the file's workload key
+        if exc.field not in ("workload", "--hf-config"):
+            raise
+        raise InputError("--workload" if workload is not None else f"plan.{WORKLOAD_KEY}",
+                         exc.problem) from None
+
+
+def _export(plan_source: Any, name: str, workload: "str | None", engine: str,
+            options: dict[str, Any]) -> EngineExport:
+    from dnnscale.workload import load_workload
+
     loaded = load_workload(name)
     in_file = plan_source.workload
     # optimize's JSON names the workload by its name; -w may give the YAML file it came from.
     if workload is not None and in_file is not None and in_file not in (workload, loaded.name):
-        raise InputError("--workload", f"{workload!r} is workload {loaded.name!r}, but the plan "
-                         f"file names {in_file!r}; give the same or leave --workload out")
+        raise InputError("--workload", f"{short_repr(workload)} is workload "
+                         f"{short_repr(loaded.name)}, but the plan file names "
+                         f"{short_repr(in_file)}; give the same or leave --workload out")
     shape = loaded.transformer
     if engine == "megatron":
         from dnnscale.export.megatron import export_megatron

@@ -29,7 +29,7 @@ Megatron-LM has no GPipe schedule and no TF32 switch; plans that need them are r
 
 from __future__ import annotations
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
                                     overlaps_dp, refuse_grad_bytes_one, zero_stage)
 from dnnscale.plan.plan import ParallelPlan
@@ -182,7 +182,7 @@ def export_megatron(plan: ParallelPlan, shape: TransformerShape | None, workload
     """Megatron-LM's options for `plan` training `workload` (see the module docstring)."""
     if output_format not in FORMATS:
         raise InputError("--format", f"{ENGINE} exports as {' or '.join(FORMATS)}, got "
-                         f"{output_format!r}")
+                         f"{short_repr(output_format)}")
     shape = check_exportable(plan, shape, workload, ENGINE)
     flags = megatron_flags(plan, shape)
     world = plan.workers

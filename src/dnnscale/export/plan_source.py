@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dnnscale.errors import InputError, short_repr
+from dnnscale.errors import MAX_COUNT, InputError, require_int, short_repr
 from dnnscale.plan.modern import MODERN_FIELDS, modern_plan_from_dict
 from dnnscale.plan.plan import ParallelPlan
 
@@ -68,15 +68,26 @@ def _strict_json(text: str, field: str, shown: str) -> Any:
     def refuse(constant: str) -> None:
         raise InputError(field, f"{shown} holds {constant}, which is not JSON")
 
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise InputError(field, f"{shown} gives the key {short_repr(key)} twice")
+            out[key] = value
+        return out
+
     try:
-        return json.loads(text, parse_constant=refuse)
+        return json.loads(text, parse_constant=refuse, object_pairs_hook=unique)
+    except InputError:
+        raise
     except json.JSONDecodeError as exc:
         raise InputError(field, f"{shown} is not JSON: {exc.msg} at line {exc.lineno}") \
             from None
     except RecursionError:
         raise InputError(field, f"{shown} nests too deeply") from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise InputError(field, f"{shown}: {' '.join(str(exc).split())[:120]}") from None
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise InputError(field, f"{shown} holds an integer too long to be a plan value") \
+            from None
 
 
 def _workload_name(data: dict[str, Any], field: str) -> str | None:
@@ -128,8 +139,21 @@ def _section(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     return value
 
 
+PLAN_DICT_PATHS = {
+    "tp": "tensor.degree", "pp": "pipeline.stages", "dp": "data.replicas",
+    "micro_batch": "batch.micro_batch", "global_batch": "batch.accumulation",
+    "schedule": "pipeline.schedule", "virtual_stages": "pipeline.virtual_stages",
+    "zero": "data.aggregation.zero_stage", "recompute": "memory.recompute",
+    "precision": "precision.compute", "sequence_parallel": "tensor.sequence_parallel",
+    "overlap_dp": "data.aggregation.overlap", "grad_bytes": "precision.grad_bytes"}
+"""Plan field -> where `ParallelPlan.to_dict()` holds it (global_batch: micro · accumulation ·
+replicas), so that an error names the key the file has."""
+
+
 def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
-    """A `ParallelPlan.to_dict()` mapping back to the plan fields, then validated."""
+    """A `ParallelPlan.to_dict()` mapping back to the plan fields, then validated; a value the
+    plan fields cannot express (another algorithm, other byte widths, another optimizer) is
+    refused rather than dropped."""
     tensor = _section(plan, "tensor", where)
     pipeline = _section(plan, "pipeline", where)
     data = _section(plan, "data", where)
@@ -137,9 +161,10 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
     batch = _section(plan, "batch", where)
     memory = _section(plan, "memory", where)
     precision = _section(plan, "precision", where)
-    if aggregation.get("kind") != "Collective":
-        raise InputError(f"{where}.data.aggregation.kind", f"{short_repr(aggregation.get('kind'))}"
-                         f": a parameter-server plan (Project Adam) has no engine to export to")
+    kind = aggregation.get("kind")
+    if kind != "Collective":
+        raise InputError(f"{where}.data.aggregation.kind", f"{short_repr(kind)}: a "
+                         f"parameter-server plan (Project Adam) has no engine to export to")
     if tensor.get("rules") != "megatron":
         raise InputError(f"{where}.tensor.rules", f"{short_repr(tensor.get('rules'))}: only "
                          f"Megatron-style tensor splits have an engine to export to")
@@ -148,9 +173,7 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
     counts = {"batch.micro_batch": micro, "batch.accumulation": accumulation,
               "data.replicas": replicas}
     for name, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{where}.{name}", f"must be a positive integer, got "
-                             f"{short_repr(value)}")
+        require_int(f"{where}.{name}", value, maximum=MAX_COUNT)
     fields = {"tp": tensor.get("degree"), "pp": pipeline.get("stages"), "dp": replicas,
               "micro_batch": micro, "global_batch": micro * accumulation * replicas,
               "schedule": pipeline.get("schedule"),
@@ -159,4 +182,26 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
               "precision": precision.get("compute"),
               "sequence_parallel": tensor.get("sequence_parallel"),
               "overlap_dp": aggregation.get("overlap"), "grad_bytes": precision.get("grad_bytes")}
-    return modern_plan_from_dict(fields, where)
+    try:
+        result = modern_plan_from_dict(fields, where)
+    except InputError as exc:
+        name = exc.field.removeprefix(f"{where}.")
+        raise InputError(f"{where}.{PLAN_DICT_PATHS[name]}" if name in PLAN_DICT_PATHS
+                         else exc.field, exc.problem) from None
+    _refuse_dropped(plan, result.to_dict(), where)
+    return result
+
+
+def _refuse_dropped(given: dict[str, Any], rebuilt: dict[str, Any], where: str) -> None:
+    """Every key the file gives must read back as the plan fields rebuild it: an all-reduce
+    algorithm, byte widths or an optimizer the fields do not carry would otherwise be exported
+    as something else without a word."""
+    for key, value in given.items():
+        if key not in rebuilt:
+            raise InputError(f"{where}.{key}", "not a key of a GPU plan (predict --json's plan)")
+        if isinstance(value, dict) and isinstance(rebuilt[key], dict):
+            _refuse_dropped(value, rebuilt[key], f"{where}.{key}")
+        elif value != rebuilt[key] or isinstance(value, bool) != isinstance(rebuilt[key], bool):
+            raise InputError(f"{where}.{key}", f"{short_repr(value)} differs from what the plan "
+                             f"fields give ({short_repr(rebuilt[key])}); the export carries only "
+                             f"the plan fields ({', '.join(MODERN_FIELDS)})")

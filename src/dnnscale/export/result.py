@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.plan.plan import Collective, ParallelPlan
 from dnnscale.plan.rules import check_plan_shape
 from dnnscale.workload.transformer_shape import TransformerShape
+
+MAX_WORLD = 1 << 18
+"""GPUs an export may launch (tp · pp · dp): about twice the largest clusters built (some 10^5
+GPUs); more is a typing slip, not a cluster."""
+MAX_GLOBAL_BATCH = 1 << 24
+"""Samples per step an export may ask for: the largest published batches of language models
+are of the order of 10^4 sequences, so 16,777,216 leaves three orders of magnitude."""
 
 Flag = tuple[str, "str | None"]
 """A command-line option and its value (None for a switch such as ``--bf16``)."""
@@ -61,13 +68,20 @@ def check_exportable(plan: ParallelPlan, shape: TransformerShape | None, workloa
         raise InputError("plan", f"{engine} runs GPU plans (tp, pp, dp, ...); a Project Adam "
                          f"plan has no engine to export to")
     if shape is None:
-        raise InputError("workload", f"{workload!r} is not a transformer; {engine} needs a "
-                         f"transformer workload (a zoo name such as gpt3-175b or llama2-70b, "
-                         f"or hf:config.json)")
+        raise InputError("workload", f"{short_repr(workload)} is not a transformer; {engine} "
+                         f"needs a transformer workload (a zoo name such as gpt3-175b or "
+                         f"llama2-70b, or hf:config.json)")
     if not shape.causal or shape.norm_position != "pre":
-        raise InputError("workload", f"{workload!r} is an encoder (bidirectional or post-norm); "
-                         f"the export writes {engine}'s decoder (GPT/Llama) configuration")
+        raise InputError("workload", f"{short_repr(workload)} is an encoder (bidirectional or "
+                         f"post-norm); the export writes {engine}'s decoder (GPT/Llama) "
+                         f"configuration")
     check_plan_shape(plan, shape)
+    if plan.workers > MAX_WORLD:
+        raise InputError("plan.dp", f"tp·pp·dp = {plan.workers:,} GPUs; {engine} launches at "
+                         f"most {MAX_WORLD:,} here (no cluster has that many)")
+    if plan.samples_per_step > MAX_GLOBAL_BATCH:
+        raise InputError("plan.global_batch", f"{plan.samples_per_step:,} samples per step; at "
+                         f"most {MAX_GLOBAL_BATCH:,} (no {engine} run trains batches this large)")
     return shape
 
 

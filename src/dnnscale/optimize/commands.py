@@ -168,11 +168,12 @@ def register(app: typer.Typer) -> None:
                                 objective=objective, pareto=pareto or None,
                                 price_per_device_hour=price)
 
-        from dnnscale.errors import flag_aliases
-
-        # the API's name of --schedule's choices; the other fields are the flags' own names
-        with flag_aliases({"schedules": "--schedule"} if schedule is not None else {}):
+        try:
             result = search(modes, top)
+        except InputError as exc:  # the API's name of --schedule's choices (user_errors names
+            if exc.field != "schedules":  # the others by the flags' own names)
+                raise
+            raise InputError("--schedule", exc.problem) from None
         if result.space is SpaceKind.GPU:
             print_gpu_result(result, w, tokens, plot, as_json, silent)
             _write_outputs(result, w, c, html, csv, None, silent)

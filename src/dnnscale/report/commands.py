@@ -108,7 +108,7 @@ def _validation_report(folder: Path, output: Path, extra: list[str]) -> None:
 
 def read_validation(folder: Path) -> dict:
     """DIR/results.json of `dnnscale validate`, checked for the fields the page reads
-    (validate/results.py)."""
-    from dnnscale.validate.results import read_results
+    (report/validation_input.py)."""
+    from dnnscale.report.validation_input import read_validation as read
 
-    return read_results(folder)
+    return read(folder)

@@ -24,6 +24,11 @@ from dnnscale.workload.workload import Workload
 if TYPE_CHECKING:
     from dnnscale.model.stage import LayerCost
 
+MAX_DRAWN_PASSES = 4096
+"""Forward and backward passes a pipeline timeline draws at most: a step of more micro-batches
+(a global batch of millions) is drawn for its first ones, which show the warm-up and the steady
+state, and the note says how many the model prices."""
+
 AFTER_STEP = (Part.PS_WAIT, Part.UPDATE)
 """Parts the model places after the overlapped part of a step (γ-norm plans)."""
 
@@ -152,7 +157,14 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
             (Part.LAUNCH_WAIT, launch * (1 - share)), (Part.PP_COMM, pp / 2)) if seconds > 0))
     forward_s = [sum(s for _, s in pieces) for pieces in pieces_f]
     backward_s = [sum(s for _, s in pieces) for pieces in pieces_b]
-    ops = simulate(schedule, p, m, v, forward_s, backward_s)
+    drawn_m = _drawn_micro_batches(p, m, v)
+    if v > 1 and not interleaving_applies(p, drawn_m, chunks):
+        drawn_m = _drawn_micro_batches(p, m, 1)  # too many passes to interleave: plain 1F1B
+        pieces_f = [tuple((name, sec * v) for name, sec in pieces) for pieces in pieces_f]
+        pieces_b = [tuple((name, sec * v) for name, sec in pieces) for pieces in pieces_b]
+        forward_s, backward_s = [t * v for t in forward_s], [t * v for t in backward_s]
+        v = 1
+    ops = simulate(schedule, p, drawn_m, v, forward_s, backward_s)
     segments = []
     for op in ops:
         forward = op.kind == FORWARD
@@ -165,7 +177,8 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
             f"{'forward' if forward else 'backward'} {_ms(op.seconds)} ({detail})", pieces))
     drawn_end = max(op.end_s for op in ops)
     model_end = record.pipeline_s
-    start = max(drawn_end, model_end)
+    cut = drawn_m < m
+    start = drawn_end if cut else max(drawn_end, model_end)
     for name in (Part.DP_COMM, Part.OPTIMIZER_STEP):
         seconds = prediction.part(name)
         if seconds > 0:
@@ -180,18 +193,32 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
              f"over {p} stage{'s' if p != 1 else ''}{f' with {v} chunks each' if v > 1 else ''}, "
              "laid out from its per-stage micro-batch times; not a trace. Each stage's tensor- "
              "and data-parallel peers run alike (the model prices the most loaded one)."]
-    if chunks > 1 and v == 1:
+    if cut:
+        notes.append(f"Drawn: the first {drawn_m:,} of the step's {m:,} micro-batches (the rest "
+                     f"repeat the steady state); the model prices all of them: the pipeline "
+                     f"takes {_ms(model_end)}.")
+    if chunks > 1 and v == 1 and not cut:
         notes.append(f"Interleaving needs the micro-batch count to be a multiple of the stages "
                      f"({m} of {p}): drawn as plain 1F1B.")
-    if abs(drawn_end - model_end) > 0.005 * model_end:
+    if not cut and abs(drawn_end - model_end) > 0.005 * model_end:
         notes.append(f"The model prices the pipeline with the closed formula "
                      f"m·t_max + (Σt − t_max)/v = {_ms(model_end)}; the drawn schedule of the "
                      f"same micro-batch times ends at {_ms(drawn_end)}.")
     if not _sequential(prediction):
         notes.append("The plan overlaps communication with computation (γ-norm): the parts "
                      "drawn end to end exceed the step.")
-    marks = ((model_end, "pipeline ends (model)"),)
+    marks = () if cut else ((model_end, "pipeline ends (model)"),)
     return Timeline(lanes, tuple(segments), prediction.step_time_s, start, marks, tuple(notes))
+
+
+def _drawn_micro_batches(stages: int, micro_batches: int, chunks: int) -> int:
+    """How many of the step's micro-batches the timeline draws: all of them when their passes
+    fit in MAX_DRAWN_PASSES, else as many as fit (a multiple of the stages, as interleaving
+    needs, when that leaves at least one round)."""
+    fit = max(1, MAX_DRAWN_PASSES // (2 * stages * chunks))
+    if micro_batches <= fit:
+        return micro_batches
+    return fit - fit % stages if fit >= stages else fit
 
 
 def _stage_label(index: int, layers: tuple[LayerCost, ...], stages: int) -> str:

@@ -16,7 +16,7 @@ def cuda_device(text: str, flag: str = "--gpu") -> Any:
 
     Without CUDA: InputError(`flag`, NO_CUDA) — the command cannot do what was asked here, and
     says so in one line (exit 2, like any request this machine cannot honour)."""
-    match = re.fullmatch(r"cuda(?::(\d+))?", text.strip())
+    match = re.fullmatch(r"cuda(?::(\d{1,6}))?", text.strip())
     if match is None:  # before torch is imported: a typo costs no seconds
         raise InputError("--device", f"must be cuda or cuda:N, got {short_repr(text)}")
     import torch
@@ -26,7 +26,7 @@ def cuda_device(text: str, flag: str = "--gpu") -> Any:
     index = int(match.group(1) or 0)
     count = torch.cuda.device_count()
     if index >= count:
-        raise InputError("--device", f"{text}: this machine has {count} CUDA device"
+        raise InputError("--device", f"{short_repr(text)}: this machine has {count} CUDA device"
                          f"{'s' if count != 1 else ''} (cuda:0..cuda:{count - 1})")
     return torch.device("cuda", index)
 

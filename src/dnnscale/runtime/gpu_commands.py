@@ -13,13 +13,19 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from dnnscale.errors import CommandFailed, InputError
+from dnnscale.errors import CommandFailed, InputError, short_repr
+
+NOT_RUN = (("sequence_parallel", False, "with no tensor split to spread the norms over"),
+           ("overlap_dp", False, "with no data-parallel reduction to overlap"),
+           ("schedule", "1f1b", "with no pipeline to schedule"))
+"""Plan fields one-GPU training has nothing to do with: a value other than the default would
+be ignored, so it is refused (the run records the plan it trains)."""
 
 
 def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
              **run: Any) -> Any:
     """The GpuTrainSpec of a --config plan file and the flags given (flags win)."""
-    from dnnscale.plan.modern import modern_plan_from_dict
+    from dnnscale.plan.modern import PRECISION_PRESETS, modern_plan_from_dict
     from dnnscale.runtime.gpu_train import GpuTrainSpec
     from dnnscale.yamlio import load_yaml_file
 
@@ -34,6 +40,15 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
         if data.get(key, one) != one:
             raise InputError(f"plan.{key}", f"run --gpu trains on one GPU: must be {one}, got "
                              f"{data[key]}")
+    for key, none, why in NOT_RUN:
+        if data.get(key, none) not in (none, None):
+            raise InputError(f"plan.{key}", f"run --gpu trains on one GPU, {why}: must be "
+                             f"{str(none).lower()} or left out, got {data[key]!r}")
+    preset_grad = PRECISION_PRESETS[plan.precision.compute].grad_bytes
+    if plan.precision.grad_bytes != preset_grad:
+        raise InputError("plan.grad_bytes", f"run --gpu keeps {plan.precision.compute}'s "
+                         f"{preset_grad}-byte gradients (there is no reduction to narrow), "
+                         f"got {plan.precision.grad_bytes}")
     return GpuTrainSpec(workload=workload, micro_batch=plan.batch.micro_batch,
                         global_batch=plan.batch.micro_batch * plan.batch.accumulation,
                         recompute=plan.memory.recompute, precision=str(data["precision"]),
@@ -43,11 +58,10 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
 def run_gpu(spec: Any, device_text: str, output: Optional[Path], as_json: bool) -> None:
     """Check the workload and the device, train, write the records, print the summary."""
     from dnnscale.runtime.cuda import cuda_device
-    from dnnscale.runtime.gpu_train import transformer_shape
-    from dnnscale.workload import load_workload
+    from dnnscale.runtime.gpu_train import check_step_data, transformer_shape
 
-    workload = load_workload(spec.workload)
-    transformer_shape(workload, "--workload")
+    workload = _load(spec.workload)
+    check_step_data(spec, transformer_shape(workload, "--workload"))
     if output is not None:
         from dnnscale.atomic import check_output_path
 
@@ -61,6 +75,22 @@ def run_gpu(spec: Any, device_text: str, output: Optional[Path], as_json: bool) 
         with atomic_output(output, "--output", partial=True) as temp:
             summary = _train(spec, workload, device, temp)
     print_summary(summary, as_json)
+
+
+def _load(name: str) -> Any:
+    """The workload `-w` names, its errors naming --workload (what the user typed)."""
+    from dnnscale.workload import load_workload
+    from dnnscale.workload.source import is_factory_spec
+
+    if is_factory_spec(name):
+        raise InputError("--workload", f"{short_repr(name)}: run --gpu trains transformer "
+                         f"workloads (zoo names, gpt:..., hf:config.json), not a PyTorch module")
+    try:
+        return load_workload(name)
+    except InputError as exc:
+        if exc.field not in ("workload", "--hf-config"):
+            raise
+        raise InputError("--workload", exc.problem) from None
 
 
 def _train(spec: Any, workload: Any, device: Any, path: Optional[Path]) -> dict[str, Any]:

@@ -25,11 +25,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from dnnscale.errors import InputError, require_int, require_positive
+from dnnscale.errors import InputError, require_int, require_positive, short_repr
 
 PRECISIONS = ("bf16", "tf32", "fp32")
 BF16_MODES = ("master", "autocast")
 RECOMPUTE = ("none", "full")
+MAX_LR = 10.0
+"""AdamW learning rates above this diverge at once (language models train at 1e-4 to 1e-2)."""
+MAX_SEED = 2**63 - 1
+"""torch.manual_seed takes a 64-bit seed; the data generator uses seed + 1."""
+MAX_STEP_DATA_BYTES = 4 * 2**30
+"""The synthetic token ids of one step (global batch · (seq + 1) int64 values) are drawn on the
+host at once: at most 4 GiB of them."""
 
 
 @dataclass(frozen=True)
@@ -58,13 +65,17 @@ class GpuTrainSpec:
                                       ("run.bf16_mode", self.bf16_mode, BF16_MODES)):
             if value not in allowed:
                 raise InputError(field, f"must be one of {', '.join(allowed)} on one GPU, got "
-                                 f"{value!r}")
+                                 f"{short_repr(value)}")
         require_int("run.steps", self.steps)
         require_int("run.warmup", self.warmup, minimum=0)
         if self.warmup >= self.steps:
             raise InputError("run.warmup", f"must be less than --steps ({self.steps}), got "
                              f"{self.warmup}")
         require_positive("run.lr", self.lr)
+        if self.lr > MAX_LR:
+            raise InputError("run.lr", f"must be <= {MAX_LR:g} (AdamW diverges above), got "
+                             f"{self.lr:g}")
+        require_int("run.seed", self.seed, minimum=0, maximum=MAX_SEED - 1)
 
     @property
     def micro_batches(self) -> int:
@@ -82,6 +93,15 @@ def single_gpu_plan(micro_batch: int, global_batch: int, recompute: str, precisi
     reads them."""
     return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": micro_batch, "global_batch": global_batch,
             "recompute": recompute, "precision": precision}
+
+
+def check_step_data(spec: GpuTrainSpec, shape: Any) -> None:
+    """The step's synthetic token ids fit in MAX_STEP_DATA_BYTES (checked before any work)."""
+    size = spec.global_batch * (shape.seq + 1) * 8
+    if size > MAX_STEP_DATA_BYTES:
+        raise InputError("plan.global_batch", f"{spec.global_batch:,} samples of "
+                         f"{shape.seq + 1:,} token ids are {size / 2**30:,.1f} GiB of data per "
+                         f"step; at most {MAX_STEP_DATA_BYTES / 2**30:.0f} GiB")
 
 
 def transformer_shape(workload: Any, field: str = "workload") -> Any:

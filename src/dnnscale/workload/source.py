@@ -26,10 +26,23 @@ def is_factory_spec(source: object) -> bool:
     (``gpt:layers=...``, ``mlp:784-10``), an ``hf:`` config or an existing file."""
     if not isinstance(source, str) or not FACTORY_SPEC.fullmatch(source):
         return False
+    return not _known_name(source)
+
+
+def _exists(name: str) -> bool:
+    """Whether `name` is an existing path (False for a name too long to be one)."""
+    try:
+        return Path(name).exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _known_name(source: str) -> bool:
+    """Whether `source` is a zoo, parametric or hf: name, or an existing file."""
     from dnnscale.workload.zoo import PARAMETRIC, ZOO
 
     base = source.partition(":")[0]
-    return base not in PARAMETRIC and base not in ZOO and base != "hf" and not Path(source).exists()
+    return base in PARAMETRIC or base in ZOO or base == "hf" or _exists(source)
 
 
 def check_factory_spec(spec: str, field: str = "--torch") -> str:
@@ -77,6 +90,10 @@ def resolve_workload(source: Any, input_shape: Any = None, loss: str | None = No
         callable(source) and not isinstance(source, (str, Path, Workload)))
     if not model:
         if input_shape is not None or loss is not None:
+            if isinstance(source, str) and ":" in source and not _known_name(source):
+                raise InputError(field, f"{short_repr(source)} is no zoo name or file, and not "
+                                 f"package.module:factory (dotted Python names on both sides "
+                                 f"of one colon)")
             raise InputError(shape_field if input_shape is not None else "loss",
                              "only applies to a PyTorch model (an nn.Module, a factory, or "
                              "package.module:factory)")
@@ -84,7 +101,7 @@ def resolve_workload(source: Any, input_shape: Any = None, loss: str | None = No
     if input_shape is None:
         example = "--input-shape 3,224,224" if shape_field.startswith("-") \
             else "input_shape=(3, 224, 224)"
-        named = f"{source!r} is no zoo name or file; as package.module:factory, " \
+        named = f"{short_repr(source)} is no zoo name or file; as package.module:factory, " \
             if isinstance(source, str) else ""
         raise InputError(shape_field, f"{named}a PyTorch model needs the shape of one input "
                          f"sample without the batch, e.g. {example}")

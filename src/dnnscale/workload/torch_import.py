@@ -42,7 +42,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
-from dnnscale.errors import InputError
+from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.kinds import build_layer
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.torch_counting import CountingMode
@@ -58,6 +58,14 @@ _DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.fl
            "bool": torch.bool}
 _LOSSES = ("cross_entropy",)
 _FLOP_RTOL = 1e-9
+MAX_INPUTS = 64
+"""Inputs a model may take (one shape each)."""
+MAX_DIMS = 32
+"""Dimensions of one input sample (torch allows 64 per tensor, batch included)."""
+MAX_SAMPLE_VALUES = 1 << 40
+"""Values of one input sample: the meta device allocates nothing, but a tensor's storage size
+(batch · values · bytes) must stay within 64 bits, and a trillion values per sample is no
+training sample."""
 OUTSIDE = "(outside modules)"  # ops run outside every module (e.g. gradient accumulation)
 
 
@@ -89,7 +97,8 @@ def parse_dtype(name: str, field_name: str) -> torch.dtype:
     """A torch dtype from its name ('float32', 'int64', 'long', ...)."""
     key = name.strip().lower().removeprefix("torch.")
     if key not in _DTYPES:
-        raise InputError(field_name, f"unknown dtype {name!r} (known: {', '.join(_DTYPES)})")
+        raise InputError(field_name, f"unknown dtype {short_repr(name)} (known: "
+                         f"{', '.join(_DTYPES)})")
     return _DTYPES[key]
 
 
@@ -97,27 +106,30 @@ def load_factory(spec: str) -> Callable[[], nn.Module]:
     """Resolve ``package.module:factory`` to a callable (a function or an nn.Module class)."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise InputError("--torch", f"expected package.module:factory, got {spec!r}")
+        raise InputError("--torch", f"expected package.module:factory, got {short_repr(spec)}")
     if os.getcwd() not in sys.path and "" not in sys.path:  # like `python -m`: cwd first
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InputError("--torch", f"cannot import {module_name!r}: {_one_line(exc)}") from None
+        raise InputError("--torch", f"cannot import {short_repr(module_name)}: "
+                         f"{_one_line(exc)}") from None
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module failed to load
-        raise InputError("--torch", f"importing {module_name!r} failed: "
+        raise InputError("--torch", f"importing {short_repr(module_name)} failed: "
                          f"{type(exc).__name__}: {_one_line(exc)}") from None
     target: Any = module
     for part in attr.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise InputError("--torch", f"{module_name!r} has no attribute {attr!r}") from None
+            raise InputError("--torch", f"{short_repr(module_name)} has no attribute "
+                             f"{short_repr(attr)}") from None
         except Exception as exc:  # noqa: BLE001 - a module __getattr__ that fails
-            raise InputError("--torch", f"reading {attr!r} of {module_name!r} failed: "
+            raise InputError("--torch", f"reading {short_repr(attr)} of {short_repr(module_name)} "
+                             f"failed: "
                              f"{type(exc).__name__}: {_one_line(exc)}") from None
     if not callable(target):
-        raise InputError("--torch", f"{spec!r} is not callable")
+        raise InputError("--torch", f"{short_repr(spec)} is not callable")
     return target
 
 
@@ -131,7 +143,10 @@ def parse_input_shapes(text: str) -> tuple[list[tuple[int, ...]], list[torch.dty
     """Parse ``3,224,224`` or ``64:int64`` or ``3,32,32;10`` (inputs separated by ';', each
     optionally ending in ':dtype') into shapes and dtypes (default: the default float dtype)."""
     shapes, dtypes = [], []
-    for part in text.split(";"):
+    parts = text.split(";")
+    if len(parts) > MAX_INPUTS:
+        raise InputError("--input-shape", f"{len(parts):,} inputs; at most {MAX_INPUTS}")
+    for part in parts:
         dims, _, dtype = part.strip().partition(":")
         try:
             shape = tuple(int(v) for v in dims.split(",") if v.strip())
@@ -139,11 +154,22 @@ def parse_input_shapes(text: str) -> tuple[list[tuple[int, ...]], list[torch.dty
             shape = ()
         if not shape or any(v < 1 for v in shape):
             raise InputError("--input-shape", f"expected comma-separated positive integers "
-                             f"per input (e.g. 3,224,224 or 128:int64), got {part.strip()!r}")
+                             f"per input (e.g. 3,224,224 or 128:int64), got "
+                             f"{short_repr(part.strip())}")
+        _check_size(shape, "--input-shape")
         shapes.append(shape)
         dtypes.append(parse_dtype(dtype, "--input-shape") if dtype
                       else torch.get_default_dtype())
     return shapes, dtypes
+
+
+def _check_size(shape: tuple[int, ...], field_name: str) -> None:
+    """At most MAX_DIMS dimensions and MAX_SAMPLE_VALUES values per sample."""
+    if len(shape) > MAX_DIMS:
+        raise InputError(field_name, f"{len(shape)} dimensions per sample; at most {MAX_DIMS}")
+    if math.prod(shape) > MAX_SAMPLE_VALUES:
+        raise InputError(field_name, f"{short_repr(list(shape))} is {math.prod(shape):.3g} "
+                         f"values per sample; at most {MAX_SAMPLE_VALUES:.3g}")
 
 
 def _normalise_shapes(example_input_shapes: Any) -> list[tuple[int, ...]]:
@@ -153,13 +179,16 @@ def _normalise_shapes(example_input_shapes: Any) -> list[tuple[int, ...]]:
         shapes = [shapes]
     if not isinstance(shapes, (list, tuple)) or not shapes:
         raise InputError("input_shape", f"expected a shape or a list of shapes, got "
-                         f"{example_input_shapes!r}")
+                         f"{short_repr(example_input_shapes)}")
+    if len(shapes) > MAX_INPUTS:
+        raise InputError("input_shape", f"{len(shapes):,} inputs; at most {MAX_INPUTS}")
     result = []
     for shape in shapes:
-        if not isinstance(shape, (list, tuple)) or not all(
+        if not isinstance(shape, (list, tuple)) or not shape or not all(
                 isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape):
             raise InputError("input_shape", f"each input shape must list positive integers "
-                             f"(per sample, without the batch), got {shape!r}")
+                             f"(per sample, without the batch), got {short_repr(shape)}")
+        _check_size(tuple(shape), "input_shape")
         result.append(tuple(shape))
     return result
 
@@ -214,7 +243,7 @@ def _first_tensor(value: Any) -> torch.Tensor | None:
 
 
 def _unsupported(exc: BaseException, where: str) -> InputError:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = _one_line(exc)
     lowered = text.lower()
     place = f" (in module {where})" if where and where != "Global" else ""
     if "meta" in lowered and any(word in lowered for word in (
@@ -233,8 +262,12 @@ def _trace(model: nn.Module, params: dict[str, torch.Tensor], buffers: dict[str,
            shapes: list[tuple[int, ...]], dtypes: list[torch.dtype], batch: int,
            loss: str | None, names: dict[str, str]) -> _Trace:
     """Run one training step at `batch` on the meta device and count it per module."""
-    inputs = [torch.empty((batch, *shape), dtype=dtype, device="meta")
-              for shape, dtype in zip(shapes, dtypes)]
+    try:
+        inputs = [torch.empty((batch, *shape), dtype=dtype, device="meta")
+                  for shape, dtype in zip(shapes, dtypes)]
+    except RuntimeError as exc:  # a storage size past 64 bits
+        raise InputError("input_shape", f"no tensor of batch {batch} has these shapes: "
+                         f"{_one_line(exc)}") from None
     calls: dict[int, int] = {}
     in_shapes: dict[int, tuple[int, ...] | None] = {}
     out_shapes: dict[int, tuple[int, ...] | None] = {}
@@ -272,7 +305,7 @@ def _trace(model: nn.Module, params: dict[str, torch.Tensor], buffers: dict[str,
                     output = loss_module(flat, target)
             except InputError:
                 raise
-            except Exception as exc:  # the user's model failed under tracing
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's model failed
                 raise _unsupported(exc, mode.current_module()) from None
             mode.active = False  # the seed for backward is not part of the model
             flat_out, _ = tree_flatten(output)
@@ -284,7 +317,7 @@ def _trace(model: nn.Module, params: dict[str, torch.Tensor], buffers: dict[str,
             mode.active = True
             try:
                 seed.backward()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - e.g. a custom backward
                 raise _unsupported(exc, mode.current_module()) from None
             mode.classify_weight_gradients(params.values())
     finally:
