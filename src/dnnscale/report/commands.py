@@ -50,14 +50,26 @@ def register(app: typer.Typer) -> None:
             user_errors(_validation_report)(validation, output, list(ctx.args))
             return
         args = list(ctx.args)
+        user_errors(_no_json)(args)
         from typer.main import get_command
 
+        from dnnscale.atomic import field_as_typed
+
         root = get_command(app)
-        code = root.main([command_for(args, root), *args, "--html", str(output), "--quiet"],
-                         prog_name="dnnscale", standalone_mode=False)
+        with field_as_typed("--html", "--output"):  # the flag the user typed
+            code = root.main([command_for(args, root), *args, "--html", str(output), "--quiet"],
+                             prog_name="dnnscale", standalone_mode=False)
         if code:  # the command printed its one-line error
             raise typer.Exit(code)
         print(f"report written to {output}")
+
+
+def _no_json(args: list[str]) -> None:
+    if any(arg == "--json" or arg.startswith("--json=") for arg in args):
+        from dnnscale.errors import InputError
+
+        raise InputError("--json", "report writes an HTML page and prints no JSON; for JSON "
+                         "run predict or optimize with --json (and --html FILE for the page)")
 
 
 def _validation_report(folder: Path, output: Path, extra: list[str]) -> None:
