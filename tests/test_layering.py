@@ -36,7 +36,7 @@ RANKS: tuple[tuple[str, ...], ...] = (
     ("model",),
     ("optimize", "runtime", "testbed", "calibrate"),
     ("report", "export", "validate", ""),
-    ("cli", "cli_errors"),
+    ("cli", "cli_errors", "entry", "__main__"),
 )
 """Lowest first; "" is the package itself (its __init__.py)."""
 

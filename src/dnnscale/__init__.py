@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import sys
 import types
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dnnscale.boundary import finite_answers
 from dnnscale.errors import InputError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pathlib too: `import dnnscale` stays cheap (dnnscale/entry.py's handler)
+    from pathlib import Path
+
     from dnnscale.model import Prediction
     from dnnscale.optimize.result import OptimizeResult
     from dnnscale.plan import Config, ParallelPlan

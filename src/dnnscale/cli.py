@@ -277,7 +277,11 @@ _register_stage_commands()
 
 
 def main() -> None:
-    app()
+    """The program (the `dnnscale` script is dnnscale.entry:main; this name stays for scripts
+    made before): Ctrl-C and a broken stdout handled as there."""
+    from dnnscale.entry import main as run
+
+    run()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -38,5 +40,58 @@ def dumps(data: Any, indent: int | None = 2) -> str:
 
 
 def print_json(data: Any) -> None:
-    """Print `data` as strict, indented JSON on stdout."""
-    print(dumps(data))
+    """Print `data` as strict, indented JSON on stdout, whole: the text is made first, then
+    written and flushed while a Ctrl-C is held back, so an interrupted command leaves the whole
+    document or none (the held Ctrl-C takes effect right after; a second one at once)."""
+    import sys
+
+    text = dumps(data) + "\n"  # ASCII: a character is a byte
+    with _ctrl_c_held():
+        for start in range(0, len(text), _PIPE_BUF):
+            sys.stdout.write(text[start:start + _PIPE_BUF])
+            sys.stdout.flush()
+
+
+_PIPE_BUF = 4096
+"""Bytes a pipe takes whole or not at all. A larger write that a signal interrupts returns
+short, and Python 3.11's buffered stdout then drops the rest of the text (seen with strace:
+one write of 1 MB returns 65,536 and none follows); pieces this size never come back short."""
+
+
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """SIGINT recorded instead of acted on within the block, then replayed. A Python handler,
+    not a blocked signal mask: the kernel gives a process's signal to any thread that does not
+    block it (numpy's BLAS threads do not), and Python then runs the handler in the main
+    thread anyway."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+
+    def hold(signum: int, frame: Any) -> None:
+        if held:  # a second Ctrl-C: the user means it
+            _replay(previous, signum, frame)
+        held.append(signum)
+
+    signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            _replay(previous, signal.SIGINT, None)
+
+
+def _replay(handler: Any, signum: int, frame: Any) -> None:
+    import os
+    import signal
+
+    if callable(handler):
+        handler(signum, frame)
+    elif handler == signal.SIG_DFL:
+        os.kill(os.getpid(), signum)

@@ -130,6 +130,9 @@ def register(app: typer.Typer) -> None:
                            (None if csv == "-" else csv, "--csv")):
             if path is not None:
                 check_output_path(path, name)
+        if csv == "-" and as_json:
+            raise InputError("--csv", "'-' writes the CSV to stdout, which holds the --json "
+                             "document; give a file")
         w = resolve_workload(workload, input_shape, field="--workload")
         c = load_system(cluster)
         space = GPU if is_gpu_space(w, c) else ADAM
@@ -174,15 +177,22 @@ def register(app: typer.Typer) -> None:
             if exc.field != "schedules":  # the others by the flags' own names)
                 raise
             raise InputError("--schedule", exc.problem) from None
-        if result.space is SpaceKind.GPU:
-            print_gpu_result(result, w, tokens, plot, as_json, silent)
-            _write_outputs(result, w, c, html, csv, None, silent)
-            return
-        if plot is not None:
-            from dnnscale.report.curve_plot import plot_result_curve
+        from dnnscale.atomic import outputs_together
 
-            plot_result_curve(result, plot)
-        _write_outputs(result, w, c, html, csv, lambda mode: search(mode, 1), True)
+        if result.space is SpaceKind.GPU:
+            with outputs_together():  # every file made before any is replaced, then stdout
+                print_gpu_result(result, w, tokens, plot, as_json, quiet=True)
+                _write_outputs(result, w, c, html, csv, None, True)
+            print_gpu_result(result, w, tokens, None, as_json, silent)
+            if html is not None and not (silent or as_json):
+                print(f"report written to {html}")
+            return
+        with outputs_together():
+            if plot is not None:
+                from dnnscale.report.curve_plot import plot_result_curve
+
+                plot_result_curve(result, plot)
+            _write_outputs(result, w, c, html, csv, lambda mode: search(mode, 1), True)
         if silent:
             return
         if as_json:

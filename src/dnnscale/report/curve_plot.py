@@ -96,11 +96,11 @@ def plot_curve(machines: Sequence[int], epoch_time_s: Sequence[float], speedup: 
             figure.text(0.01, 0.04 / (4.2 + key_in), key, fontsize=7, wrap=True, va="bottom")
         figure.suptitle(title)
         figure.tight_layout(rect=(0, key_in / (4.2 + key_in), 1, 1))
-        with atomic_output(out, "plot") as temporary:  # an existing plot stays until done
+        with atomic_output(out, "--plot") as temporary:  # an existing plot stays until done
             try:
                 figure.savefig(temporary, format="png", dpi=110)
             except OSError as exc:
-                raise InputError("plot", f"cannot write {str(out)!r}: "
+                raise InputError("--plot", f"cannot write {str(out)!r}: "
                                  f"{exc.strerror or exc}") from None
     finally:
         plt.close(figure)

@@ -242,7 +242,7 @@ def _run_from_env(spec_for: Any, output: Optional[Path]) -> dict[str, Any] | Non
 
     Every rank appends to OUTPUT.partial (emptied by each node's local rank 0 first); after
     the run's last barrier, when nobody writes any more, local rank 0 renames it to OUTPUT."""
-    from dnnscale.atomic import partial_path
+    from dnnscale.atomic import finish_partial, partial_path
 
     try:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -255,7 +255,7 @@ def _run_from_env(spec_for: Any, output: Optional[Path]) -> dict[str, Any] | Non
         out = partial_path(output) if output is not None else Path(tmp) / "run.jsonl"
         summary = _env_rank(spec_for(str(out)), rank, world, local_zero or output is None)
         if output is not None and local_zero:
-            os.replace(out, output)
+            finish_partial(out, output, "--output")  # renamed over a file, or into a pipe
     return summary
 
 
