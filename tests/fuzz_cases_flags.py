@@ -245,6 +245,12 @@ SOURCE_FIELDS = {"workload": "workload", "cluster": "cluster", "config": "config
                  "description": "testbed"}
 """Options that name a file or preset: their errors name the input (``workload``), whose
 dotted paths name what is wrong inside it."""
+SOURCE_FLAG_COMMANDS = frozenset({"export"})
+"""Commands whose source is another file (export's plan): their -w errors name the flag."""
+
+
+def _source_field(command: str, name: str, flag: str) -> str:
+    return flag if command in SOURCE_FLAG_COMMANDS else SOURCE_FIELDS.get(name, flag)
 
 BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     # (command, flag): a bad value, or (value, the field expected when it is not the flag)
@@ -301,7 +307,7 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("validate", "--repeats"): "0", ("validate", "--steps"): "0",
     ("validate", "--html"): "{d}", ("validate", "--testbed"): ("none", "testbed"),
     ("validate", "--configs"): ("{d}/none.yaml", "grid"),
-    ("export", "--to"): "tensorflow", ("export", "--workload"): ("nonet", "--workload"),
+    ("export", "--to"): "tensorflow", ("export", "--workload"): "nonet",
     ("export", "--output"): "{d}", ("export", "--format"): "script",
     ("report", "--output"): "{d}", ("report", "--validation"): "{d}/none",
     ("testbed", "up", "--hosts"): "0",
@@ -369,7 +375,7 @@ def value_cases() -> Iterator[Case]:
             argv = without(base.argv, param)
             key = (*path, flag) if path[0] == "testbed" else (path[0], flag)
             bad = BAD_VALUES.get(key)  # type: ignore[arg-type]
-            expected = SOURCE_FIELDS.get(param.name, flag)
+            expected = _source_field(path[0], param.name, flag)
             if isinstance(bad, tuple):
                 bad, expected = bad
             label = f"{'-'.join(path)}-{flag[2:]}"
@@ -379,7 +385,7 @@ def value_cases() -> Iterator[Case]:
                 yield Case(label, "typed-flag-names", (*argv, flag, bad), expected,
                            dict(base.files))
             yield Case(label, "long-values", (*argv, flag, LONG),
-                       SOURCE_FIELDS.get(param.name, flag), dict(base.files))
+                       _source_field(path[0], param.name, flag), dict(base.files))
 
 
 def cases() -> Iterator[Case]:

@@ -278,7 +278,7 @@ def test_print_json_holds_ctrl_c_until_the_document_is_whole(
 
 @pytest.mark.parametrize("delay_s", [0.5, 1.0, 1.5, 2.0, 3.0])
 def test_interrupted_optimize_json_is_whole_or_empty(delay_s: float) -> None:
-    child = subprocess.Popen([*PROGRAM, "optimize", *CPU, "-M", "64", "--json", "--full-curve"],
+    child = subprocess.Popen([*PROGRAM, "optimize", *CPU, "-M", "64", "--json"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
     time.sleep(delay_s)
     child.send_signal(signal.SIGINT)
