@@ -85,3 +85,31 @@ def test_fields_stay_as_they_are_outside_the_cli() -> None:
     """The Python API has no command line: its fields are its arguments' names."""
     for field in ("modes", "config.replicas", "--hf-config", "plan.tp", "workload"):
         assert typed_field(field) == field
+
+
+# -- the default plan on accelerators -------------------------------------------------------
+
+def test_predict_without_plan_flags_on_accelerators_prices_the_gpu_defaults() -> None:
+    """No plan flag and no plan file on a GPU node: the GPU plan's defaults (TP1 PP1 DP1, one
+    micro-batch of one sample), not Adam's parameter server, which is refused there with a
+    --sync the user never typed. Adam's defaults stay on a CPU cluster."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from dnnscale.cli import app
+
+    runner = CliRunner()
+    gpu = runner.invoke(app, ["predict", "-w", "gpt3-125m", "-c", "dgx-a100-80g:1", "--json"])
+    assert gpu.exit_code == 0, gpu.stderr
+    plan = json.loads(gpu.stdout)["plan"]
+    assert (plan["tensor"]["degree"], plan["data"]["replicas"]) == (1, 1)
+    assert plan["data"]["aggregation"]["kind"] == "Collective"
+    assert plan["batch"] == {"micro_batch": 1, "accumulation": 1}
+    cpu = runner.invoke(app, ["predict", "-w", "adam-mnist", "-c", "adam-2014", "--json"])
+    assert cpu.exit_code == 0, cpu.stderr
+    assert json.loads(cpu.stdout)["config"]["sync"] == "ps-async"
+    typed = runner.invoke(app, ["predict", "-w", "adam-mnist", "-c", "dgx-a100-80g:1",
+                                "--sync", "ps-async"])
+    assert typed.exit_code == 2
+    assert typed.stderr.startswith("error: --sync: a parameter server is not priced")

@@ -203,8 +203,8 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
     from dnnscale.model.predict import predict as predict_any
     from dnnscale.plan import check_plan
     from dnnscale.plan.config import Config
-    from dnnscale.plan.flags import PREDICT_OUTPUT_FLAGS, PRINT_WORDS, plan_from_options, \
-        refuse_flags, refuse_sync_flags
+    from dnnscale.plan.flags import PREDICT_OUTPUT_FLAGS, PRINT_WORDS, plan_for_devices, \
+        plan_from_options, refuse_flags, refuse_sync_flags
     from dnnscale.system import load_system
     from dnnscale.workload.source import resolve_workload
 
@@ -216,10 +216,11 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
 
         check_output_path(html, "--html")
 
+    adam = dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards, sync=sync,
+                minibatch=minibatch, push_every=push_every, pull_every=pull_every,
+                fc_protocol=fc_protocol, overlap=overlap)
     plan = plan_from_options(
-        config, dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards, sync=sync,
-                     minibatch=minibatch, push_every=push_every, pull_every=pull_every,
-                     fc_protocol=fc_protocol, overlap=overlap),
+        config, adam,
         dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
              schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
              precision=precision, sequence_parallel=sequence_parallel, overlap_dp=overlap_dp))
@@ -227,6 +228,7 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
         refuse_sync_flags(plan)
     w = resolve_workload(workload, input_shape, field="--workload")
     c = load_system(cluster)
+    plan = plan_for_devices(plan, c.machine.is_accelerator, config, adam)
     check_plan(plan, w, c)
     prediction = check_prediction(finite_answers("predict")(predict_any)(
         w, c, plan, per_layer=layers or html is not None))

@@ -42,6 +42,18 @@ def plan_from_options(config_file: Path | None, adam: dict[str, Any],
     return config_from_options(config_file, **given_adam)
 
 
+def plan_for_devices(plan: Config | ParallelPlan, accelerators: bool, config_file: Path | None,
+                     adam: Mapping[str, Any]) -> Config | ParallelPlan:
+    """The plan `plan_from_options` built, or, on accelerators when no plan flag and no plan
+    file was given, the GPU plan's defaults (one device: TP1 PP1 DP1, one micro-batch): the
+    default Config is Adam's parameter server, which is not priced on accelerators, and an
+    error about a --sync the user never typed would only confuse."""
+    given = config_file is not None or any(value is not None for value in adam.values())
+    if accelerators and isinstance(plan, Config) and not given:
+        return modern_plan_from_dict({})
+    return plan
+
+
 FlagTable = Mapping[str, Collection[str]]
 """A command's flags that do not apply everywhere: long flag -> the paths it applies to (the
 ways the command can run: ``gpu``, ``local``, ``json`` ...). A flag not in it applies on every
