@@ -134,11 +134,11 @@ def restriction_cases() -> Iterator[Case]:
         ("micro-batch-not-dividing", ("--micro-batch", "3"), "--micro-batch"),
         ("micro-batch-over-batch", ("--micro-batch", "16"), "--micro-batch"),
         ("micro-batch-one-bad", ("--micro-batch", "1,3"), "--micro-batch"),
-        ("budget-one-gpu-tp2", ("--tp", "2", "-M", "1"), "gpus"),
+        ("budget-one-gpu-tp2", ("--tp", "2", "-M", "1"), "--tp"),
     ]
     for name, flags, field in no_plan:
         yield Case(f"optimize-{name}", "gpu-search", _optimize(*flags), field)
-    yield Case("optimize-budget-over-cluster", "gpu-search", _optimize("-M", "16"), "gpus")
+    yield Case("optimize-budget-over-cluster", "gpu-search", _optimize("-M", "16"), "--machines")
     yield Case("optimize-budget-zero", "gpu-search", _optimize("-M", "0"), "--machines")
 
 

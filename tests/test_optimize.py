@@ -181,7 +181,7 @@ def test_plot_errors_are_input_errors(tmp_path) -> None:
         plot_curve([], [], [], tmp_path / "empty.png")
     with pytest.raises(InputError) as error:
         plot_curve([1, 2], [2.0, 1.0], [1.0, 2.0], tmp_path / "no" / "such" / "dir.png")
-    assert error.value.field == "plot"
+    assert error.value.field == "--plot"
 
 
 def test_json_shape() -> None:

@@ -95,7 +95,7 @@ def test_cli_choices() -> None:
     bad = _cli("-w", "adam-cifar10", "-c", CALIBRATED, "--choose-overlap", "--overlap")
     assert bad.returncode == 2 and "--choose-overlap" in bad.stderr
     bad = _cli("-w", "adam-cifar10", "-c", CALIBRATED, "--fc-protocol", "weights,rows")
-    assert bad.returncode == 2 and "fc_protocol" in bad.stderr
+    assert bad.returncode == 2 and "--fc-protocol" in bad.stderr
     assert Config().label() == "P=1 R=1 S=1 ps-async n=32"
     assert Config(fc_protocol="vectors", overlap=True).label() == \
         "P=1 R=1 S=1 ps-async n=32 fc=vectors overlap"

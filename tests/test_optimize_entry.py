@@ -114,7 +114,7 @@ def test_every_gpu_plan_returned_is_one_predict_accepts(nodes: int, global_batch
                                    pp=sorted(pp), micro_batch=sorted(micro_batch),
                                    zero=sorted(zero), top=4, pareto=True)
     except InputError as error:  # nothing fits or divides: said by name, never a bad plan
-        assert error.field in ("gpus", "micro_batch", "pp", "tp")
+        assert error.field in ("gpus", "micro_batch", "pp", "tp", "zero", "schedules")
         return
     _assert_predict_accepts(w, system, result)
 

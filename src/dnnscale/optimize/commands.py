@@ -173,10 +173,10 @@ def register(app: typer.Typer) -> None:
 
         try:
             result = search(modes, top)
-        except InputError as exc:  # the API's name of --schedule's choices (user_errors names
-            if exc.field != "schedules":  # the others by the flags' own names)
+        except InputError as exc:  # the API's names that are not the flags' (user_errors names
+            if exc.field not in API_FLAGS:  # the others by the flags' own names)
                 raise
-            raise InputError("--schedule", exc.problem) from None
+            raise InputError(API_FLAGS[exc.field], exc.problem) from None
         from dnnscale.atomic import outputs_together
 
         if result.space is SpaceKind.GPU:
@@ -201,6 +201,10 @@ def register(app: typer.Typer) -> None:
             print_json(result.to_dict())
             return
         _print_report(result, full_curve, plot, html)
+
+
+API_FLAGS = {"schedules": "--schedule", "gpus": "--machines"}
+"""The optimize API's argument names whose flag has another name."""
 
 
 def _write_outputs(result: Any, workload: Any, system: Any, html: Optional[Path],

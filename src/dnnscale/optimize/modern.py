@@ -471,6 +471,16 @@ def _why(best: Prediction, families: dict[str, Prediction], objective: str) -> l
     return lines
 
 
+def _smallest_plan_fits(space: ModernSpace, devices: int) -> None:
+    """InputError naming tp or pp when even the smallest plan the search may take (its least
+    tp × its least pp, one replica) needs more than the `devices` of the budget."""
+    tp, pp = min(space.tensor), min(space.pipeline)
+    if tp * pp > devices:
+        field = "tp" if tp > 1 and (pp == 1 or tp > devices) else "pp"
+        raise InputError(field, f"the smallest plan the search may take, tp {tp} × pp {pp}, "
+                         f"needs {tp * pp} GPUs; the budget is {devices}")
+
+
 def optimize_modern(workload: Workload, system: System, space: ModernSpace,
                     gpus: int | None = None, top: int = 5, objective: str = "time",
                     pareto: bool = False, curve: bool = True) -> OptimizeResult:
@@ -489,7 +499,8 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
     caches = Caches()
     ranked, search = _search(workload, system, space, devices, top, objective, caches)
     if not ranked:
-        raise InputError("gpus", f"no plan of {workload.name} fits in {devices} GPUs of "
+        _smallest_plan_fits(space, devices)
+        raise InputError("gpus", f"no plan of {workload.name} fits in {devices} GPU{'s' if devices != 1 else ''} of "
                          f"{system.name} at global batch {space.global_batch} (memory, or the "
                          f"batch does not divide)")
     evaluated, bounded = search.evaluated, search.bounded

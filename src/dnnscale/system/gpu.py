@@ -12,13 +12,14 @@ system is marked uncalibrated and a documented default efficiency applies.
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from dnnscale.errors import InputError, require_int
+from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.system.curve import RateCurve
 from dnnscale.system.device import Device
 from dnnscale.system.gpu_profile import GpuProfile, load_gpu_profile
@@ -156,9 +157,7 @@ def parse_gpu_cluster(text: str) -> tuple[str, int] | None:
         return None
     if not colon:
         return name, 1
-    try:
-        nodes = int(count)
-    except ValueError:
-        raise InputError("cluster", f"{text!r}: the number of nodes after ':' must be an "
-                         f"integer") from None
-    return name, nodes
+    if not re.fullmatch(r"-?[0-9]{1,30}", count):  # int() would take '1_0', ' 8', '+8', '８'
+        raise InputError("cluster", f"{short_repr(text)}: the number of nodes after ':' must "
+                         f"be an integer in decimal digits")
+    return name, int(count)
