@@ -443,6 +443,22 @@ def gpu_cases() -> Iterator[Case]:
                    keep=tuple(n for n in files if n.endswith(".jsonl")))
 
 
+REPORT_STRAYS: list[tuple[str, tuple[str, ...]]] = [
+    # name, arguments after `report -o {d}/r.html`: a word that is neither a flag nor its value
+    ("stray-file-first", ("pred.json",)),
+    ("stray-file-last", ("-w", "adam-mnist", "-c", "adam-2014", "-M", "8", "pred.json")),
+    ("stray-after-on-off-flag", ("-w", "adam-mnist", "-c", "adam-2014", "--overlap", "x")),
+    ("stray-gpu", ("-w", "gpt3-125m", "-c", "dgx-a100-80g:1", "--tp", "2", "--global-batch",
+                   "8", "extra")),
+    ("stray-after-equals", ("--workload=adam-mnist", "adam-2014")),
+]
+
+
+def report_stray_cases() -> Iterator[Case]:
+    for name, args in REPORT_STRAYS:
+        yield Case(name, "report-inputs", ("report", "-o", "{d}/r.html", *args), "arguments")
+
+
 def cases() -> Iterator[Case]:
-    for generate in (export_cases, report_cases, module_cases, gpu_cases):
+    for generate in (export_cases, report_cases, report_stray_cases, module_cases, gpu_cases):
         yield from generate()

@@ -138,6 +138,15 @@ def restriction_cases() -> Iterator[Case]:
     ]
     for name, flags, field in no_plan:
         yield Case(f"optimize-{name}", "gpu-search", _optimize(*flags), field)
+    for name, nodes in (("underscore", "1_0"), ("space", " 8"), ("plus", "+8"),
+                        ("fullwidth", "\uff18"), ("hex", "0x8"), ("exponent", "1e3")):
+        yield Case(f"nodes-{name}", "gpu-presets",
+                   ("predict", "-w", "gpt3-125m", "-c", f"dgx-a100-80g:{nodes}", "--json"),
+                   "cluster")
+    yield Case("optimize-budget-two-tp2-pp2", "gpu-search",
+               _optimize("--tp", "2", "--pp", "2", "-M", "2"), "--pp")
+    yield Case("optimize-bad-tp-before-batch", "gpu-search",
+               ("optimize", "-w", "gpt3-125m", "-c", NODE, "--tp", "x", "--json"), "--tp")
     yield Case("optimize-budget-over-cluster", "gpu-search", _optimize("-M", "16"), "--machines")
     yield Case("optimize-budget-zero", "gpu-search", _optimize("-M", "0"), "--machines")
 

@@ -142,7 +142,11 @@ def register(app: typer.Typer) -> None:
         if price is not None:  # the API names it price_per_device_hour
             require_positive("--price", price)
         silent = quiet or csv == "-"
-        if global_batch is None and space == GPU:
+        lists = {name: parse_int_list(value, name, minimum=0 if name == "zero" else 1)
+                 for name, value in (("minibatch", minibatch), ("push_every", push_every),
+                                     ("pull_every", pull_every), ("tp", tp), ("pp", pp),
+                                     ("micro_batch", micro_batch), ("zero", zero))}
+        if global_batch is None and space == GPU:  # after the lists: a bad --tp is named first
             raise InputError("--global-batch", "required for GPU plans (samples per step)")
         protocols = parse_fc_protocols(fc_protocol)
         if choose_overlap and overlap is not None:
@@ -157,15 +161,15 @@ def register(app: typer.Typer) -> None:
             """The one entry point, with every flag given (a flag of the other space is an
             InputError naming it)."""
             return run_optimize(w, c, machines=machines, modes=chosen_modes, top=how_many,
-                                minibatch=parse_int_list(minibatch, "minibatch"),
-                                push_every=parse_int_list(push_every, "push_every"),
-                                pull_every=parse_int_list(pull_every, "pull_every"), base=base,
+                                minibatch=lists["minibatch"],
+                                push_every=lists["push_every"],
+                                pull_every=lists["pull_every"], base=base,
                                 method="exhaustive" if exhaustive else "fast",
                                 fc_protocols=protocols if len(protocols) > 1 else None,
                                 choose_overlap=choose_overlap, global_batch=global_batch,
-                                tp=parse_int_list(tp, "tp"), pp=parse_int_list(pp, "pp"),
-                                micro_batch=parse_int_list(micro_batch, "micro_batch"),
-                                zero=parse_int_list(zero, "zero", minimum=0),
+                                tp=lists["tp"], pp=lists["pp"],
+                                micro_batch=lists["micro_batch"],
+                                zero=lists["zero"],
                                 recompute=strings(recompute, "recompute"),
                                 schedules=strings(schedule, "schedule"), precision=precision,
                                 objective=objective, pareto=pareto or None,

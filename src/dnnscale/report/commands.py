@@ -45,6 +45,27 @@ def refuse_printing_flags(args: list[str], command: object) -> None:
                              "does not apply to report: the page goes to -o/--output")
 
 
+def refuse_stray_arguments(args: list[str], command: object) -> None:
+    """InputError naming the first of `args` that is neither a flag of `command` nor a flag's
+    value (`report pred.json -o r.html`: report reads no file but --validation's; without this
+    the forwarded command would only say that -w is missing)."""
+    from dnnscale.errors import InputError, short_repr
+
+    takes_value = {opt for param in getattr(command, "params", [])
+                   if not getattr(param, "is_flag", False)
+                   for opt in getattr(param, "opts", ())}
+    value_next = False
+    for arg in args:
+        if value_next:
+            value_next = False
+        elif arg.startswith("-") and arg != "-":
+            value_next = "=" not in arg and arg in takes_value
+        else:
+            raise InputError("arguments", f"unexpected {short_repr(arg)}: report takes "
+                             "predict's or optimize's flags (-w W -c C ...) or --validation "
+                             "DIR, and no file")
+
+
 def _options(command: object) -> set[str]:
     return {opt for param in getattr(command, "params", [])
             for opt in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ()))}
@@ -85,7 +106,9 @@ def register(app: typer.Typer) -> None:
 
         root = get_command(app)
         name = command_for(args, root)
-        user_errors(refuse_printing_flags)(args, getattr(root, "commands", {})[name])
+        forwarded = getattr(root, "commands", {})[name]
+        user_errors(refuse_stray_arguments)(args, forwarded)
+        user_errors(refuse_printing_flags)(args, forwarded)
         with flag_aliases({"--html": "--output"}):  # the flag the user typed
             code = root.main([name, *args, "--html", str(output), "--quiet"],
                              prog_name="dnnscale", standalone_mode=False)
