@@ -308,6 +308,10 @@ MODULES: dict[str, tuple[str, str, str]] = {
     # name: (field of describe --torch (predict -w names --workload for "torch"), the
     #        factory's source, --input-shape)
     "shape-zero": ("--input-shape", LINEAR, "0"),
+    "int64-into-linear": ("torch", LINEAR, "8:int64"),
+    "bool-into-linear": ("torch", LINEAR, "8:bool"),
+    "float64-into-float32-linear": ("torch", LINEAR, "8:float64"),
+    "int32-into-linear": ("torch", LINEAR, "8:int32"),
     "shape-negative": ("--input-shape", LINEAR, "8,-1"),
     "shape-empty": ("--input-shape", LINEAR, ""),
     "shape-semicolon": ("--input-shape", LINEAR, ";"),

@@ -62,6 +62,10 @@ _PLUMBING = {aten.clone, aten.copy_, aten._to_copy, aten.add, aten.add_, aten.de
 # Ops that allocate without writing values.
 _NO_BYTES = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty,
              aten.new_empty_strided}
+_ONE_DTYPE_OPS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.convolution}
+"""Ops whose tensor operands a real device needs in one dtype; the meta device does not check
+(an ``--input-shape 8:int64`` fed straight into an nn.Linear would trace, and then fail on any
+real device)."""
 
 
 def stored_bytes(tensor: torch.Tensor) -> int:
@@ -153,6 +157,13 @@ class CountingMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if func.overloadpacket in _ONE_DTYPE_OPS:
+            dtypes = sorted({str(t.dtype) for t in _tensors([args, kwargs])})
+            if len(dtypes) > 1:
+                raise RuntimeError(f"{func.overloadpacket} got operands of {' and '.join(dtypes)}"
+                                   f"; a real device needs one dtype (is an integer input fed "
+                                   f"to a floating-point layer? give token ids to an "
+                                   f"embedding)")
         out = func(*args, **kwargs)
         if not self.active:
             return out
