@@ -189,7 +189,36 @@ def keeps_existing_cases() -> Iterator[Case]:
                        {"keep.out": "previous contents\n", **FULL}, keep=("keep.out",))
 
 
+PLAN_YAML = "tp: 1\nglobal_batch: 8\n"
+ONTO_INPUTS: list[tuple[str, tuple[str, ...], str, dict[str, str]]] = [
+    # name, argv, the flag named, files kept unchanged
+    ("predict-html-onto-config", ("predict", "-w", "gpt3-125m", "-c", "dgx-a100-80g:1",
+                                  "--config", "{d}/p.yaml", "--html", "{d}/p.yaml", "-q"),
+     "--html", {"p.yaml": PLAN_YAML}),
+    ("describe-output-onto-workload", ("describe", "{d}/w.yaml", "-o", "{d}/w.yaml"),
+     "--output", {"w.yaml": "name: t\ninput_shape: [8]\nsamples_per_epoch: 100\nlayers:\n"
+                            "  - {kind: linear, out_features: 4}\n"}),
+    ("export-output-onto-plan", ("export", "{d}/p.yaml", "--to", "megatron", "-w", "gpt3-125m",
+                                 "-o", "{d}/p.yaml"), "--output", {"p.yaml": PLAN_YAML}),
+    ("optimize-csv-onto-html", ("optimize", "-w", "gpt3-125m", "-c", "dgx-a100-80g:1",
+                                "--global-batch", "8", "--html", "{d}/o.html", "--csv",
+                                "{d}/o.html", "-q"), "--csv", {"o.html": "the old page\n"}),
+    ("optimize-plot-onto-cluster", ("optimize", "-w", "adam-mnist", "-c", "{d}/c.yaml",
+                                    "--plot", "{d}/c.yaml", "-q"), "--plot",
+     {"c.yaml": "name: c\nmachines: 4\n"}),
+    ("optimize-new-csv-twice", ("optimize", "-w", "gpt3-125m", "-c", "dgx-a100-80g:1",
+                                "--global-batch", "8", "--html", "{d}/n.out", "--csv",
+                                "{d}/n.out", "-q"), "--csv", {}),
+]
+
+
+def onto_input_cases() -> Iterator[Case]:
+    for name, argv, field, files in ONTO_INPUTS:
+        yield Case(name, "output-onto-input", argv, field, dict(files), keep=tuple(files))
+
+
 def cases() -> Iterator[Case]:
     yield from special_file_cases()
     yield from json_purity_cases()
     yield from keeps_existing_cases()
+    yield from onto_input_cases()

@@ -355,6 +355,7 @@ def test_the_suite_covers_every_class() -> None:
 
 ISSUE_26_CLASSES = {
     "output-special-files", "output-keeps-existing", "json-purity",  # tests/fuzz_cases_outputs
+    "output-onto-input",
     "gpu-flags", "gpu-presets", "gpu-search", "hf-config-fields", "plan-files",  # ..._gpu
     "cluster-files", "absurd-answers", "validation-results",
     "inapplicable-flags", "typed-flag-names", "long-values",  # tests/fuzz_cases_flags

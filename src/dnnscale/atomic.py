@@ -31,7 +31,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -69,7 +69,7 @@ def outputs_together() -> Iterator[None]:
         raise
     finally:
         _BATCH.reset(token)
-    pending.sort(key=lambda item: not _is_stream(item[1]))  # a stream write may fail (a
+    pending.sort(key=lambda item: not is_stream(item[1]))  # a stream write may fail (a
     # full device, a reader gone): try those first, then rename the files, which do not
     while pending:
         temp, out, field = pending.pop(0)
@@ -81,7 +81,9 @@ def outputs_together() -> Iterator[None]:
             raise
 
 
-def _is_stream(out: Path) -> bool:
+def is_stream(out: Path) -> bool:
+    """Whether an output at `out` is written straight into a stream (a device or a pipe), not
+    renamed into place; True for one that would be refused (its error comes first)."""
     try:
         return _classify(out, "output").stream
     except InputError:
@@ -163,6 +165,40 @@ def _refuse_json_stdout(target: _Target, field: str) -> None:
             raise InputError(field, f"{short_repr(str(target.path))} is stdout, which holds "
                              "the --json document; give a file")
         context = context.parent
+
+
+def check_distinct(outputs: "Iterable[tuple[str, str | Path | None]]",
+                   inputs: "tuple[str | Path | None, ...]" = ()) -> None:
+    """InputError naming the later flag when two outputs, or an output and an input file, are
+    one file (`--config plan.yaml --html plan.yaml` would replace the plan with the page;
+    `--csv f --html f` would keep only the last). Streams (/dev/null, pipes) may be shared;
+    `inputs` that are not existing files (a zoo name, a preset) are skipped."""
+    read = {_file_key(path) for path in inputs if path is not None} - {None}
+    written: dict[object, str] = {}
+    for field, path in outputs:
+        if path is None:
+            continue
+        found = _file_key(path)
+        if found is None:
+            if is_stream(Path(path)):
+                continue
+            found = ("new", os.path.realpath(Path(path).parent), Path(path).name)
+        elif found in read:
+            raise InputError(field, f"{short_repr(str(path))} is also an input of this "
+                             f"command; writing it would replace the input")
+        if found in written:
+            raise InputError(field, f"{short_repr(str(path))} is also the output of "
+                             f"{written[found]}")
+        written[found] = field
+
+
+def _file_key(path: "str | Path") -> "tuple[int, int] | None":
+    """(device, inode) of an existing regular file; None for anything else."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) else None
 
 
 def check_output_path(path: "str | Path", field: str, *, folder: bool = False) -> Path:

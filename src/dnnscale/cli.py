@@ -19,7 +19,7 @@ _print_json = print_json  # the name stage commands imported before jsonout exis
 
 WORKLOAD_HELP = ("zoo name, workload YAML, hf:config.json, or a PyTorch model as "
                  "package.module:factory (with --input-shape)")
-INPUT_SHAPE_HELP = ("with -w package.module:factory: one sample's input shape without the "
+INPUT_SHAPE_HELP = ("with -w package.module:factory, one sample's input shape without the "
                     "batch, e.g. 3,224,224 (128:int64 for token ids; ';' between inputs)")
 
 
@@ -76,9 +76,10 @@ def describe(workload: Optional[str] = typer.Argument(
                  "max_position_embeddings)")) -> None:
     """Per-layer shapes, parameters, FLOPs per phase and activations of a workload."""
     if output is not None:
-        from dnnscale.atomic import check_output_path
+        from dnnscale.atomic import check_distinct, check_output_path
 
         check_output_path(output, "--output")
+        check_distinct([("--output", output)], (workload, hf_config))
     from dnnscale.errors import require_int
     from dnnscale.plan.flags import DESCRIBE_FLAGS, PRINT_WORDS, refuse_flags
 
@@ -202,6 +203,7 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
     from dnnscale.boundary import check_prediction, finite_answers
     from dnnscale.model.predict import predict as predict_any
     from dnnscale.plan import check_plan
+    from dnnscale.errors import typed_options
     from dnnscale.plan.config import Config
     from dnnscale.plan.flags import PREDICT_OUTPUT_FLAGS, PRINT_WORDS, plan_for_devices, \
         plan_from_options, refuse_flags, refuse_sync_flags
@@ -212,9 +214,10 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
                  | ({"writes"} if html is not None else set()), PRINT_WORDS)
 
     if html is not None:
-        from dnnscale.atomic import check_output_path
+        from dnnscale.atomic import check_distinct, check_output_path
 
         check_output_path(html, "--html")
+        check_distinct([("--html", html)], (config, workload.removeprefix("hf:"), cluster))
 
     adam = dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards, sync=sync,
                 minibatch=minibatch, push_every=push_every, pull_every=pull_every,
@@ -229,7 +232,16 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
     w = resolve_workload(workload, input_shape, field="--workload")
     c = load_system(cluster)
     plan = plan_for_devices(plan, c.machine.is_accelerator, config, adam)
-    check_plan(plan, w, c)
+    try:
+        check_plan(plan, w, c)
+    except InputError as exc:  # a PS on accelerators that Adam's other flags chose by default
+        typed = typed_options()
+        first = next((typed[k] for k, v in adam.items() if v is not None and k in typed), None)
+        if exc.field != "config.sync" or sync is not None or first is None:
+            raise
+        raise InputError(first, "Project Adam's flags build a parameter-server plan, which is "
+                         "not priced on accelerators; give the GPU plan's flags (--tp, --pp, "
+                         "--dp, ...) or --sync allreduce") from None
     prediction = check_prediction(finite_answers("predict")(predict_any)(
         w, c, plan, per_layer=layers or html is not None))
     if html is not None:

@@ -44,6 +44,10 @@ def register(app: typer.Typer) -> None:
                              f"{short_repr(to)}")
         options = _engine_options(to, output, output_format, gpus_per_node)
         targets = _output_paths(output, to)
+        from dnnscale.atomic import check_distinct
+
+        check_distinct([("--output", path) for path in targets],
+                       (plan, workload.removeprefix("hf:") if workload else None))
         result = export_plan(plan, to, workload, **options)
         if targets:
             _write(result, targets)
@@ -97,8 +101,13 @@ def _output_paths(output: Optional[Path], engine: str) -> list[Path]:
 
     paths = [check_output_path(output, "--output")]
     if engine == "deepspeed":
+        from dnnscale.atomic import is_stream
+        from dnnscale.errors import InputError
         from dnnscale.export.deepspeed import ARGS_NAME
 
+        if is_stream(paths[0]):  # the companion would be made beside a device or a pipe
+            raise InputError("--output", f"deepspeed writes two files (the config and "
+                             f"NAME.{ARGS_NAME} beside it); give a file, not a device or pipe")
         paths.append(check_output_path(companion_path(paths[0], ARGS_NAME), "--output"))
     return paths
 

@@ -121,27 +121,48 @@ class StepContext:
         self.param_bytes_per_value = precision.param_bytes or b
         self.state_bytes_per_param = optimizer_state_bytes_per_param(plan, b)
         self.p2p_s = self._p2p_seconds()
-        launch_s = system.machine.launch_time_s(min(system.devices_per_node, plan.workers))
         recompute = plan.memory.recompute
-        pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
-        per_stage: dict[int, tuple[float, float, float]] = {}
+        self.pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
+        per_stage: dict[int, tuple[float, int, float]] = {}
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
             if id(stage) not in per_stage:
                 per_stage[id(stage)] = (
                     stage.compute_s + stage.partition_s + stage.recompute_s(recompute),
-                    stage.launches(recompute) * launch_s + pipeline_step_s,
+                    stage.launches(recompute),
                     stage.stored_params(stage.params or workload.params) / self.P)
         self.device_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
-        self.host_s = tuple(per_stage[id(stage)][1] for stage in self.stages)
-        # A micro-batch takes the longer of its kernels' device time and their launch time.
-        self.stage_seconds = tuple(max(device, host) + p2p for device, host, p2p
-                                   in zip(self.device_s, self.host_s, self.p2p_s))
+        self.launches = tuple(per_stage[id(stage)][1] for stage in self.stages)
+        self.launch_s = self._launch_s(plan.data.replicas)
+        self.host_s = self._host_s(self.launch_s)
+        self.stage_seconds = self._stage_seconds(self.host_s)
         self.busy_s = pipeline_time_s(self.stage_seconds, self.micro_batches,
                                       plan.pipeline.virtual_stages)
         self.member_params = tuple(per_stage[id(stage)][2] for stage in self.stages)
         self.params_on_worker = self.member_params[0]
         self.ring_bytes = self.params_on_worker * self.grad_bytes_per_value
         self.update_s = self.update_time_s(1)
+
+    def _launch_s(self, replicas: int) -> float:
+        """One kernel launch's host time with the node's devices busy: `replicas` replicas of
+        the plan's tp·pp devices, at most a node's."""
+        workers = self.plan.workers // self.plan.data.replicas * replicas
+        return self.system.machine.launch_time_s(min(self.system.devices_per_node, workers))
+
+    def _host_s(self, launch_s: float) -> tuple[float, ...]:
+        return tuple(launches * launch_s + self.pipeline_step_s for launches in self.launches)
+
+    def _stage_seconds(self, host_s: tuple[float, ...]) -> tuple[float, ...]:
+        """A micro-batch takes the longer of its kernels' device time and their launch time."""
+        return tuple(max(device, host) + p2p for device, host, p2p
+                     in zip(self.device_s, host_s, self.p2p_s))
+
+    def stage_seconds_at(self, replicas: int) -> tuple[float, ...]:
+        """stage_seconds with `replicas` replicas instead of the plan's (the Adam search prices
+        every R on one context; the launch time grows with the devices a node runs)."""
+        launch_s = self._launch_s(replicas)
+        if launch_s == self.launch_s:
+            return self.stage_seconds
+        return self._stage_seconds(self._host_s(launch_s))
 
     def _p2p_seconds(self) -> tuple[float, ...]:
         """Each stage's pipeline sends per micro-batch: its activation forward to the next
@@ -398,8 +419,9 @@ def _collective(ctx: StepContext, replicas: int,
     R replicas' peers of the same tensor/pipeline rank: the pipeline's m micro-batches, then the
     exposed data-parallel communication, then the optimizer step."""
     m = ctx.micro_batches if micro_batches is None else micro_batches
-    busy_s = ctx.busy_s if m == ctx.micro_batches else pipeline_time_s(
-        ctx.stage_seconds, m, ctx.plan.pipeline.virtual_stages)
+    stage_seconds = ctx.stage_seconds_at(replicas)
+    busy_s = ctx.busy_s if m == ctx.micro_batches and stage_seconds is ctx.stage_seconds \
+        else pipeline_time_s(stage_seconds, m, ctx.plan.pipeline.virtual_stages)
     dp_s = ctx.data_parallel_s(replicas, m)
     update_s = ctx.update_s if ctx.collective.zero_stage == 0 else ctx.update_time_s(replicas)
     step_s = ctx.combine(busy_s, dp_s) + update_s

@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
                 None, "--epoch-fraction",
                 help="Adam's straggler cut-off: an epoch ends when this fraction is done"),
             input_shape: Optional[str] = typer.Option(
-                None, "--input-shape", help="with -w package.module:factory: one sample's "
+                None, "--input-shape", help="with -w package.module:factory, one sample's "
                 "input shape without the batch, e.g. 3,224,224"),
             exhaustive: bool = typer.Option(
                 False, "--exhaustive", help="enumerate every configuration (the slow reference)"),
@@ -130,6 +130,11 @@ def register(app: typer.Typer) -> None:
                            (None if csv == "-" else csv, "--csv")):
             if path is not None:
                 check_output_path(path, name)
+        from dnnscale.atomic import check_distinct
+
+        check_distinct([("--plot", plot), ("--html", html),
+                        ("--csv", None if csv == "-" else csv)],
+                       (workload.removeprefix("hf:"), cluster))
         if csv == "-" and as_json:
             raise InputError("--csv", "'-' writes the CSV to stdout, which holds the --json "
                              "document; give a file")
@@ -141,6 +146,12 @@ def register(app: typer.Typer) -> None:
                      | ({WRITES} if html or csv or plot else set()), WORDS)
         if price is not None:  # the API names it price_per_device_hour
             require_positive("--price", price)
+        if tokens is not None:  # before the search: a count, at most MAX_COUNT
+            from dnnscale.errors import MAX_COUNT
+
+            if require_positive("--tokens", tokens) > MAX_COUNT:
+                raise InputError("--tokens", f"must be <= {MAX_COUNT:,} (2^53) tokens, got "
+                                 f"{tokens:.3g}")
         silent = quiet or csv == "-"
         lists = {name: parse_int_list(value, name, minimum=0 if name == "zero" else 1)
                  for name, value in (("minibatch", minibatch), ("push_every", push_every),

@@ -32,6 +32,13 @@ def print_gpu_result(result: OptimizeResult, workload: Any, tokens: float | None
         steps = require_positive("--tokens", tokens) / (result.global_batch
                                                         * workload.transformer.seq)
         data["time_to_train_s"] = steps * result.best.step_time_s
+        from dnnscale.boundary import MAX_SECONDS
+        from dnnscale.errors import InputError
+
+        if data["time_to_train_s"] > MAX_SECONDS:
+            raise InputError("--tokens", f"{tokens:.3g} tokens would take "
+                             f"{data['time_to_train_s']:.3g} s at the best plan, more than "
+                             f"{MAX_SECONDS:.0e} s (some 31,700 years)")
         data["tokens"] = tokens
     if plot is not None:
         from dnnscale.report.curve_plot import plot_curve

@@ -45,7 +45,7 @@ def run(workload: str = typer.Option(..., "--workload", "-w",
                                           "--input-shape; conv2d, linear, pooling, relu and "
                                           "flatten layers)"),
         input_shape: Optional[str] = typer.Option(
-            None, "--input-shape", help="with -w package.module:factory: one sample's input "
+            None, "--input-shape", help="with -w package.module:factory, one sample's input "
             "shape without the batch, e.g. 3,32,32"),
         config: Optional[Path] = typer.Option(None, "--config", help="config YAML"),
         partitions: Optional[int] = typer.Option(None, "--partitions", "-P",

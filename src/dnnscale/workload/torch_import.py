@@ -29,13 +29,15 @@ kernel; both raise `InputError` saying so.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import math
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -57,6 +59,7 @@ _DTYPES = {"float32": torch.float32, "float": torch.float32, "float16": torch.fl
            "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
            "bool": torch.bool}
 _LOSSES = ("cross_entropy",)
+_F = TypeVar("_F", bound=Callable[..., Any])
 _FLOP_RTOL = 1e-9
 MAX_INPUTS = 64
 """Inputs a model may take (one shape each)."""
@@ -102,6 +105,19 @@ def parse_dtype(name: str, field_name: str) -> torch.dtype:
     return _DTYPES[key]
 
 
+def _stdout_to_stderr(func: _F) -> _F:
+    """Run `func` with the user's prints (a module's or factory's own `print`) sent to stderr:
+    stdout holds only what dnnscale prints, one JSON document under --json."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.redirect_stdout(sys.stderr):
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@_stdout_to_stderr
 def load_factory(spec: str) -> Callable[[], nn.Module]:
     """Resolve ``package.module:factory`` to a callable (a function or an nn.Module class)."""
     module_name, sep, attr = spec.partition(":")
@@ -432,6 +448,7 @@ def _layer_params(model: nn.Module, layer_names: list[str], root_label: str) -> 
     return result
 
 
+@_stdout_to_stderr
 def from_torch(module: nn.Module | Callable[[], nn.Module],
                example_input_shapes: Sequence[int] | Sequence[Sequence[int]],
                name: str | None = None, samples_per_epoch: int = 1_000_000,

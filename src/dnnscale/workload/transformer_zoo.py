@@ -126,11 +126,15 @@ def parse_options(text: str, field: str, ints: tuple[str, ...], bools: dict[str,
     `choices` map a key to its allowed words."""
     known = sorted({*ints, *bools, *choices})
     options: dict[str, object] = {}
+    seen: set[str] = set()
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = (v.strip() for v in part.partition("="))
         if not sep or not key:
             raise InputError(field, f"expected key=value, got {short_repr(part)}")
         where = f"{field}.{key}"
+        if key in seen:  # as a YAML key given twice: never a silent last-one-wins
+            raise InputError(where, "given twice")
+        seen.add(key)
         if key in ints:
             try:
                 options[key] = int(value)
