@@ -181,7 +181,7 @@ def preset_cases() -> Iterator[Case]:
     yield Case("v100-optimize-default-bf16", "gpu-presets", _optimize(cluster="dgx-v100:1"),
                "precision")
     yield Case("ps-on-gpu", "gpu-presets", _predict("-P", "1", "-R", "2", "-S", "1"),
-               "config.sync")
+               "--partitions")  # Adam's flags chose the PS: the first one typed is named
     yield Case("ps-modes-on-gpu", "gpu-presets",
                ("optimize", "-w", "adam-mnist", "-c", NODE, "--modes", "ps-async,ps-sync",
                 "--json"), "--modes")
