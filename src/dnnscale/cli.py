@@ -291,12 +291,12 @@ _register_stage_commands()
 
 
 def main() -> None:
-    """The program (the `dnnscale` script is dnnscale.entry:main; this name stays for scripts
-    made before): Ctrl-C and a broken stdout handled as there."""
-    from dnnscale.entry import main as run
-
-    run()
+    """The command line without the program's edge (dnnscale.entry, the `dnnscale` script and
+    `python -m dnnscale`, which owns Ctrl-C and stdout failures and calls this app)."""
+    app()
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m dnnscale.cli`: the program, edge included
+    import runpy
+
+    runpy.run_module("dnnscale", run_name="__main__")
