@@ -58,8 +58,11 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
               else plan_stage_costs(workload, system, plan, per_layer))
     context = StepContext(workload, system, plan, stages)
     step = compose(context, plan.data.replicas, plan.ps_shards)
+    stage_memory: tuple[tuple[MemoryPart, ...], ...] = ()
     if step.record is not None and step.record.by_stage:
-        memory, capacity = accelerator_memory_parts(workload, system, plan, context)
+        stage_memory = accelerator_stage_memory(workload, plan, context)
+        memory = max(stage_memory, key=lambda parts: sum(part.bytes for part in parts))
+        capacity = {"worker": system.machine.memory_bytes}
     else:
         memory, capacity = memory_parts(workload, system, plan, stages[0])
     tokens = workload.transformer.seq if workload.transformer is not None else None
@@ -77,7 +80,8 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
                       memory_capacity_bytes=capacity, capacities_samples_per_s=step.capacities,
                       layers=tuple(layer for s in stages for layer in s.layers), config=config,
                       tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu,
-                      straggler_factor=step.straggler_factor, step_record=step.record)
+                      straggler_factor=step.straggler_factor, step_record=step.record,
+                      stage_memory=stage_memory)
 
 
 def predict(workload: Workload, system: System, plan: Config | ParallelPlan,
@@ -112,22 +116,41 @@ def memory_parts(workload: Workload, system: System, plan: ParallelPlan,
 
 def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,
                              context: StepContext) -> tuple[tuple[MemoryPart, ...], dict[str, float]]:
-    """Memory parts of the device that needs the most (the fullest pipeline stage): its
-    weights, gradients and optimizer state under ZeRO, and the activations it keeps in flight
-    (transformer blocks by Korthikanti et al.'s formula, other layers by their outputs)."""
+    """Memory parts of the device that needs the most (the fullest pipeline stage, the first of
+    equals), and the device's capacity; `accelerator_stage_memory` gives every stage's."""
+    best: tuple[MemoryPart, ...] = ()
+    for parts in accelerator_stage_memory(workload, plan, context, distinct=True):
+        if sum(part.bytes for part in parts) > sum(part.bytes for part in best):
+            best = parts
+    return best, {"worker": system.machine.memory_bytes}
+
+
+def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: StepContext,
+                             distinct: bool = False) -> tuple[tuple[MemoryPart, ...], ...]:
+    """Per pipeline stage, the memory parts of one of its devices: weights, gradients and
+    optimizer state under ZeRO, and the activations it keeps in flight (transformer blocks by
+    Korthikanti et al.'s formula, other layers by their outputs). `distinct`: leave out a
+    stage like an earlier one (it holds no more micro-batches in flight), for a search that
+    needs only the fullest."""
     aggregation = plan.data.aggregation
     zero = aggregation.zero_stage if isinstance(aggregation, Collective) else 0
     b = workload.bytes_per_value
     act_bytes = plan.precision.activation_bytes or b
     shape = workload.transformer
-    recompute = plan.memory.recompute
     t, p = plan.tensor.degree, plan.pipeline.stages
-    best: tuple[MemoryPart, ...] = ()
+    per_block = 0.0
+    if shape is not None:
+        ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
+        per_block = transformer_block_activation_bytes(
+            shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
+            ffn_in, shape.ffn, t, plan.tensor.sequence_parallel, plan.memory.recompute,
+            shape.flash_attention)
+    out: list[tuple[MemoryPart, ...]] = []
     seen: set[tuple[float, float, float]] = set()
     for index, (stage, params) in enumerate(zip(context.stages, context.member_params)):
         signature = (params, stage.totals.blocks, stage.totals.outside_activation_values)
-        if signature in seen:
-            continue  # a later stage like an earlier one holds no more micro-batches in flight
+        if distinct and signature in seen:
+            continue
         seen.add(signature)
         state = sharded_state_parts(params, context.param_bytes_per_value,
                                     context.grad_bytes_per_value, context.state_bytes_per_param,
@@ -135,18 +158,10 @@ def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelP
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
         blocks = stage.blocks
-        per_micro_batch = 0.0
-        if shape is not None and blocks:
-            ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
-            per_block = transformer_block_activation_bytes(
-                shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
-                ffn_in, shape.ffn, t, plan.tensor.sequence_parallel, recompute,
-                shape.flash_attention)
-            per_micro_batch = per_block * blocks * act_bytes / 2
+        per_micro_batch = per_block * blocks * act_bytes / 2 if shape is not None and blocks \
+            else 0.0
         outside = (stage.totals.outside_activation_values if shape is not None
                    else stage.totals.activation_values)
         per_micro_batch += outside * plan.batch.micro_batch * act_bytes
-        parts = state + (MemoryPart("activations", per_micro_batch * held),)
-        if sum(part.bytes for part in parts) > sum(part.bytes for part in best):
-            best = parts
-    return best, {"worker": system.machine.memory_bytes}
+        out.append(state + (MemoryPart("activations", per_micro_batch * held),))
+    return tuple(out)

@@ -80,6 +80,10 @@ class Prediction:
     step_record: StepRecord | None = None
     """The composition's per-stage times (model/records.py); None for predictions built by
     hand."""
+    stage_memory: tuple[tuple[MemoryPart, ...], ...] = ()
+    """Accelerator pipelines: per stage (from the first), the memory parts of one of its
+    devices; `memory` is the fullest of them. Empty for one-stage CPU plans and predictions
+    built by hand."""
 
     def __post_init__(self) -> None:
         if self.error_band is None:

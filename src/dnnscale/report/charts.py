@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from html import escape
 
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import Part
-from dnnscale.report.explain import activities, human, memory_text, part_text
-from dnnscale.report.svg import (LinearScale, LogScale, duration_label, duration_ticks, line,
-                                 number_label, rect,
-                                 seconds_ticks, svg, text)
+from dnnscale.report.explain import activities, human, memory_rows, memory_text, part_text
+from dnnscale.report.svg import (LinearScale, LogScale, attrs, duration_label, duration_ticks,
+                                 line, number_label, rect, seconds_ticks, svg, text)
 from dnnscale.report.timeline import Timeline
 from dnnscale.units import format_seconds, format_si
 
@@ -27,6 +27,9 @@ COLORS: dict[str, str] = {
     "weights": "#4c78a8", "gradients": "#72b7b2", "optimizer_state": "#f58518",
     "activations": "#54a24b", "ps_weights": "#4c78a8", "ps_optimizer_state": "#f58518",
 }
+CHAR_W = 7.0
+"""Pixels a character of the charts' 12 px labels takes at most (digits and lower case), for
+keeping labels apart."""
 SERIES_COLORS = ("#1f4e79", "#f58518", "#54a24b", "#e45756", "#b279a2", "#9d755d")
 
 
@@ -85,12 +88,32 @@ def _time_axis(scale: LinearScale, y: float, height: float) -> list[str]:
     return body
 
 
+LANE_LABEL_W = 400
+"""Pixels a timeline's lane labels take at most; a longer label is set on two lines."""
+
+
+def _lane_label(x: float, y: float, lane_h: float, label: str, fits: int) -> str:
+    """A lane's label right-aligned at x, on one line when it has at most `fits` characters,
+    else on two, split at the space nearest its middle (the text content stays the label)."""
+    if len(label) <= fits or " " not in label:
+        return text(x, y + lane_h / 2 + 4, label, text_anchor="end", class_="lane-label")
+    spaces = [i for i, char in enumerate(label) if char == " "]
+    cut = min(spaces, key=lambda i: abs(i - len(label) / 2)) + 1
+    lines = (label[:cut], label[cut:])
+    where = attrs(x=x, y=y + lane_h / 2 - 2, text_anchor="end", class_="lane-label",
+                  font_size="11")
+    return (f"<text{where}>"
+            + "".join(f'<tspan{attrs(x=x, dy="0" if i == 0 else "12")}>{escape(part)}</tspan>'
+                      for i, part in enumerate(lines)) + "</text>")
+
+
 def timeline_svg(timeline: Timeline, width: int = 1100,
                  window: tuple[float, float] | None = None) -> str:
     """Lanes of segments over one step (or the `window` of it); marks as dashed lines; a
     legend of the part names. Gaps in a lane are idle time."""
     longest = max((len(lane) for lane in timeline.lanes), default=10)
-    label_w = min(340, max(150, 7 * longest + 12))
+    label_w = min(LANE_LABEL_W, max(150, round(CHAR_W * longest) + 12))
+    fits = int((label_w - 12) / CHAR_W)
     lane_h, gap, top = 26, 6, 10
     height = top + len(timeline.lanes) * (lane_h + gap)
     t0, t1 = window if window is not None else (0.0, max(timeline.end_s, 1e-12))
@@ -100,8 +123,7 @@ def timeline_svg(timeline: Timeline, width: int = 1100,
         y = top + index * (lane_h + gap)
         body.append(rect(label_w, y, width - 20 - label_w, lane_h, "#f3f3f3", "idle",
                          class_="lane"))
-        body.append(text(label_w - 6, y + lane_h / 2 + 4, lane, text_anchor="end",
-                         class_="lane-label"))
+        body.append(_lane_label(label_w - 6, y, lane_h, lane, fits))
     names: list[str] = []
     for segment in timeline.segments:
         start, end = max(segment.start_s, t0), min(segment.start_s + segment.seconds, t1)
@@ -142,46 +164,67 @@ def timeline_svg(timeline: Timeline, width: int = 1100,
 
 
 def memory_svg(prediction: Prediction, width: int = 1000) -> str:
-    """Per device role a bar stacked by memory part, against the device's capacity."""
-    roles = [role for role in dict.fromkeys(part.role for part in prediction.memory)]
+    """One bar per device shown (each stage's on an accelerator pipeline, else each role's),
+    stacked by memory part, against the device's capacity: a red line over its role's bars,
+    its label in the band above the first of them; each bar's total right of the bar, moved
+    past the capacity line where it would cross it."""
+    rows = memory_rows(prediction)
     capacity = prediction.memory_capacity_bytes
-    top_bytes = max([prediction.memory_of(role) for role in roles]
-                    + [capacity.get(role, 0.0) for role in roles] + [1.0])
-    label_w, bar_h = 150, 30
-    scale = LinearScale(0.0, top_bytes * 1.05, label_w, width - 20)
+    top_bytes = max([row.bytes for row in rows] + [capacity.get(row.role, 0.0) for row in rows]
+                    + [1.0])
+    label_w, bar_h, band = 150, 26, 16
+    room = 10 * CHAR_W  # right of the largest bar or line: a total label
+    scale = LinearScale(0.0, top_bytes, label_w, width - 20 - room)
+    pitch = band + bar_h + 4
+    height = 6 + len(rows) * pitch
     body = []
-    height = 10 + len(roles) * (bar_h + 24)
     for tick in scale.ticks(6):
         x = scale(tick)
-        body.append(line(x, 6, x, height - 10, stroke="#e4e4e4"))
-        body.append(text(x, height + 2, format_si(tick, "B") if tick else "0",
+        body.append(line(x, 6, x, height, stroke="#e4e4e4"))
+        body.append(text(x, height + 14, format_si(tick, "B") if tick else "0",
                          text_anchor="middle", class_="tick"))
     names = []
-    for index, role in enumerate(roles):
-        y = 10 + index * (bar_h + 24)
-        need = prediction.memory_of(role)
-        body.append(text(label_w - 6, y + bar_h / 2 + 4,
-                         "per worker" if role == "worker" else "per PS machine",
-                         text_anchor="end", class_="lane-label"))
+    first_of_role: dict[str, int] = {}
+    last_of_role: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        first_of_role.setdefault(row.role, index)
+        last_of_role[row.role] = index
+    for index, row in enumerate(rows):
+        y = 6 + index * pitch + band
+        body.append(text(label_w - 6, y + bar_h / 2 + 4, row.label, text_anchor="end",
+                         class_="lane-label", font_weight="600" if row.fullest else None))
         x = float(label_w)
-        for part in (p for p in prediction.memory if p.role == role):
+        for part in row.parts:
             w = scale(part.bytes) - label_w
             body.append(rect(x, y, w, bar_h, color(part.name),
-                             f"{human(part.name)}: {format_si(part.bytes, 'B')} "
-                             f"({100 * part.bytes / need if need else 0:.1f} %) — "
+                             f"{row.label}, {human(part.name)}: {format_si(part.bytes, 'B')} "
+                             f"({100 * part.bytes / row.bytes if row.bytes else 0:.1f} %) — "
                              f"{memory_text(part.name)}", class_="mem-part",
                              data_part=part.name))
             x += w
             names.append(part.name)
-        body.append(text(x + 4, y + bar_h / 2 + 4, format_si(need, "B"), class_="bar-total"))
-        if role in capacity:
-            cx = scale(capacity[role])
-            body.append(line(cx, y - 4, cx, y + bar_h + 4, stroke="#c00", stroke_width=2,
-                             class_="capacity"))
-            body.append(text(cx - 4, y + 12, f"capacity {format_si(capacity[role], 'B')}",
-                             text_anchor="end", fill="#c00", class_="tick"))
-    legend, used = _legend(list(dict.fromkeys(names)), height + 14, width)
-    return svg(width, height + 20 + used, body + legend, class_="chart memory", **_font())
+        total = format_si(row.bytes, "B")
+        tx = x + 4
+        if row.role in capacity:
+            cx = scale(capacity[row.role])
+            if x < cx and tx + CHAR_W * len(total) > cx - 2:
+                tx = cx + 4  # the label would cross the capacity line: put it past the line
+        body.append(text(tx, y + bar_h / 2 + 4, total, class_="bar-total"))
+    for role, index in first_of_role.items():
+        if role not in capacity:
+            continue
+        cx = scale(capacity[role])
+        top = 6 + index * pitch + band
+        bottom = 6 + last_of_role[role] * pitch + band + bar_h
+        body.append(line(cx, top - 3, cx, bottom + 3, stroke="#c00", stroke_width=2,
+                         class_="capacity"))
+        label = f"capacity {format_si(capacity[role], 'B')}"
+        fits_left = cx - 4 - CHAR_W * len(label) >= 4
+        body.append(text(cx - 4 if fits_left else cx + 4, top - 5, label,
+                         text_anchor="end" if fits_left else "start", fill="#c00",
+                         class_="tick capacity-label"))
+    legend, used = _legend(list(dict.fromkeys(names)), height + 24, width)
+    return svg(width, height + 30 + used, body + legend, class_="chart memory", **_font())
 
 
 @dataclass(frozen=True)

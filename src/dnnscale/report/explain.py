@@ -8,10 +8,14 @@ fails tests/test_report_explain.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dnnscale.model.prediction import Prediction, StepPart
+from dnnscale.model.prediction import MemoryPart, Prediction, StepPart
 from dnnscale.model.records import Part, PartKind
+from dnnscale.model.stage import LayerCost
+from dnnscale.plan.plan import ParallelPlan
+from dnnscale.workload.workload import Workload
 
 PART_TEXT: dict[Part, str] = {
     # the layers' work, per step on the most loaded worker (device) of the slowest stage
@@ -135,3 +139,120 @@ def activities(prediction: Prediction) -> list[StepPart]:
     they add up to the step unless the plan overlaps communication with computation."""
     return [part for part in prediction.parts
             if part.kind not in (PartKind.SUM, PartKind.TOTAL)]
+
+
+def block_runs(blocks: Sequence[int]) -> list[tuple[int, int]]:
+    """(first, last) of each run of consecutive block numbers, in order: a stage's chunks."""
+    runs: list[tuple[int, int]] = []
+    for block in sorted(set(blocks)):
+        if runs and block == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], block)
+        else:
+            runs.append((block, block))
+    return runs
+
+
+def stage_label(index: int, layers: Sequence[LayerCost], stages: int,
+                most_chunks: int | None = None) -> str:
+    """A pipeline stage by the layers the model gave it: 'stage 1: embedding + blocks 0–11',
+    'stage 8: blocks 84–95 + 3 output layers'; an interleaved stage by its chunks, 'stage 1:
+    embedding + blocks 0–5, 24–29, 48–53, 72–77' (each run of consecutive blocks is a chunk:
+    model/schedule.py gives chunk c to device c mod p, so one device's chunks never touch).
+    `most_chunks`: list at most that many chunks, the first ones and the last ('0–2, 12–14,
+    …, 84–86'). A stage costed from block totals, without its layers: 'stage 2'; one stage:
+    the device."""
+    if stages == 1:
+        return "device (the most loaded of its group)"
+    if not layers:
+        return f"stage {index + 1}"
+    blocks = [layer.block for layer in layers if layer.block is not None]
+    if not blocks:
+        return f"stage {index + 1}: {layers[0].name}–{layers[-1].name}"
+    first = next(i for i, layer in enumerate(layers) if layer.block is not None)
+    before = list(dict.fromkeys(layer.kind for layer in layers[:first] if layer.block is None))
+    after = [layer for layer in layers[first:] if layer.block is None]
+    runs = [f"{a}–{b}" if b > a else f"{a}" for a, b in block_runs(blocks)]
+    if most_chunks is not None and len(runs) > max(2, most_chunks):
+        runs = runs[:most_chunks - 1] + ["…", runs[-1]]
+    label = f"stage {index + 1}: " + "".join(f"{kind} + " for kind in before)
+    label += f"block{'s' if len(set(blocks)) > 1 else ''} " + ", ".join(runs)
+    if after:
+        label += f" + {len(after)} output layer{'s' if len(after) > 1 else ''}"
+    return label
+
+
+NO_RESERVE = ("no reserve modelled: the capacity is the device's whole memory (the CUDA "
+              "context, framework workspaces and allocator fragmentation are not subtracted)")
+"""What the report says while the model has no memory-reserve term (a 'reserve' memory part)."""
+
+MOST_STAGE_ROWS = 8
+"""Stages whose memory the report lists one by one; a deeper pipeline shows its first, its
+fullest and its last stage."""
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One device's memory as the report shows it: a role (worker, PS machine) or, on an
+    accelerator pipeline, one stage's device; its parts are the model's records."""
+
+    label: str
+    role: str
+    parts: tuple[MemoryPart, ...]
+    fullest: bool = False
+    stage: int | None = None
+    """The pipeline stage's index (from 0), for a stage's row."""
+
+    @property
+    def bytes(self) -> float:
+        return sum(part.bytes for part in self.parts)
+
+
+def memory_rows(prediction: Prediction) -> list[MemoryRow]:
+    """Per stage on an accelerator pipeline (every stage up to MOST_STAGE_ROWS, else the first,
+    the fullest and the last), else per role; the fullest stage is the one `memory` reports."""
+    by_stage = prediction.stage_memory
+    if not by_stage:
+        roles = dict.fromkeys(part.role for part in prediction.memory)
+        return [MemoryRow("per worker" if role == "worker" else "per PS machine", role,
+                          tuple(p for p in prediction.memory if p.role == role), True)
+                for role in roles]
+    fullest = next(i for i, parts in enumerate(by_stage) if parts == prediction.memory)
+    shown = (range(len(by_stage)) if len(by_stage) <= MOST_STAGE_ROWS
+             else sorted({0, fullest, len(by_stage) - 1}))
+    if len(by_stage) == 1:
+        return [MemoryRow("per device", "worker", by_stage[0], True, 0)]
+    return [MemoryRow(f"stage {i + 1}" + (" (fullest)" if i == fullest else ""), "worker",
+                      by_stage[i], i == fullest, i) for i in shown]
+
+
+def reserve_text(prediction: Prediction) -> str:
+    """The memory reserve the model counts ('reserve' memory parts), or NO_RESERVE."""
+    from dnnscale.units import format_si
+
+    reserve = [part for part in prediction.memory if part.name == "reserve"]
+    if not reserve:
+        return NO_RESERVE
+    return "reserve included: " + ", ".join(f"{part.role} {format_si(part.bytes, 'B')}"
+                                            for part in reserve)
+
+
+def count_words(value: float) -> str:
+    """A large count as people write it: 300 B, 2 T, 146 M, 2,048."""
+    for factor, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if value >= factor:
+            return f"{value / factor:.3g} {suffix}"
+    return f"{value:,.0f}"
+
+
+def epoch_text(workload: Workload, plan: ParallelPlan) -> str:
+    """What one epoch is for this workload: '300 B tokens (146,484,375 sequences of 2,048
+    tokens)' for a transformer, '14,197,122 samples' otherwise; with Adam's cut-off f < 1,
+    the f of them that end it."""
+    samples = workload.samples_per_epoch
+    cut = f"{plan.epoch_fraction:g} of " if plan.epoch_fraction < 1 else ""
+    shape = workload.transformer
+    if shape is None:
+        return f"{cut}{samples:,} samples"
+    tokens = shape.tokens_per_sample
+    return (f"{cut}{count_words(samples * tokens)} tokens ({samples:,} sequences of "
+            f"{tokens:,} tokens)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -12,25 +13,124 @@ from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import PartKind
 from dnnscale.report.charts import (CurveSeries, ScatterPoint, bars_svg, curve_svg, memory_svg,
                                     scatter_svg, step_bar_svg, timeline_svg)
-from dnnscale.report.explain import (breakdown_rows, human, memory_text, part_text,
+from dnnscale.report.explain import (breakdown_rows, epoch_text, human, memory_rows,
+                                     memory_text, part_text, reserve_text, stage_label,
                                      utilization_text)
 from dnnscale.report.page import band_html, figures, page, para, section, table
 from dnnscale.report.timeline import step_timeline
 from dnnscale.units import format_seconds, format_si
 
 
-def _key_figures(prediction: Prediction) -> list[tuple[str, str]]:
+def _key_figures(prediction: Prediction, workload: Any, system: Any) -> list[tuple[str, str]]:
     items = [("time per step", format_seconds(prediction.step_time_s)),
-             ("time per epoch", format_seconds(prediction.epoch_time_s)),
+             (f"time per epoch: {epoch_text(workload, prediction.plan)}",
+              format_seconds(prediction.epoch_time_s)),
              ("throughput", f"{prediction.throughput_samples_per_s:,.1f} samples/s")]
     if prediction.tokens_per_s is not None:
         items.append(("tokens", f"{prediction.tokens_per_s:,.0f} tokens/s"))
     if prediction.mfu is not None:
         items.append(("MFU", f"{100 * prediction.mfu:.1f} %"))
-    items += [("machines", f"{prediction.plan.machines:,}"),
-              ("bottleneck", prediction.bottleneck),
-              ("fits in memory", "yes" if prediction.fits else "NO")]
+    items += [_devices_figure(prediction, system), ("bottleneck", prediction.bottleneck),
+              _fit_figure(prediction)]
     return items
+
+
+def _devices_figure(prediction: Prediction, system: Any) -> tuple[str, str]:
+    """GPUs and the nodes they fill on an accelerator system, else machines (workers and
+    parameter-server shards)."""
+    plan = prediction.plan
+    machine = getattr(system, "machine", None)
+    if machine is not None and machine.is_accelerator:
+        per_node = max(1, system.devices_per_node)
+        nodes = -(-plan.workers // per_node)
+        return (f"GPUs ({nodes:,} node{'s' if nodes != 1 else ''} of {per_node})",
+                f"{plan.workers:,}")
+    if plan.ps_shards:
+        return (f"machines ({plan.workers:,} workers + {plan.ps_shards:,} PS shards)",
+                f"{plan.machines:,}")
+    return "machines", f"{plan.machines:,}"
+
+
+def _fit_figure(prediction: Prediction) -> tuple[str, str]:
+    """Fits or not, with the fullest device's need against its capacity and the reserve."""
+    capacity = prediction.memory_capacity_bytes.get("worker")
+    need = prediction.memory_of("worker")
+    of = (f"{format_si(need, 'B')} of {format_si(capacity, 'B')} per device, "
+          if capacity else "")
+    reserve = reserve_text(prediction).split(":")[0]
+    return f"fits in memory ({of}{reserve})", "yes" if prediction.fits else "NO"
+
+
+def _memory_sections(prediction: Prediction) -> list[str]:
+    """The memory chart, the parts of the fullest device, each shown stage's split, the
+    capacity and the reserve."""
+    rows = memory_rows(prediction)
+    fullest = next(row for row in rows if row.fullest) if prediction.stage_memory else None
+    part_rows = [[(fullest.label if fullest is not None else
+                   "worker" if p.role == "worker" else "PS machine"), human(p.name),
+                  format_si(p.bytes, "B"), memory_text(p.name)] for p in prediction.memory]
+    out = [memory_svg(prediction),
+           table(["device", "part", "bytes", "what it is"], part_rows, numeric=(2,))]
+    if len(prediction.stage_memory) > 1:
+        names = list(dict.fromkeys(p.name for row in rows for p in row.parts))
+        capacity = prediction.memory_capacity_bytes.get("worker")
+        record = prediction.step_record
+        stages = record.stages if record is not None else ()
+
+        def named(row: Any) -> str:
+            if row.stage is None or row.stage >= len(stages):
+                return str(row.label)
+            label = stage_label(row.stage, stages[row.stage].layers, len(stages))
+            return label + (" (fullest)" if row.fullest else "")
+
+        stage_rows = [[named(row), *(format_si(sum(p.bytes for p in row.parts if p.name == n),
+                                              "B") for n in names),
+                       format_si(row.bytes, "B"),
+                       f"{100 * row.bytes / capacity:.1f} %" if capacity else "—"]
+                      for row in rows]
+        every = len(prediction.stage_memory)
+        which = ("every stage" if len(rows) == every
+                 else f"the first, the fullest and the last of the {every} stages")
+        out += [para(f"Memory of one device per pipeline stage ({which}): the stages hold "
+                     "different layers and keep different numbers of micro-batches in flight."),
+                table(["stage", *map(human, names), "total", "of capacity"], stage_rows,
+                      numeric=tuple(range(1, len(names) + 3)), css="stage-memory",
+                      row_classes=["best" if row.fullest else "" for row in rows])]
+    capacity_text = ", ".join(f"{role}: {format_si(value, 'B')}"
+                              for role, value in prediction.memory_capacity_bytes.items())
+    out.append(para(f"Capacity per device: {capacity_text}; {reserve_text(prediction)}."))
+    return out
+
+
+def _layer_section(prediction: Prediction) -> str:
+    """Per-layer costs: per pipeline stage (each on its most loaded device) when the step
+    has stages with their layers, else the one most loaded worker's."""
+    headers = ["layer", "kind", "split", "work share", "forward", "input grad", "weight grad",
+               "comm bytes", "comm"]
+
+    def rows(layers: Any) -> list[list[str]]:
+        return [[c.name, c.kind, c.scheme, f"{c.work_fraction:.3g}",
+                 format_seconds(c.forward_s), format_seconds(c.input_grad_s),
+                 format_seconds(c.weight_grad_s), format_si(c.comm_bytes, "B"),
+                 format_seconds(c.comm_s)] for c in layers]
+
+    def block(summary: str, layer_rows: list[list[str]]) -> str:
+        return (f"<details{' open' if len(layer_rows) <= 40 else ''}><summary>"
+                f"{escape(summary)}</summary>"
+                + table(headers, layer_rows, numeric=(3, 4, 5, 6, 7, 8)) + "</details>")
+
+    record = prediction.step_record
+    stages = record.stages if record is not None and record.by_stage else ()
+    if len(stages) > 1 and all(stage.layers for stage in stages):
+        total = sum(len(stage.layers) for stage in stages)
+        return section("layers", "Per-layer costs", para(
+            f"{total:,} layers in {len(stages)} pipeline stages; each stage's layers on its "
+            "most loaded device (one member of its tensor-parallel group), per micro-batch."),
+            *(block(f"{stage_label(stage.index, stage.layers, len(stages))}: "
+                    f"{len(stage.layers):,} layers", rows(stage.layers)) for stage in stages))
+    return section("layers", "Per-layer costs", block(
+        f"{len(prediction.layers):,} layers on the most loaded worker, per micro-batch",
+        rows(prediction.layers)))
 
 
 def plan_sections(prediction: Prediction, workload: Any, system: Any) -> list[str]:
@@ -38,7 +138,8 @@ def plan_sections(prediction: Prediction, workload: Any, system: Any) -> list[st
     timeline, memory, utilisation, per-layer costs (when the prediction has them)."""
     overflow = "" if prediction.fits else para(f"Does not fit: {prediction.overflow()}",
                                                "band none")
-    out = [section("plan", f"Plan: {prediction.label()}", figures(_key_figures(prediction)),
+    out = [section("plan", f"Plan: {prediction.label()}",
+                   figures(_key_figures(prediction, workload, system)),
                    band_html(prediction.to_dict().get("error_band")), overflow)]
     rows, classes = [], []
     for row in breakdown_rows(prediction):
@@ -63,29 +164,14 @@ def plan_sections(prediction: Prediction, workload: Any, system: Any) -> list[st
     out.append(section("timeline", "One step in time, per worker or stage",
                        timeline_svg(timeline), *(para(note) for note in timeline.notes),
                        *zooms))
-    memory_rows = [[("worker" if p.role == "worker" else "PS machine"), human(p.name),
-                    format_si(p.bytes, "B"), memory_text(p.name)] for p in prediction.memory]
-    capacity = ", ".join(f"{role}: {format_si(value, 'B')}"
-                         for role, value in prediction.memory_capacity_bytes.items())
-    out.append(section("memory", "Memory per device", memory_svg(prediction),
-                       table(["device", "part", "bytes", "what it is"], memory_rows,
-                             numeric=(2,)), para(f"Capacity per device: {capacity}.")))
+    out.append(section("memory", "Memory per device", *_memory_sections(prediction)))
     util = list(prediction.utilization.items())
     out.append(section("utilization", "Busy fraction of each resource", bars_svg(util),
                        table(["resource", "busy", "what it is"],
                              [[human(n), f"{100 * v:.1f} %", utilization_text(n)]
                               for n, v in util], numeric=(1,))))
     if prediction.layers:
-        layer_rows = [[c.name, c.kind, c.scheme, f"{c.work_fraction:.3g}",
-                       format_seconds(c.forward_s), format_seconds(c.input_grad_s),
-                       format_seconds(c.weight_grad_s), format_si(c.comm_bytes, "B"),
-                       format_seconds(c.comm_s)] for c in prediction.layers]
-        out.append(section("layers", "Per-layer costs", (
-            f"<details{' open' if len(layer_rows) <= 40 else ''}><summary>"
-            f"{len(layer_rows)} layers on the most loaded worker, per micro-batch"
-            "</summary>" + table(["layer", "kind", "split", "work share", "forward",
-                                  "input grad", "weight grad", "comm bytes", "comm"],
-                                 layer_rows, numeric=(3, 4, 5, 6, 7, 8)) + "</details>")))
+        out.append(_layer_section(prediction))
     return out
 
 
@@ -153,7 +239,7 @@ class SearchView:
 def search_page(view: SearchView, workload: Any, system: Any) -> str:
     """The search's report: the chosen plan's sections, why it wins, the curve, the top plans."""
     head = [section("why", "Why this plan", "<ul>" + "".join(
-        f"<li>{_escape(line)}</li>" for line in view.explanation) + "</ul>",
+        f"<li>{escape(line)}</li>" for line in view.explanation) + "</ul>",
         para(view.search_note))]
     curve_notes = [para(view.curve_note)]
     if view.changes:
@@ -170,12 +256,6 @@ def search_page(view: SearchView, workload: Any, system: Any) -> str:
     plan = plan_sections(view.best, workload, system)
     return page(view.title, f"Chosen by dnnscale: {view.best.label()}",
                 plan[:1] + head + plan[1:4] + tail + plan[4:] + list(view.extra))
-
-
-def _escape(text: str) -> str:
-    from html import escape
-
-    return escape(text)
 
 
 def outliers(rows: Sequence[Mapping[str, Any]], count: int = 5,

@@ -12,22 +12,21 @@ all-reduce parts. A GPU plan is drawn per pipeline stage as the schedule's micro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import Part, PartKind, StepRecord
-from dnnscale.report.explain import activities
+from dnnscale.report.explain import activities, stage_label
 from dnnscale.report.pipeline_schedule import (FORWARD, interleaving_applies, simulate)
 from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
-
-if TYPE_CHECKING:
-    from dnnscale.model.stage import LayerCost
 
 MAX_DRAWN_PASSES = 4096
 """Forward and backward passes a pipeline timeline draws at most: a step of more micro-batches
 (a global batch of millions) is drawn for its first ones, which show the warm-up and the steady
 state, and the note says how many the model prices."""
+
+LANE_CHUNKS = 4
+"""Chunks a lane label lists at most (an interleaved stage of more: the first, …, the last)."""
 
 AFTER_STEP = (Part.PS_WAIT, Part.UPDATE)
 """Parts the model places after the overlapped part of a step (γ-norm plans)."""
@@ -186,8 +185,8 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
                 segments.append(Segment(lane, start, seconds, name,
                                         f"{name.replace('_', ' ')}: {_ms(seconds)} (the slowest "
                                         "stage's, as the model counts it)"))
-            start += seconds
-    lanes = tuple(_stage_label(stage.index, stage.layers, p) for stage in stages)
+    lanes = tuple(stage_label(stage.index, stage.layers, p, LANE_CHUNKS)
+                  for stage in stages)
     schedule_name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}[schedule]
     notes = [f"The model's {schedule_name} schedule of {m} micro-batch{'es' if m != 1 else ''} "
              f"over {p} stage{'s' if p != 1 else ''}{f' with {v} chunks each' if v > 1 else ''}, "
@@ -219,23 +218,3 @@ def _drawn_micro_batches(stages: int, micro_batches: int, chunks: int) -> int:
     if micro_batches <= fit:
         return micro_batches
     return fit - fit % stages if fit >= stages else fit
-
-
-def _stage_label(index: int, layers: tuple[LayerCost, ...], stages: int) -> str:
-    """'stage 1: embedding + blocks 0–11', 'stage 8: blocks 84–95 + 3 output layers' (a stage
-    costed from block totals, without its layers: 'stage 2')."""
-    if stages == 1:
-        return "device (the most loaded of its group)"
-    if not layers:
-        return f"stage {index + 1}"
-    blocks = [layer.block for layer in layers if layer.block is not None]
-    if not blocks:
-        return f"stage {index + 1}: {layers[0].name}–{layers[-1].name}"
-    first = next(i for i, layer in enumerate(layers) if layer.block is not None)
-    before = list(dict.fromkeys(layer.kind for layer in layers[:first] if layer.block is None))
-    after = [layer for layer in layers[first:] if layer.block is None]
-    label = f"stage {index + 1}: " + "".join(f"{kind} + " for kind in before)
-    label += f"blocks {min(blocks)}–{max(blocks)}"
-    if after:
-        label += f" + {len(after)} output layer{'s' if len(after) > 1 else ''}"
-    return label
