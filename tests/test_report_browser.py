@@ -26,6 +26,31 @@ pytestmark = pytest.mark.skipif(
 
 GPU_FLAGS = ["-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp", "8", "--pp", "8", "--dp", "8",
              "--global-batch", "1536", "--recompute", "full"]
+TIGHT_FLAGS = ["-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp", "8", "--pp", "8", "--dp",
+               "8", "--global-batch", "1536", "--schedule", "interleaved", "--virtual-stages",
+               "4", "--recompute", "selective"]
+"""An interleaved plan whose fullest stage needs 96.8 % of the GPU's memory."""
+
+OVERLAPS_JS = """(selector => {
+  const boxes = [];
+  for (const chart of document.querySelectorAll(selector)) {
+    const texts = [...chart.querySelectorAll('text')].filter(t => t.textContent.trim());
+    boxes.push(texts.map(t => [t.textContent, t.getBoundingClientRect()]));
+  }
+  const out = [];
+  for (const texts of boxes) {
+    for (let i = 0; i < texts.length; i++) {
+      for (let j = i + 1; j < texts.length; j++) {
+        const [a, r] = texts[i], [b, q] = texts[j];
+        const w = Math.min(r.right, q.right) - Math.max(r.left, q.left);
+        const h = Math.min(r.bottom, q.bottom) - Math.max(r.top, q.top);
+        if (w > 0.5 && h > 0.5) out.push([a, b]);
+      }
+    }
+  }
+  return out;
+})"""
+"""(text, text) of every two labels of one chart whose boxes in the page intersect."""
 
 
 def dnnscale_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -42,6 +67,18 @@ def _count(browser: Browser, selector: str) -> int:
 def _drawn_width(browser: Browser, selector: str) -> float:
     return float(browser.evaluate(
         f"document.querySelector({json.dumps(selector)}).getBoundingClientRect().width"))
+
+
+def _overlapping_labels(browser: Browser, selector: str) -> list[list[str]]:
+    return list(browser.evaluate(f"{OVERLAPS_JS}({json.dumps(selector)})"))
+
+
+def _boxes(browser: Browser, selector: str) -> list[dict[str, float]]:
+    """Text and page box of each element matching `selector`."""
+    return list(browser.evaluate(
+        f"[...document.querySelectorAll({json.dumps(selector)})].map(e => {{"
+        "const r = e.getBoundingClientRect(); return {text: e.textContent, left: r.left, "
+        "right: r.right, top: r.top, bottom: r.bottom};})"))
 
 
 def _check_page(browser: Browser, path: Path) -> None:
@@ -75,6 +112,7 @@ def test_report_of_make_runs_plan(tmp_path: Path) -> None:
         assert _count(browser, "#top tbody tr") == len(result.top)
         for chart in ("svg.timeline", "svg.memory", "svg.curve", "svg.step-bar"):
             assert _drawn_width(browser, chart) > 600, chart
+        assert _overlapping_labels(browser, "svg.chart") == []
         band = browser.evaluate("document.getElementById('error-band').textContent")
         figures = result.best.error_band.to_dict()  # the committed bands of its regime
         assert f"median ±{100 * figures['median_relative_error']:.1f} %" in band
@@ -83,7 +121,7 @@ def test_report_of_make_runs_plan(tmp_path: Path) -> None:
 def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:
     """GPT-3 175B, TP8 PP8 DP8, 1536 per step: 8 stage lanes, 192 micro-batches → 192 forward
     and 192 backward passes per stage in the full-step chart, then dp and optimizer parts;
-    the memory bar has the GPU's four parts."""
+    the memory chart has a bar of the GPU's four parts per stage; no two labels overlap."""
     out = tmp_path / "gpu.html"
     dnnscale_cli("predict", *GPU_FLAGS, "--html", str(out), "-q")
     with Browser() as browser:
@@ -94,7 +132,71 @@ def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:
         assert _count(browser, f"{first} .seg[data-part=backward]") == 8 * 192
         assert _count(browser, f"{first} .seg[data-part=dp_comm]") == 8
         assert _count(browser, "svg.timeline") == 3  # the whole step, the fill, the drain
-        assert _count(browser, "svg.memory .mem-part") == 4
+        assert _count(browser, "svg.memory .mem-part") == 8 * 4  # each stage's four parts
+        assert _overlapping_labels(browser, "svg.chart") == []
+
+
+def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
+    """TIGHT_FLAGS: GPT-3 175B (96 blocks) on 8 stages of 4 interleaved chunks each. The model
+    (model/schedule.py) gives block b to chunk ⌊b·32/96⌋ = ⌊b/3⌋ and chunk c to stage c mod 8:
+    stage d holds blocks 3d..3d+2, 24+3d.., 48+3d.., 72+3d..; the embedding goes with block 0,
+    the final norm, logits and loss with block 95. The fullest stage (the first) needs 83.1 GB
+    of the A100's 85.9 GB, so its total label ends where the capacity line is: the two labels
+    must not overlap, nor the total label cross the line."""
+    out = tmp_path / "tight.html"
+    dnnscale_cli("predict", *TIGHT_FLAGS, "--html", str(out), "-q")
+    prediction = dnnscale.predict(load_workload("gpt3-175b"), load_system("dgx-a100-80g:64"),
+                                  {"tp": 8, "pp": 8, "dp": 8, "global_batch": 1536,
+                                   "schedule": "interleaved", "virtual_stages": 4,
+                                   "recompute": "selective"})
+    capacity = prediction.memory_capacity_bytes["worker"]
+    assert prediction.fits and prediction.memory_of("worker") > 0.95 * capacity
+    expected = ["stage 1: embedding + blocks 0–2, 24–26, 48–50, 72–74",
+                "stage 2: blocks 3–5, 27–29, 51–53, 75–77",
+                "stage 3: blocks 6–8, 30–32, 54–56, 78–80",
+                "stage 4: blocks 9–11, 33–35, 57–59, 81–83",
+                "stage 5: blocks 12–14, 36–38, 60–62, 84–86",
+                "stage 6: blocks 15–17, 39–41, 63–65, 87–89",
+                "stage 7: blocks 18–20, 42–44, 66–68, 90–92",
+                "stage 8: blocks 21–23, 45–47, 69–71, 93–95 + 3 output layers"]
+    with Browser() as browser:
+        _check_page(browser, out)
+        # the memory chart: one bar per stage, the total and capacity labels apart
+        assert _count(browser, "svg.memory .mem-part") == 8 * 4
+        totals = _boxes(browser, "svg.memory .bar-total")
+        (cap,) = _boxes(browser, "svg.memory .capacity-label")
+        (line,) = _boxes(browser, "svg.memory line.capacity")
+        assert [t["text"] for t in totals][0] == "83.1 GB"
+        for box in totals:
+            apart = (box["right"] <= cap["left"] or box["left"] >= cap["right"]
+                     or box["bottom"] <= cap["top"] or box["top"] >= cap["bottom"])
+            assert apart, (box, cap)
+            assert box["right"] <= line["left"] or box["left"] >= line["right"], (box, line)
+        assert _overlapping_labels(browser, "svg.chart") == []
+        # the timeline's lanes: each stage by its chunks, inside the chart
+        lanes = _boxes(browser, "svg.timeline:first-of-type .lane-label")
+        assert [lane["text"] for lane in lanes] == expected
+        chart = _boxes(browser, "svg.timeline:first-of-type")[0]
+        assert all(lane["left"] >= chart["left"] for lane in lanes)
+        # the per-layer section: one list per stage, named alike, 1,156 layers in all
+        summaries = browser.evaluate(
+            "[...document.querySelectorAll('#layers details summary')].map(e => e.textContent)")
+        assert [s.split(" — ")[0] for s in summaries] == expected
+        assert _count(browser, "#layers tbody tr") == len(prediction.layers) == 1156
+        assert "1,156 layers in 8 pipeline stages" in browser.evaluate(
+            "document.getElementById('layers').textContent")
+        # the cards: GPUs on nodes, what an epoch is, the memory and its (absent) reserve
+        cards = browser.evaluate("[...document.querySelectorAll('#plan .figure')]"
+                                 ".map(e => [e.querySelector('.k').textContent,"
+                                 " e.querySelector('.v').textContent])")
+        assert ["GPUs (64 nodes of 8)", "512"] in cards
+        assert any(k == "time per epoch: 300 B tokens (146,484,375 sequences of 2,048 tokens)"
+                   for k, _ in cards)
+        assert ["fits in memory (83.1 GB of 85.9 GB per GPU, no reserve modelled)",
+                "yes"] in cards
+        stage_rows = browser.evaluate("[...document.querySelectorAll('table.stage-memory "
+                                      "tbody tr')].map(r => r.cells[0].textContent)")
+        assert stage_rows == [expected[0] + " (fullest)", *expected[1:]]
 
 
 def test_validation_report_labels_outliers(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ def _key_figures(prediction: Prediction, workload: Any, system: Any) -> list[tup
     if prediction.mfu is not None:
         items.append(("MFU", f"{100 * prediction.mfu:.1f} %"))
     items += [_devices_figure(prediction, system), ("bottleneck", prediction.bottleneck),
-              _fit_figure(prediction)]
+              _fit_figure(prediction, system)]
     return items
 
 
@@ -51,11 +51,13 @@ def _devices_figure(prediction: Prediction, system: Any) -> tuple[str, str]:
     return "machines", f"{plan.machines:,}"
 
 
-def _fit_figure(prediction: Prediction) -> tuple[str, str]:
+def _fit_figure(prediction: Prediction, system: Any) -> tuple[str, str]:
     """Fits or not, with the fullest device's need against its capacity and the reserve."""
     capacity = prediction.memory_capacity_bytes.get("worker")
     need = prediction.memory_of("worker")
-    of = (f"{format_si(need, 'B')} of {format_si(capacity, 'B')} per device, "
+    machine = getattr(system, "machine", None)
+    device = "GPU" if machine is not None and machine.is_accelerator else "worker"
+    of = (f"{format_si(need, 'B')} of {format_si(capacity, 'B')} per {device}, "
           if capacity else "")
     reserve = reserve_text(prediction).split(":")[0]
     return f"fits in memory ({of}{reserve})", "yes" if prediction.fits else "NO"
@@ -126,7 +128,7 @@ def _layer_section(prediction: Prediction) -> str:
         return section("layers", "Per-layer costs", para(
             f"{total:,} layers in {len(stages)} pipeline stages; each stage's layers on its "
             "most loaded device (one member of its tensor-parallel group), per micro-batch."),
-            *(block(f"{stage_label(stage.index, stage.layers, len(stages))}: "
+            *(block(f"{stage_label(stage.index, stage.layers, len(stages))} — "
                     f"{len(stage.layers):,} layers", rows(stage.layers)) for stage in stages))
     return section("layers", "Per-layer costs", block(
         f"{len(prediction.layers):,} layers on the most loaded worker, per micro-batch",

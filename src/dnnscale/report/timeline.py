@@ -185,6 +185,7 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
                 segments.append(Segment(lane, start, seconds, name,
                                         f"{name.replace('_', ' ')}: {_ms(seconds)} (the slowest "
                                         "stage's, as the model counts it)"))
+            start += seconds
     lanes = tuple(stage_label(stage.index, stage.layers, p, LANE_CHUNKS)
                   for stage in stages)
     schedule_name = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B"}[schedule]
