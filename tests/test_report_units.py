@@ -318,3 +318,88 @@ def test_report_of_a_missing_validation_folder_is_one_line(tmp_path: Path) -> No
     result = CliRunner().invoke(app, ["report", "--validation", str(tmp_path), "-o",
                                       str(tmp_path / "v.html")])
     assert result.exit_code == 2 and "results.json of dnnscale validate" in result.output
+
+
+# ---------------------------------------------------------------- stages, memory, epoch
+
+
+def test_interleaved_stages_are_named_by_their_chunks() -> None:
+    """GPT-3 175B (96 blocks) on p = 4 stages of v = 4 chunks: model/schedule.py gives block b
+    to chunk ⌊b·16/96⌋ = ⌊b/6⌋ and chunk c to stage c mod 4, so stage d holds blocks 6d..6d+5,
+    24+6d.., 48+6d.., 72+6d..; the embedding goes with block 0, the final norm, logits and
+    loss (3 layers) with block 95. Without interleaving a stage is one run of 24 blocks."""
+    w, c = load_workload("gpt3-175b"), load_system("dgx-a100-80g:64")
+    fields = dict(tp=8, pp=4, dp=16, global_batch=1536)
+    p = dnnscale.predict(w, c, dict(fields, schedule="interleaved", virtual_stages=4))
+    assert [explain.stage_label(s.index, s.layers, 4) for s in p.step_record.stages] == [
+        "stage 1: embedding + blocks 0–5, 24–29, 48–53, 72–77",
+        "stage 2: blocks 6–11, 30–35, 54–59, 78–83",
+        "stage 3: blocks 12–17, 36–41, 60–65, 84–89",
+        "stage 4: blocks 18–23, 42–47, 66–71, 90–95 + 3 output layers"]
+    timeline = step_timeline(p, w, c)
+    assert timeline.lanes[0] == "stage 1: embedding + blocks 0–5, 24–29, 48–53, 72–77"
+    plain = dnnscale.predict(w, c, fields)
+    assert [explain.stage_label(s.index, s.layers, 4) for s in plain.step_record.stages] == [
+        "stage 1: embedding + blocks 0–23", "stage 2: blocks 24–47", "stage 3: blocks 48–71",
+        "stage 4: blocks 72–95 + 3 output layers"]
+
+
+def _layer(name: str, kind: str, block: int | None):
+    from dnnscale.model.stage import LayerCost
+
+    return LayerCost(name, kind, "", 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, block=block)
+
+
+def test_stage_label_by_hand() -> None:
+    """Chunks of 3 blocks 12 apart (8 chunks, as p = 4 stages of v = 8 chunks of 96 blocks
+    would give stage 1); listed whole, or the first three, '…' and the last; a lone block is
+    'block 5'; a stage without blocks names its first and last layer."""
+    blocks = [b for start in range(0, 96, 12) for b in range(start, start + 3)]
+    layers = [_layer("embedding", "embedding", None)] + [
+        _layer(f"b{b}.{part}", "linear", b) for b in blocks for part in ("qkv", "mlp")]
+    assert explain.block_runs(blocks)[:3] == [(0, 2), (12, 14), (24, 26)]
+    assert explain.stage_label(0, layers, 4) == (
+        "stage 1: embedding + blocks 0–2, 12–14, 24–26, 36–38, 48–50, 60–62, 72–74, 84–86")
+    assert explain.stage_label(0, layers, 4, most_chunks=4) == (
+        "stage 1: embedding + blocks 0–2, 12–14, 24–26, …, 84–86")
+    assert explain.stage_label(2, [_layer("b5.qkv", "linear", 5),
+                                   _layer("norm", "layernorm", None)], 4) == (
+        "stage 3: block 5 + 1 output layer")
+    assert explain.stage_label(1, [_layer("conv1", "conv", None),
+                                   _layer("fc", "linear", None)], 2) == "stage 2: conv1–fc"
+    assert explain.stage_label(1, (), 2) == "stage 2"
+
+
+def test_memory_per_stage_is_the_models_and_the_fullest_is_reported() -> None:
+    """Every stage's memory parts come from the model (Prediction.stage_memory); `memory` is
+    the fullest of them (1F1B: the first stage keeps the most micro-batches in flight). A
+    pipeline of 16 stages is shown by its first, fullest and last stage; one of 4 by all."""
+    w, c = load_workload("gpt3-175b"), load_system("dgx-a100-80g:64")
+    deep = dnnscale.predict(w, c, dict(tp=8, pp=16, dp=4, global_batch=1536,
+                                       recompute="selective"))
+    assert len(deep.stage_memory) == 16
+    totals = [sum(part.bytes for part in parts) for parts in deep.stage_memory]
+    assert deep.memory_of("worker") == max(totals) == totals[0]
+    assert totals[0] > totals[-1]
+    rows = explain.memory_rows(deep)
+    assert [row.label for row in rows] == ["stage 1 (fullest)", "stage 16"]
+    assert rows[0].parts == deep.memory and rows[1].parts == deep.stage_memory[15]
+    small, _, _ = _gpu()
+    assert [row.label for row in explain.memory_rows(small)] == [
+        "stage 1 (fullest)", "stage 2", "stage 3", "stage 4"]
+    cpu = _adam()
+    assert cpu.stage_memory == () and [r.label for r in explain.memory_rows(cpu)] == [
+        "per worker", "per PS machine"]
+    assert explain.reserve_text(cpu) == explain.NO_RESERVE
+
+
+def test_an_epoch_says_what_it_is() -> None:
+    """GPT-3's epoch is its 300 B training tokens: 146,484,375 sequences of 2,048 tokens."""
+    from dnnscale.plan.plan import ParallelPlan
+
+    plan = ParallelPlan()
+    assert explain.epoch_text(load_workload("gpt3-175b"), plan) == (
+        "300 B tokens (146,484,375 sequences of 2,048 tokens)")
+    cnn = load_workload("adam-imagenet22k")
+    assert explain.epoch_text(cnn, plan) == f"{cnn.samples_per_epoch:,} samples"
+    assert explain.count_words(15e12) == "15 T" and explain.count_words(2048) == "2,048"
