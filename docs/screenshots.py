@@ -3,7 +3,7 @@ Chromium installed):  .venv/bin/python docs/screenshots.py
 
 docs/img/report-cpu.png: `make run`'s job (adam-imagenet22k on adam-2014, the optimizer's
 plan), from the top of the page to its scalability curve. docs/img/report-gpu.png: GPT-3 175B
-on 64 DGX A100 nodes, TP8 PP8 DP8, from the top to its memory bar.
+on 64 DGX A100 nodes, TP8 PP8 DP8, from the top to its memory section (a bar per stage).
 """
 
 from __future__ import annotations

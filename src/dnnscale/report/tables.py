@@ -7,7 +7,7 @@ from rich.table import Table
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import PartKind
 from dnnscale.report.explain import (breakdown_rows, human, memory_text, part_text,
-                                     utilization_text)
+                                     stage_label, utilization_text)
 from dnnscale.units import format_seconds, format_si
 from dnnscale.workload.workload import Workload
 
@@ -79,19 +79,34 @@ def add_breakdown_rows(table: Table, prediction: Prediction) -> None:
 
 
 def layer_table(prediction: Prediction) -> Table:
-    """Per-layer costs on the most loaded worker (per micro-batch): split, work share, seconds
-    per phase, split-caused communication."""
-    table = Table(title="Per layer, on the most loaded worker (per micro-batch)",
-                  title_justify="left")
+    """Per-layer costs (per micro-batch): split, work share, seconds per phase, split-caused
+    communication; on the most loaded worker, or per pipeline stage (each stage's layers on its
+    most loaded device, under the stage's name) when the step has stages with their layers."""
+    record = prediction.step_record
+    stages = record.stages if record is not None and record.by_stage else ()
+    staged = len(stages) > 1 and all(stage.layers for stage in stages)
+    title = ("Per layer, each pipeline stage's on its most loaded device (per micro-batch)"
+             if staged else "Per layer, on the most loaded worker (per micro-batch)")
+    table = Table(title=title, title_justify="left")
+    if staged:
+        table.add_column("stage", justify="right")
+        table.caption = "; ".join(stage_label(stage.index, stage.layers, len(stages))
+                                  for stage in stages)
     for header in ("layer", "kind", "split", "share", "forward", "input grad", "weight grad",
                    "comm bytes", "comm"):
         table.add_column(header, justify="left" if header in ("layer", "kind", "split")
                          else "right")
-    for cost in prediction.layers:
-        table.add_row(cost.name, cost.kind, cost.scheme, f"{cost.work_fraction:.3g}",
-                      format_seconds(cost.forward_s), format_seconds(cost.input_grad_s),
-                      format_seconds(cost.weight_grad_s), format_si(cost.comm_bytes, "B"),
-                      format_seconds(cost.comm_s))
+    groups = ([(str(stage.index + 1), stage.layers) for stage in stages] if staged
+              else [("", prediction.layers)])
+    for stage_number, layers in groups:
+        for cost in layers:
+            cells = [cost.name, cost.kind, cost.scheme, f"{cost.work_fraction:.3g}",
+                     format_seconds(cost.forward_s), format_seconds(cost.input_grad_s),
+                     format_seconds(cost.weight_grad_s), format_si(cost.comm_bytes, "B"),
+                     format_seconds(cost.comm_s)]
+            table.add_row(*([stage_number] if staged else []), *cells)
+        if staged:
+            table.add_section()
     return table
 
 
