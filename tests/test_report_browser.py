@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import dnnscale
+from dnnscale.report.explain import stage_label
 from dnnscale.report.pages import change_points
-from dnnscale.report.timeline import step_timeline
+from dnnscale.report.timeline import LANE_CHUNKS, step_timeline
 from dnnscale.system import load_system
 from dnnscale.workload import load_workload
 from tests.browser import Browser, find_chromium, picture_stats
@@ -197,6 +198,24 @@ def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
         stage_rows = browser.evaluate("[...document.querySelectorAll('table.stage-memory "
                                       "tbody tr')].map(r => r.cells[0].textContent)")
         assert stage_rows == [expected[0] + " (fullest)", *expected[1:]]
+
+
+def test_gpu_search_report_names_the_winners_stages(tmp_path: Path) -> None:
+    """The GPU search's page (GPT-3 175B on 64 DGX A100 nodes): the chosen plan's lanes are
+    its stages as stage_label names them from the model's layers (an interleaved winner by its
+    chunks), and no two labels of any chart overlap (the curve's corner ticks among them)."""
+    out = tmp_path / "search.html"
+    dnnscale_cli("report", "-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--global-batch",
+                 "1536", "-o", str(out))
+    w, c = load_workload("gpt3-175b"), load_system("dgx-a100-80g:64")
+    best = dnnscale.optimize(w, c, global_batch=1536).best
+    stages = best.step_record.stages
+    with Browser() as browser:
+        _check_page(browser, out)
+        lanes = _boxes(browser, "svg.timeline:first-of-type .lane-label")
+        assert [lane["text"] for lane in lanes] == [
+            stage_label(s.index, s.layers, len(stages), LANE_CHUNKS) for s in stages]
+        assert _overlapping_labels(browser, "svg.chart") == []
 
 
 def test_validation_report_labels_outliers(tmp_path: Path) -> None:

@@ -247,7 +247,9 @@ def _log_axes(x: LogScale, y: LogScale, x_label: str, y_label: str, y_format: ob
         body.append(line(x(value), top, x(value), bottom, stroke="#f0f0f0"))
     for value in labelled:
         body.append(line(x(value), top, x(value), bottom, stroke="#ddd"))
-        body.append(text(x(value), bottom + 15, number_label(value), text_anchor="middle",
+        at_corner = x(value) - left < 12  # centred, it would meet the lowest y label
+        body.append(text(x(value) - 3 if at_corner else x(value), bottom + 15,
+                         number_label(value), text_anchor="start" if at_corner else "middle",
                          class_="tick"))
     if y_format is format_seconds:
         labelled, minor = duration_ticks(y.lo, y.hi), []
@@ -258,8 +260,8 @@ def _log_axes(x: LogScale, y: LogScale, x_label: str, y_label: str, y_format: ob
         body.append(line(left, y(value), right, y(value), stroke="#f0f0f0"))
     for value in labelled:
         body.append(line(left, y(value), right, y(value), stroke="#ddd"))
-        body.append(text(left - 5, y(value) + 4, y_format(value), text_anchor="end",  # type: ignore[operator]
-                         class_="tick"))
+        label = y_format(value)  # type: ignore[operator]
+        body.append(text(left - 6, y(value) + 4, label, text_anchor="end", class_="tick"))
     body.append(text((left + right) / 2, bottom + 34, x_label, text_anchor="middle",
                      class_="axis-label"))
     body.append(text(12, (top + bottom) / 2, y_label, text_anchor="middle",
