@@ -176,6 +176,18 @@ class ErrorBand:
                 f"row{'s' if self.rows != 1 else ''}, {self.regime})")
 
 
+def band_text(band: ErrorBand | None, short: bool = False) -> str:
+    """A prediction's band for a table: its one line (`short`: '±21 % p90', or 'none' without a
+    validated band), '-' for a prediction that carries none (built by hand)."""
+    if band is None:
+        return "-"
+    if not short:
+        return band.text()
+    if band.p90_relative_error is None:
+        return "none"
+    return f"±{100 * band.p90_relative_error:.0f} % p90"
+
+
 @lru_cache(maxsize=4)
 def load_bands(path: str = str(DATA_FILE)) -> dict[str, Any]:
     """The stored bands ({} when the file is missing or not the expected format)."""
@@ -217,9 +229,10 @@ def _nearest_reason(regime: Regime, entries: dict[str, Any]) -> str:
         return "no validated rows were recorded when the bands were made"
     _, _, _, label, differing, entry = min(candidates, key=lambda c: c[:4])
     what = "; ".join(f"{name} ({theirs} there, {ours} here)" for name, theirs, ours in differing)
+    rows = int(entry.get("rows", 0))
     return (f"nothing was measured in it; the nearest measured regime is {label} "
-            f"({int(entry.get('rows', 0))} rows of {entry.get('name') or entry.get('source', '')}),"
-            f" which differs in {what}")
+            f"({rows} row{'s' if rows != 1 else ''} of "
+            f"{entry.get('name') or entry.get('source', '')}), which differs in {what}")
 
 
 def band_for(regime: Regime, bands: dict[str, Any] | None = None) -> ErrorBand:
