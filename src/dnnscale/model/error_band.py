@@ -65,23 +65,23 @@ def bottleneck_class(bottleneck: str) -> str:
 
 @dataclass(frozen=True)
 class Regime:
-    """Where a prediction (or a measured row) sits. JSON: `to_dict` (`regime_key`)."""
+    """Where a prediction (or a measured row) sits; JSON: `to_dict` (`regime_key`).
+
+    device: a GPU model's family (A100-SXM4, H100-SXM5), 'cpu' for CPU clusters. precision:
+    the precision the math runs in (fp32, fp16, bf16, fp8). calibrated: the system's rates come
+    from a calibrated profile (System.calibrated). aggregation: 'ps-async', 'ps-sync' or
+    'allreduce', with `zero_stage` (0 = plain data parallelism; 0 for PS). parallel: the
+    dimensions of size > 1 in DIMS order. bottleneck_class: CPU plans, the predicted
+    bottleneck's class; None on accelerators (their validation rows record no bottleneck).
+    """
 
     device: str
-    """A GPU model's family (A100-SXM4, H100-SXM5), 'cpu' for CPU clusters."""
     precision: str
-    """The precision the math runs in (fp32, fp16, bf16, fp8)."""
     calibrated: bool
-    """The system's rates come from a calibrated profile (System.calibrated)."""
     aggregation: str
-    """'ps-async', 'ps-sync' or 'allreduce'."""
     zero_stage: int
-    """ZeRO stage of an all-reduce aggregation (0 = plain data parallelism; 0 for PS)."""
     parallel: tuple[str, ...]
-    """Parallel dimensions of size > 1, in DIMS order ('tp', 'pp', 'dp', 'cp', 'ep')."""
     bottleneck_class: str | None = None
-    """CPU plans: the predicted bottleneck's class; None on accelerators (their validation rows
-    record no bottleneck)."""
 
     @property
     def label(self) -> str:
