@@ -128,8 +128,9 @@ def test_too_few_rows_give_no_band_but_say_how_many() -> None:
     assert entry["rows"] == 3 and entry["median_relative_error"] == pytest.approx(0.2)
     band = band_for(B, bands)
     assert not band.validated and band.median_relative_error is None and band.rows == 3
-    assert band.reason == ("only 3 validated rows of this regime (hand-made rows); a p90 needs "
-                           f"at least {MIN_ROWS}")
+    assert band.reason == ("only 3 validated rows of this regime (the hand-made rows); a p90 "
+                           f"needs at least {MIN_ROWS}")
+    assert band.source == "hand-made rows"
     assert band.text().startswith("no validated band for this regime: only 3 validated rows")
     assert band.to_dict()["validated"] is False
 
@@ -137,7 +138,7 @@ def test_too_few_rows_give_no_band_but_say_how_many() -> None:
 def test_unmeasured_regime_names_the_nearest_and_how_it_differs() -> None:
     h100 = Regime("H100-SXM5", "fp8", False, "allreduce", 0, ("tp", "pp", "dp"))
     band = band_for(h100, _hand_bands())
-    assert not band.validated and band.rows == 0
+    assert not band.validated and band.rows == 0 and band.source == "none measured"
     assert band.reason == (
         "nothing was measured in it; the nearest measured regime is A100-SXM4 / fp16 / "
         "calibrated / allreduce / tp+pp+dp (10 rows of the hand-made rows), which differs in "

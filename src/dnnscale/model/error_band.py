@@ -257,12 +257,14 @@ def _lookup(regime: Regime, data: dict[str, Any]) -> ErrorBand:
         return ErrorBand(label, None, None, 0, "", f"no error-band data ({DATA_FILE.name} is "
                          "missing)", regime)
     if not entry:
-        return ErrorBand(label, None, None, 0, source, _nearest_reason(regime, entries), regime)
+        return ErrorBand(label, None, None, 0, "none measured", _nearest_reason(regime, entries),
+                         regime)
     rows, where = int(entry.get("rows", 0)), str(entry.get("source", source))
     if rows < MIN_ROWS:
         return ErrorBand(label, None, None, rows, where,
                          f"only {rows} validated row{'s' if rows != 1 else ''} of this regime "
-                         f"({where}); a p90 needs at least {MIN_ROWS}", regime)
+                         f"({entry.get('name') or where}); a p90 needs at least {MIN_ROWS}",
+                         regime)
     return ErrorBand(label, float(entry["median_relative_error"]),
                      float(entry["p90_relative_error"]), rows, where, "", regime)
 
