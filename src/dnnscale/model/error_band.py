@@ -40,7 +40,6 @@ MIN_ROWS = 10
 """Fewest validated rows a regime needs for a band: with 10, nine rows lie at or below the
 stated p90 and one above it; with fewer the p90 (linear interpolation) is read off the largest
 one or two rows and says nothing a 'max' would not."""
-MODES = ("ps-async", "ps-sync", "allreduce")
 DIMS: tuple[MeshDim, ...] = (MeshDim.TP, MeshDim.PP, MeshDim.DP, MeshDim.CP, MeshDim.EP)
 """The order a regime lists the parallel dimensions it uses in."""
 BOTTLENECK_CLASSES: dict[str, tuple[Bottleneck, ...]] = {
@@ -101,11 +100,11 @@ class Regime:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Regime:
-        cls_name = data.get("bottleneck_class")
+        class_name = data.get("bottleneck_class")
         return cls(str(data["device"]), str(data["precision"]), bool(data["calibrated"]),
                    str(data["aggregation"]), int(data["zero_stage"]),
                    tuple(str(d) for d in data["parallel"]),
-                   None if cls_name is None else str(cls_name))
+                   None if class_name is None else str(class_name))
 
 
 def regime_of(plan: ParallelPlan, bottleneck: str, device: str, calibrated: bool,
