@@ -253,22 +253,23 @@ def test_error_band_shown_when_present_and_said_missing_otherwise() -> None:
     p = _adam()
     page = prediction_page(p, load_workload("adam-imagenet22k"), load_system("adam-2014"))
     band = p.error_band.to_dict()  # the committed bands (model/data/error_bands.json)
-    assert band["median_relative_error"] is not None
-    assert f"median ±{100 * band['median_relative_error']:.1f} %" in page
+    assert band["median_relative_error"] is None  # adam-2014 is uncalibrated: no testbed band
+    assert "no validated band for this regime" in page
+    assert "calibration (calibrated there, uncalibrated here)" in page
     original = Prediction.to_dict
     for missing in (None, {**band, "median_relative_error": None, "reason": "no rows"}):
         with mock.patch.object(Prediction, "to_dict", lambda self, m=missing, **kw:
                                {**original(self, **kw), "error_band": m}):
             page = prediction_page(p, load_workload("adam-imagenet22k"),
                                    load_system("adam-2014"))
-        assert "not yet validated for this regime" in page
+        assert "no validated band for this regime" in page
     assert "(no rows)" in page
     band = {"median_relative_error": 0.12, "p90_relative_error": 0.3, "source": "testbed grid"}
     with mock.patch.object(Prediction, "to_dict",
                            lambda self, **kw: {**original(self, **kw), "error_band": band}):
         page = prediction_page(p, load_workload("adam-imagenet22k"), load_system("adam-2014"))
     assert "median ±12.0 %, p90 ±30.0 % — testbed grid" in page
-    assert "not yet validated" not in page
+    assert "no validated band" not in page
 
 
 def test_page_is_self_contained() -> None:

@@ -18,7 +18,7 @@ import yaml
 from dnnscale.errors import InputError
 from dnnscale.model import predict_config
 from dnnscale.model.collectives import collective_time_s, collective_transfer, held_pull_convoy
-from dnnscale.model.error_band import DATA_FILE, FORMAT, band_for, load_bands, regime_of
+from dnnscale.model.error_band import DATA_FILE, FORMAT, bottleneck_class, load_bands
 from dnnscale.plan import Config, check_config
 from dnnscale.runtime.placement import CGROUP_FD_ENV, join_cgroup
 from dnnscale.system import System
@@ -256,37 +256,7 @@ def test_sync_ps_pull_pays_the_convoy_only_where_the_system_has_one() -> None:
 
 # --- error bands --------------------------------------------------------------------------------
 
-BANDS = {"format": FORMAT, "source": "test", "regimes": {
-    "ps-sync / aggregation": {"median_relative_error": 0.04, "p90_relative_error": 0.1,
-                              "max_relative_error": 0.2, "rows": 7, "source": "test rows"},
-    "gpu": {"median_relative_error": 0.08, "p90_relative_error": 0.2, "rows": 30,
-            "source": "vtrain"}}}
-
-
-@pytest.mark.parametrize("mode,bottleneck,regime", [
-    ("ps-sync", "ps network", "ps-sync / aggregation"),
-    ("ps-async", "worker ps transfer", "ps-async / aggregation"),
-    ("allreduce", "worker compute", "allreduce / compute"),
-    ("collective", "tensor-parallel communication", "allreduce / partition communication"),
-    ("ps-async", "partition communication", "ps-async / partition communication"),
-])
-def test_regimes_are_mode_times_bottleneck_class(mode: str, bottleneck: str, regime: str) -> None:
-    assert regime_of(mode, bottleneck) == regime
-    assert regime_of(mode, bottleneck, accelerator=True) == "gpu"
-
-
-def test_band_lookup_and_the_missing_regime() -> None:
-    band = band_for("ps-sync", "ps cpu", bands=BANDS)
-    assert band.to_dict() == {"regime": "ps-sync / aggregation", "median_relative_error": 0.04,
-                              "p90_relative_error": 0.1, "rows": 7, "source": "test rows"}
-    assert band.text() == "±4 % median, ±10 % p90 (7 validated rows, ps-sync / aggregation)"
-    missing = band_for("allreduce", "worker compute", bands=BANDS)
-    assert missing.median_relative_error is None and missing.p90_relative_error is None
-    assert missing.rows == 0 and "allreduce / compute" in missing.reason
-    assert "reason" in missing.to_dict() and missing.text().startswith("none: ")
-    assert band_for("allreduce", "compute", accelerator=True, bands=BANDS).rows == 30
-    no_gpu = band_for("allreduce", "compute", True, {"format": FORMAT, "regimes": {}})
-    assert no_gpu.median_relative_error is None and "vtrain" in no_gpu.reason
+# The regime key and the lookup: tests/test_error_bands.py.
 
 
 def test_the_committed_bands_come_from_the_validation_results() -> None:
@@ -304,8 +274,10 @@ def test_predictions_carry_their_band_in_json() -> None:
 
     prediction = predict_config(workload, load_system("local"), Config(1, 2, 1, "ps-async", 16))
     band = prediction.to_dict()["error_band"]
-    assert band["regime"] == regime_of("ps-async", prediction.bottleneck)
-    assert set(band) >= {"median_relative_error", "p90_relative_error", "rows", "source"}
+    assert band["regime"] == "cpu / fp32 / uncalibrated / ps-async / dp / " + \
+        bottleneck_class(prediction.bottleneck)
+    assert set(band) >= {"median_relative_error", "p90_relative_error", "rows", "source",
+                         "regime_key", "validated", "reason"}
     json.dumps(band)
 
 

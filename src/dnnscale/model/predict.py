@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from dnnscale.model.compose import StepContext, compose, epoch_time_s
+from dnnscale.model.error_band import band_of
 from dnnscale.model.gpu_compute import peak_flops_per_s
 from dnnscale.model.memory import (ps_memory_parts, sharded_state_parts,
                                    transformer_block_activation_bytes, worker_memory_parts)
@@ -81,7 +82,8 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
                       layers=tuple(layer for s in stages for layer in s.layers), config=config,
                       tokens_per_s=step.throughput * tokens if tokens else None, mfu=mfu,
                       straggler_factor=step.straggler_factor, step_record=step.record,
-                      stage_memory=stage_memory)
+                      stage_memory=stage_memory,
+                      error_band=band_of(system, plan, step.bottleneck))
 
 
 def predict(workload: Workload, system: System, plan: Config | ParallelPlan,

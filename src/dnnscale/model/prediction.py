@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dnnscale.model.error_band import ErrorBand, band_for
+from dnnscale.model.error_band import ErrorBand
 from dnnscale.model.records import Bottleneck, Part, PartKind, StepRecord
 from dnnscale.model.stage import LayerCost
 from dnnscale.plan.config import Config
@@ -75,8 +75,9 @@ class Prediction:
     """Asynchronous replicas of unequal speed: the epoch takes f·N/X times this
     (model/stragglers.py); 1 without a measured spread."""
     error_band: ErrorBand | None = None
-    """The validated error distribution of the plan's regime (model/error_band.py); looked up
-    when not given (accelerators are the predictions with an MFU)."""
+    """The validated error distribution of the plan's regime on its system, or the reason
+    there is none (model/error_band.py: `band_of`, attached by `predict_plan`); None for
+    predictions built by hand."""
     step_record: StepRecord | None = None
     """The composition's per-stage times (model/records.py); None for predictions built by
     hand."""
@@ -84,14 +85,6 @@ class Prediction:
     """Accelerator pipelines: per stage (from the first), the memory parts of one of its
     devices; `memory` is the fullest of them. Empty for one-stage CPU plans and predictions
     built by hand."""
-
-    def __post_init__(self) -> None:
-        if self.error_band is None:
-            aggregation = self.plan.data.aggregation
-            mode = ("allreduce" if not self.plan.data.uses_ps
-                    else "ps-async" if getattr(aggregation, "asynchronous", False) else "ps-sync")
-            object.__setattr__(self, "error_band",
-                               band_for(mode, self.bottleneck, self.mfu is not None))
 
     @property
     def epoch_throughput_samples_per_s(self) -> float:

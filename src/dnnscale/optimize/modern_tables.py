@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from dnnscale.model.error_band import band_text
 from dnnscale.optimize.result import OptimizeResult
 from dnnscale.report.tables import add_breakdown_rows
 from dnnscale.units import format_seconds
@@ -28,19 +29,21 @@ def modern_plan_table(result: OptimizeResult) -> Table:
     if cost is not None:
         table.add_row("cost per step", f"{cost:,.3f} USD")
     table.add_row("bottleneck", best.bottleneck)
+    table.add_row("error band", band_text(best.error_band))
     add_breakdown_rows(table, best)
     return table
 
 
 def modern_top_table(result: OptimizeResult) -> Table:
     table = Table(title=f"Top {len(result.top)} plans", title_justify="left")
-    for header in ("#", "plan", "GPUs", "step", "vs best", "MFU", "bottleneck"):
+    for header in ("#", "plan", "GPUs", "step", "vs best", "MFU", "bottleneck", "error band"):
         table.add_column(header, justify="left" if header in ("plan", "bottleneck") else "right")
     best = result.best.step_time_s
     for rank, p in enumerate(result.top, start=1):
         table.add_row(str(rank), p.label(), str(p.plan.workers), format_seconds(p.step_time_s),
                       f"{p.step_time_s / best:.3f}x",
-                      f"{100 * p.mfu:.1f} %" if p.mfu is not None else "-", p.bottleneck)
+                      f"{100 * p.mfu:.1f} %" if p.mfu is not None else "-", p.bottleneck,
+                      band_text(p.error_band, short=True))
     return table
 
 

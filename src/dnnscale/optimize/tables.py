@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from dnnscale.model.error_band import band_text
 from dnnscale.model.prediction import Prediction
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, describe_config
 from dnnscale.report.tables import add_breakdown_rows
@@ -30,7 +31,7 @@ def plan_table(result: OptimizeResult) -> Table:
     table.add_row("time per epoch", format_seconds(best.epoch_time_s))
     table.add_row("throughput", f"{best.throughput_samples_per_s:,.1f} samples/s")
     table.add_row("bottleneck", best.bottleneck)
-    table.add_row("error band", best.error_band.text() if best.error_band else "-")
+    table.add_row("error band", band_text(best.error_band))
     add_breakdown_rows(table, best)
     return table
 
@@ -40,7 +41,8 @@ def top_table(result: OptimizeResult) -> Table:
     title = (f"Top {len(result.top)} plans, best first (each the best R and S of its sync "
              f"mode, P, n and intervals)")
     table = Table(title=title, title_justify="left", min_width=len(title))
-    for header in ("#", "configuration", "used", "step", "epoch", "vs best", "bottleneck"):
+    for header in ("#", "configuration", "used", "step", "epoch", "vs best", "bottleneck",
+                   "error band"):
         table.add_column(header, justify="left" if header in ("configuration", "bottleneck")
                          else "right")
     best = result.best.epoch_time_s
@@ -48,7 +50,8 @@ def top_table(result: OptimizeResult) -> Table:
         table.add_row(str(rank), _config_cell(prediction), str(prediction.config.machines),
                       format_seconds(prediction.step_time_s),
                       format_seconds(prediction.epoch_time_s),
-                      f"{prediction.epoch_time_s / best:.3f}x", prediction.bottleneck)
+                      f"{prediction.epoch_time_s / best:.3f}x", prediction.bottleneck,
+                      band_text(prediction.error_band, short=True))
     return table
 
 

@@ -89,7 +89,7 @@ def error_band_text(band: dict[str, Any] | None) -> tuple[str, bool]:
     if not band or not isinstance(band.get("median_relative_error"), (int, float)):
         reason = (band or {}).get("reason") or ("no measured runs of this kind of plan and "
                                                 "system to compare with")
-        return f"Error band: not yet validated for this regime ({reason}).", False
+        return f"Error band: no validated band for this regime ({reason}).", False
     parts = []
     for key, name in (("median_relative_error", "median"), ("p90_relative_error", "p90")):
         value = band.get(key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from dnnscale.model.error_band import band_text
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import PartKind
 from dnnscale.report.explain import (breakdown_rows, human, memory_text, part_text,
@@ -48,7 +49,7 @@ def prediction_table(prediction: Prediction, workload_name: str, cluster_name: s
     table.add_row("time per step", format_seconds(prediction.step_time_s))
     table.add_row("time per epoch", format_seconds(prediction.epoch_time_s))
     table.add_row("bottleneck", prediction.bottleneck)
-    table.add_row("error band", prediction.error_band.text() if prediction.error_band else "-")
+    table.add_row("error band", band_text(prediction.error_band))
     add_breakdown_rows(table, prediction)
     table.add_row("fits in memory", "yes" if prediction.fits else "[red]NO[/red]")
     return table

@@ -11,6 +11,7 @@ FLOP per byte moved by the call that multiplies the FLOP/s curve (see calibrate/
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from dnnscale.system.curve import RateCurve
@@ -106,3 +107,10 @@ class Device:
             rate *= factor.at(window_ratio)
         return rate
 
+
+
+def device_family(name: str) -> str:
+    """A GPU model without its memory size: 'A100-SXM4-80GB' -> 'A100-SXM4' (the same chip in
+    either size); a name that does not end in '-<size>GB' is its own family."""
+    head, _, tail = name.rpartition("-")
+    return head if head and re.fullmatch(r"[0-9]+GB", tail) else name

@@ -21,7 +21,7 @@ import yaml
 
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.system.curve import RateCurve
-from dnnscale.system.device import Device
+from dnnscale.system.device import Device, device_family
 from dnnscale.system.gpu_profile import GpuProfile, load_gpu_profile
 from dnnscale.system.system import System
 from dnnscale.system.topology import LinkTier
@@ -72,9 +72,9 @@ def _node(name: str) -> dict[str, Any]:
 
 
 def default_profile_path(device: str) -> Path | None:
-    """The packaged GPU profile of `device` (e.g. A100-SXM4-80GB), else of its family (the name
-    up to its last '-': A100-SXM4, the same chip in either memory size), if one exists."""
-    for name in (device, device.rpartition("-")[0]):
+    """The packaged GPU profile of `device` (e.g. A100-SXM4-80GB), else of its family
+    (device_family: A100-SXM4, the same chip in either memory size), if one exists."""
+    for name in (device, device_family(device)):
         item = _presets() / "profiles" / f"{name}.yaml"
         if name and item.is_file():
             return Path(str(item))

@@ -81,6 +81,7 @@ def _validate(workload: Optional[str], testbed: str, configs: Path, profile: Opt
                       progress=lambda text: console.log(text), network_label=label,
                       optimizer=not no_optimizer, reuse=reuse_runs)
     result["testbed"] = desc.name
+    result["calibrated"] = cluster.calibrated
     result["note"] = (f"Predictions from cluster {cluster.name!r}"
                       f"{' with profile ' + str(profile) if profile else ' (uncalibrated)'}.")
     write_outputs(result, output, html)

@@ -10,7 +10,6 @@ from typing import Any
 from dnnscale.system import System
 from dnnscale.plan import Config, check_config
 from dnnscale.model import predict_config, stage_costs
-from dnnscale.model.error_band import regime_of
 from dnnscale.validate.baselines import OptimusBaseline, PaleoBaseline, RunFeatures
 from dnnscale.validate.grid import Grid
 from dnnscale.validate.measure import Measurement, measure
@@ -86,7 +85,9 @@ def validate(workload_ref: str, cluster: System, testbed: Any, grid: Grid, run_d
             "machines": config.machines,
             "predicted_throughput_samples_per_s": prediction.throughput_samples_per_s,
             "predicted_bottleneck": prediction.bottleneck,
-            "regime": regime_of(config.sync, prediction.bottleneck),
+            "regime": prediction.error_band.regime if prediction.error_band else "",
+            "regime_key": (prediction.error_band.key.to_dict()
+                           if prediction.error_band and prediction.error_band.key else None),
             "predicted_breakdown_s": prediction.breakdown_s, "measured": m.to_dict(),
             "relative_error": relative_errors([prediction.throughput_samples_per_s],
                                               [m.throughput])[0]}

@@ -1,0 +1,237 @@
+"""Error bands keyed by the regime they were measured in (issue 27): the regime key and the band
+lookup by hand, the committed bands against the rows they come from, and the outputs that show
+a band (predict on H100 FP8 and on DGX-A100 fp16 in a real process; the CPU flow on an
+uncalibrated preset for the chosen and the rejected plans alike)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dnnscale
+from dnnscale.model.error_band import (FORMAT, MIN_ROWS, Regime, band_for, load_bands, regime_for,
+                                       regime_of)
+from dnnscale.plan.plan import (Batch, Collective, DataParallel, ParallelPlan, ParameterServer,
+                                Pipeline, Precision, TensorSplit)
+from dnnscale.system import load_system
+from dnnscale.system.device import device_family
+from dnnscale.system.gpu import gpu_system
+
+ROOT = Path(__file__).resolve().parents[1]
+GPT3 = ["-w", "gpt3-175b", "--tp", "8", "--pp", "8", "--dp", "8", "--global-batch", "1536",
+        "--recompute", "full"]
+
+
+def _benchmark():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("error_bands_bench",
+                                                  ROOT / "benchmarks" / "error_bands.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _plan(tp: int = 1, pp: int = 1, dp: int = 1, zero: int = 0, precision: str = "fp16",
+          ps: bool = False) -> ParallelPlan:
+    aggregation = ParameterServer(2, asynchronous=False) if ps else Collective("ring", zero)
+    return ParallelPlan(tensor=TensorSplit(tp, "megatron"), pipeline=Pipeline(pp, "1f1b"),
+                        data=DataParallel(dp, aggregation), batch=Batch(1, 8),
+                        precision=Precision(precision))
+
+
+# --- the regime key, by hand ---------------------------------------------------------------------
+
+def test_device_family_drops_only_the_memory_size() -> None:
+    assert device_family("A100-SXM4-80GB") == device_family("A100-SXM4-40GB") == "A100-SXM4"
+    assert device_family("H200-SXM-141GB") == "H200-SXM"
+    assert device_family("MI300X") == "MI300X" and device_family("") == ""
+
+
+@pytest.mark.parametrize("plan,label", [
+    (_plan(8, 8, 8), "A100-SXM4 / fp16 / calibrated / allreduce / tp+pp+dp"),
+    (_plan(8, 1, 4, zero=1), "A100-SXM4 / fp16 / calibrated / ZeRO-1 / tp+dp"),
+    (_plan(1, 4, 1, precision="bf16"), "A100-SXM4 / bf16 / calibrated / allreduce / pp"),
+    (_plan(), "A100-SXM4 / fp16 / calibrated / allreduce / one device"),
+])
+def test_gpu_regime_key(plan: ParallelPlan, label: str) -> None:
+    system = gpu_system("dgx-a100-40g", 8)  # the packaged A100-SXM4 profile: calibrated
+    regime = regime_for(system, plan, "bubble")
+    assert regime.label == label
+    assert regime.device == "A100-SXM4" and regime.calibrated and regime.bottleneck_class is None
+    assert Regime.from_dict(json.loads(json.dumps(regime.to_dict()))) == regime
+
+
+def test_h100_fp8_regime_is_uncalibrated() -> None:
+    regime = regime_for(gpu_system("dgx-h100", 64), _plan(8, 8, 8, zero=1, precision="fp8"),
+                        "bubble")
+    assert regime == Regime("H100-SXM5", "fp8", False, "allreduce", 1, ("tp", "pp", "dp"))
+    assert regime.label == "H100-SXM5 / fp8 / uncalibrated / ZeRO-1 / tp+pp+dp"
+
+
+def test_cpu_regime_key_from_adam_flags() -> None:
+    plan = dnnscale.Config(4, 8, 4, "ps-sync", 32).to_plan()  # P=4 → tp, R=8 → dp
+    regime = regime_for(load_system("adam-2014"), plan, "ps network")
+    assert regime == Regime("cpu", "fp32", False, "ps-sync", 0, ("tp", "dp"), "aggregation")
+    assert regime.label == "cpu / fp32 / uncalibrated / ps-sync / tp+dp / aggregation"
+    calibrated = load_system(str(ROOT / "tests" / "snapshots" / "clusters"
+                                 / "calibrated-100mbit.yaml"))
+    one = regime_for(calibrated, dnnscale.Config(1, 1, 1, "ps-async", 16).to_plan(),
+                     "worker compute")
+    assert one.label == "cpu / fp32 / calibrated / ps-async / one device / compute"
+    assert regime_of(plan, "ps network", "cpu", True, accelerator=False).calibrated
+
+
+# --- the lookup, from hand-made rows ------------------------------------------------------------
+
+A = Regime("A100-SXM4", "fp16", True, "allreduce", 0, ("tp", "pp", "dp"))
+B = Regime("A100-SXM4", "fp16", True, "allreduce", 0, ("dp",))
+ERRORS_A = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10]
+ERRORS_B = [0.2, 0.1, 0.4]
+
+
+def _hand_bands() -> dict[str, object]:
+    rows = [(A, e) for e in ERRORS_A] + [(B, e) for e in ERRORS_B]
+    return {"format": FORMAT, "source": "hand", "regimes":
+            _benchmark().bands(rows, "hand-made rows", "the hand-made rows")}
+
+
+def test_band_is_median_and_p90_of_exactly_its_rows() -> None:
+    bands = _hand_bands()
+    entry = bands["regimes"][A.label]  # type: ignore[index]
+    # median of 0.01..0.10 = (0.05 + 0.06) / 2; p90 by linear interpolation at position
+    # 0.9 · 9 = 8.1: 0.09 + 0.1 · (0.10 - 0.09) = 0.091; max 0.10
+    assert entry["median_relative_error"] == pytest.approx(0.055)
+    assert entry["p90_relative_error"] == pytest.approx(0.091)
+    assert entry["max_relative_error"] == pytest.approx(0.10)
+    assert entry["rows"] == 10 == MIN_ROWS and entry["regime"] == A.to_dict()
+    band = band_for(A, bands)
+    assert band.validated and band.rows == 10
+    assert band.median_relative_error == pytest.approx(0.055)
+    assert band.p90_relative_error == pytest.approx(0.091)
+    assert band.text() == ("±6 % median, ±9 % p90 (10 validated rows, "
+                           "A100-SXM4 / fp16 / calibrated / allreduce / tp+pp+dp)")
+    data = band.to_dict()
+    assert data["regime"] == A.label and data["regime_key"] == A.to_dict()
+    assert data["validated"] is True and data["min_rows"] == MIN_ROWS and "reason" not in data
+
+
+def test_too_few_rows_give_no_band_but_say_how_many() -> None:
+    bands = _hand_bands()
+    entry = bands["regimes"][B.label]  # type: ignore[index]
+    assert entry["rows"] == 3 and entry["median_relative_error"] == pytest.approx(0.2)
+    band = band_for(B, bands)
+    assert not band.validated and band.median_relative_error is None and band.rows == 3
+    assert band.reason == ("only 3 validated rows of this regime (the hand-made rows); a p90 "
+                           f"needs at least {MIN_ROWS}")
+    assert band.source == "hand-made rows"
+    assert band.text().startswith("no validated band for this regime: only 3 validated rows")
+    assert band.to_dict()["validated"] is False
+
+
+def test_unmeasured_regime_names_the_nearest_and_how_it_differs() -> None:
+    h100 = Regime("H100-SXM5", "fp8", False, "allreduce", 0, ("tp", "pp", "dp"))
+    band = band_for(h100, _hand_bands())
+    assert not band.validated and band.rows == 0 and band.source == "none measured"
+    assert band.reason == (
+        "nothing was measured in it; the nearest measured regime is A100-SXM4 / fp16 / "
+        "calibrated / allreduce / tp+pp+dp (10 rows of the hand-made rows), which differs in "
+        "device (A100-SXM4 there, H100-SXM5 here); precision (fp16 there, fp8 here); "
+        "calibration (calibrated there, uncalibrated here)")
+    zero1 = Regime("A100-SXM4", "fp16", True, "allreduce", 1, ("dp",))
+    assert band_for(zero1, _hand_bands()).reason.endswith(
+        "allreduce / dp (3 rows of the hand-made rows), which differs in ZeRO stage (0 there, 1 "
+        "here)")
+    assert "missing" in band_for(A, {}).reason
+
+
+# --- the committed bands --------------------------------------------------------------------------
+
+def test_committed_vtrain_bands_are_the_recorded_rows() -> None:
+    """The 3D and TP×DP bands, recomputed from vTrain's rows with TP/PP/DP read off their labels
+    (not through regime_of)."""
+    import numpy as np
+
+    rows = json.loads((ROOT / "results" / "vtrain" / "multi_node_rows.json").read_text())
+    groups: dict[str, list[float]] = {}
+    for row in rows:
+        tp, dp, pp = map(int, re.search(r"TP(\d+) DP(\d+) PP(\d+)", row["label"]).groups())  # type: ignore[union-attr]
+        used = "+".join(d for d, n in (("tp", tp), ("pp", pp), ("dp", dp)) if n > 1)
+        groups.setdefault(used, []).append(row["relative_error"])
+    regimes = load_bands()["regimes"]
+    assert sum(len(v) for v in groups.values()) == 109
+    for used, errors in groups.items():
+        entry = regimes[f"A100-SXM4 / fp16 / calibrated / allreduce / {used}"]
+        assert entry["rows"] == len(errors)
+        assert entry["median_relative_error"] == pytest.approx(float(np.median(errors)))
+        assert entry["p90_relative_error"] == pytest.approx(float(np.percentile(errors, 90)))
+    assert len(groups["tp+pp+dp"]) >= MIN_ROWS
+
+
+def test_every_committed_cpu_regime_is_calibrated_testbed_rows() -> None:
+    regimes = load_bands()["regimes"]
+    cpu = [e for e in regimes.values() if e["regime"]["device"] == "cpu"]
+    assert cpu and all(e["regime"]["calibrated"] for e in cpu)
+    assert sum(e["rows"] for e in cpu) == 35  # wave 1: 35 validated and optimizer rows
+
+
+# --- what the outputs show ------------------------------------------------------------------------
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "dnnscale", *args], capture_output=True,
+                          text=True, timeout=240, env=env, check=True)
+
+
+def test_predict_on_h100_fp8_shows_no_a100_band() -> None:
+    args = ["predict", *GPT3, "-c", "dgx-h100:64", "--precision", "fp8"]
+    band = json.loads(_cli(*args, "--json").stdout)["error_band"]
+    assert band["validated"] is False and band["median_relative_error"] is None
+    assert band["regime_key"]["device"] == "H100-SXM5" and band["regime_key"]["precision"] == "fp8"
+    assert "A100-SXM4 there, H100-SXM5 here" in band["reason"]
+    assert "fp16 there, fp8 here" in band["reason"]
+    text = _cli(*args).stdout
+    assert "no validated band for this regime" in text and "±" not in text
+
+
+def test_predict_a100_fp16_3d_on_dgx_a100_shows_the_vtrain_band() -> None:
+    args = ["predict", *GPT3, "-c", "dgx-a100-80g:64", "--precision", "fp16"]
+    band = json.loads(_cli(*args, "--json").stdout)["error_band"]
+    entry = load_bands()["regimes"]["A100-SXM4 / fp16 / calibrated / allreduce / tp+pp+dp"]
+    assert band["validated"] is True and band["rows"] == entry["rows"] >= MIN_ROWS
+    assert band["median_relative_error"] == entry["median_relative_error"]
+    assert band["p90_relative_error"] == entry["p90_relative_error"]
+    assert "vTrain" in band["source"]
+    assert f"±{100 * entry['p90_relative_error']:.0f} % p90" in _cli(*args).stdout
+
+
+def test_cpu_flow_on_an_uncalibrated_preset_shows_no_testbed_band_anywhere() -> None:
+    result = json.loads(_cli("optimize", "-w", "adam-imagenet22k", "-c", "adam-2014",
+                             "--json").stdout)
+    bands = [result["best"]["prediction"]["error_band"]]
+    bands += [entry["prediction"]["error_band"] for entry in result["top"]]
+    bands += [entry["prediction"]["error_band"] for entry in result["best_per_mode"].values()]
+    assert len(bands) >= 5
+    for band in bands:
+        assert band["validated"] is False and band["median_relative_error"] is None
+        assert band["regime_key"]["calibrated"] is False
+        assert "calibration (calibrated there, uncalibrated here)" in band["reason"]
+    text = _cli("optimize", "-w", "adam-imagenet22k", "-c", "adam-2014").stdout
+    assert "no validated band for this regime" in text and "±" not in text
+
+
+def test_cpu_bands_follow_each_plans_own_regime_on_a_calibrated_cluster() -> None:
+    """Chosen and rejected plans alike: each band is the lookup of its own regime."""
+    cluster = str(ROOT / "tests" / "snapshots" / "clusters" / "calibrated-100mbit.yaml")
+    result = dnnscale.optimize("adam-cifar10", cluster)
+    system = load_system(cluster)
+    for prediction in [result.best, *result.top]:
+        regime = regime_for(system, prediction.plan, prediction.bottleneck)
+        assert prediction.error_band == band_for(regime)
+        assert regime.calibrated and regime.device == "cpu"
