@@ -40,15 +40,15 @@ HERE = {ADAM: "this search is over Adam's CPU configurations (not a transformer 
 
 def register(app: typer.Typer) -> None:
     """Add the `optimize` command to `app`."""
+    from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_HELP, INTER_NODE_LATENCY_HELP,
+                                     INTERCONNECT_HELP, NICS_HELP, WORKLOAD_HELP)
     from dnnscale.errors import user_errors
 
     @app.command()
     @user_errors
     def optimize(
-            workload: str = typer.Option(..., "--workload", "-w",
-                                         help="zoo name, YAML, or package.module:factory "
-                                              "(with --input-shape)"),
-            cluster: str = typer.Option(..., "--cluster", "-c", help="preset name or YAML"),
+            workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_HELP),
+            cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
             machines: Optional[int] = typer.Option(
                 None, "--machines", "-M", help="machine budget (default: the cluster's machines)"),
             modes: Optional[str] = typer.Option(
@@ -74,6 +74,13 @@ def register(app: typer.Typer) -> None:
             epoch_fraction: Optional[float] = typer.Option(
                 None, "--epoch-fraction",
                 help="Adam's straggler cut-off: an epoch ends when this fraction is done"),
+            interconnect: Optional[str] = typer.Option(None, "--interconnect",
+                                                       help=INTERCONNECT_HELP),
+            inter_node_bandwidth: Optional[str] = typer.Option(
+                None, "--inter-node-bandwidth", help=INTER_NODE_BANDWIDTH_HELP),
+            inter_node_latency: Optional[str] = typer.Option(
+                None, "--inter-node-latency", help=INTER_NODE_LATENCY_HELP),
+            nics_per_node: Optional[int] = typer.Option(None, "--nics-per-node", help=NICS_HELP),
             input_shape: Optional[str] = typer.Option(
                 None, "--input-shape", help="with -w package.module:factory, one sample's "
                 "input shape without the batch, e.g. 3,224,224"),
@@ -122,8 +129,7 @@ def register(app: typer.Typer) -> None:
         from dnnscale.optimize.result import SpaceKind
         from dnnscale.optimize.space import parse_fc_protocols, parse_int_list
         from dnnscale.plan import config_from_dict
-        from dnnscale.plan.flags import refuse_flags
-        from dnnscale.system import load_system
+        from dnnscale.plan.flags import cluster_from_flags, refuse_flags
         from dnnscale.workload.source import resolve_workload
 
         for path, name in ((plot, "--plot"), (html, "--html"),
@@ -139,7 +145,10 @@ def register(app: typer.Typer) -> None:
             raise InputError("--csv", "'-' writes the CSV to stdout, which holds the --json "
                              "document; give a file")
         w = resolve_workload(workload, input_shape, field="--workload")
-        c = load_system(cluster)
+        c = cluster_from_flags(cluster, dict(interconnect=interconnect,
+                                             bandwidth=inter_node_bandwidth,
+                                             latency=inter_node_latency,
+                                             nics_per_node=nics_per_node), quiet)
         space = GPU if is_gpu_space(w, c) else ADAM
         refuse_flags(SPACE_FLAGS, {space}, WORDS, HERE[space])
         refuse_flags(OUTPUT_FLAGS, {QUIET if quiet else JSON if as_json else TABLE}

@@ -29,6 +29,7 @@ calibrated.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -42,6 +43,8 @@ from dnnscale.errors import (InputError, require_int, require_nonnegative, requi
 from dnnscale.system.curve import RateCurve
 from dnnscale.system.device import PHASES, Device
 from dnnscale.system.gpu import gpu_system, node_preset_names, parse_gpu_cluster
+from dnnscale.system.gpu_cluster import (INTER_NODE_FLAGS, gpu_cluster_from_dict,
+                                         inter_node_options, is_gpu_cluster_data)
 from dnnscale.system.profile import (HardwareProfile, load_profile, machine_overrides,
                                      network_overrides, with_profile_curves)
 from dnnscale.system.system import ProfileInfo, System
@@ -201,6 +204,10 @@ def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Hardwa
 
 
 def system_from_dict(data: dict[str, Any], source: str = "") -> System:
+    """A cluster mapping -> System: a GPU cluster (`node:` a node preset, system/gpu_cluster.py)
+    or a CPU cluster (the module docstring)."""
+    if is_gpu_cluster_data(data):
+        return gpu_cluster_from_dict(data, source)
     _check_fields(data, _TOP_FIELDS, "cluster")
     for key in ("machines", "machine", "network"):
         if key not in data:
@@ -378,3 +385,24 @@ def load_system(source: "str | Path | System") -> System:
                          f"({', '.join(node_preset_names())}) nor an existing YAML file")
     text = _preset_files()[name].read_text()
     return system_from_dict(yaml.safe_load(text), f"preset:{name}")
+
+
+def load_cluster(source: str, inter_node: Mapping[str, Any]) -> System:
+    """The cluster `-c` names, with the inter-node flags given (INTER_NODE_FLAGS' fields, as
+    typed) replacing its network between nodes; they apply to GPU clusters only."""
+    given = {key: value for key, value in inter_node.items() if value is not None}
+    if not given:
+        return load_system(source)
+    options = inter_node_options(given, INTER_NODE_FLAGS.__getitem__)
+    if is_yaml_source(source, "cluster"):
+        data = load_yaml_file(Path(source), "cluster")
+        if is_gpu_cluster_data(data):
+            return gpu_cluster_from_dict(data, source, options)
+    else:
+        gpu = parse_gpu_cluster(source)
+        if gpu is not None:
+            return gpu_system(*gpu, **options)
+    load_system(source)  # a name that is no cluster is named as such first
+    raise InputError(INTER_NODE_FLAGS[next(iter(given))],
+                     "applies to GPU clusters (NAME:NODES or a cluster YAML with node:); a CPU "
+                     "cluster's network is its YAML's network:")
