@@ -130,14 +130,17 @@ def workload_json(w: Any) -> dict[str, Any]:
 
     return {"name": w.name, "input_shape": list(w.input_shape),
             "transformer": asdict(w.transformer) if w.transformer is not None else None,
-            "samples_per_epoch": w.samples_per_epoch,
+            "samples_per_epoch": w.samples_per_epoch, "bytes_per_value": w.bytes_per_value,
             "layers": [{"name": layer.name, "kind": layer.kind,
                         "input_shape": list(layer.input_shape),
                         "output_shape": list(layer.output_shape), "params": layer.params,
                         "fwd_flops": layer.fwd_flops, "input_grad_flops": layer.input_grad_flops,
                         "weight_grad_flops": layer.weight_grad_flops,
-                        "activation_values": layer.activation_values} for layer in w.layers],
-            "totals": w.totals()}
+                        "activation_values": layer.activation_values,
+                        "activation_bytes": layer.activation_values * w.bytes_per_value}
+                       for layer in w.layers],
+            "totals": {**w.totals(), "activation_values": w.activation_values,
+                       "activation_bytes": w.activation_values * w.bytes_per_value}}
 
 
 @app.command()
