@@ -36,10 +36,10 @@ def workload_table(workload: Workload) -> Table:
                   _count(workload.input_grad_flops), _count(workload.weight_grad_flops),
                   _count(workload.activation_values),
                   format_si(workload.activation_values * width, "B"))
-    table.caption = (f"per sample: FLOP per phase, activation values (each layer's output; the "
-                     f"total adds the input) and their bytes at {width} B per value; "
-                     f"{workload.fwd_macs:,.0f} forward multiply-adds (connections), "
-                     f"1 multiply-add = 2 FLOP")
+    table.caption = (f"{workload.fwd_macs:,.0f} forward multiply-adds (connections) per sample; "
+                     f"per-sample counts, 1 multiply-add = 2 FLOP; activation values are each "
+                     f"layer's output (the total adds the input), their bytes at {width} B per "
+                     f"value")
     return table
 
 
