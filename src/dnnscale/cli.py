@@ -10,8 +10,8 @@ import typer
 from dnnscale.cli_errors import OneLineErrors
 from dnnscale.errors import InputError, user_errors
 from dnnscale.jsonout import print_json
-from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_HELP,
-                                 INTER_NODE_LATENCY_HELP, INTERCONNECT_HELP, NICS_HELP,
+from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_OPTION,
+                                 INTER_NODE_LATENCY_OPTION, INTERCONNECT_OPTION, NICS_OPTION,
                                  WORKLOAD_HELP)
 
 app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -194,13 +194,10 @@ def predict(workload: Optional[str] = typer.Option(
             overlap_dp: Optional[bool] = typer.Option(
                 None, "--overlap-dp/--no-overlap-dp",
                 help="overlap data-parallel gradients with the backward pass"),
-            interconnect: Optional[str] = typer.Option(None, "--interconnect",
-                                                       help=INTERCONNECT_HELP),
-            inter_node_bandwidth: Optional[str] = typer.Option(
-                None, "--inter-node-bandwidth", help=INTER_NODE_BANDWIDTH_HELP),
-            inter_node_latency: Optional[str] = typer.Option(
-                None, "--inter-node-latency", help=INTER_NODE_LATENCY_HELP),
-            nics_per_node: Optional[int] = typer.Option(None, "--nics-per-node", help=NICS_HELP),
+            interconnect: Optional[str] = INTERCONNECT_OPTION,
+            inter_node_bandwidth: Optional[str] = INTER_NODE_BANDWIDTH_OPTION,
+            inter_node_latency: Optional[str] = INTER_NODE_LATENCY_OPTION,
+            nics_per_node: Optional[int] = NICS_OPTION,
             input_shape: Optional[str] = typer.Option(None, "--input-shape",
                                                       help=INPUT_SHAPE_HELP),
             layers: bool = typer.Option(False, "--layers",

@@ -40,8 +40,9 @@ HERE = {ADAM: "this search is over Adam's CPU configurations (not a transformer 
 
 def register(app: typer.Typer) -> None:
     """Add the `optimize` command to `app`."""
-    from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_HELP, INTER_NODE_LATENCY_HELP,
-                                     INTERCONNECT_HELP, NICS_HELP, WORKLOAD_HELP)
+    from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_OPTION,
+                                     INTER_NODE_LATENCY_OPTION, INTERCONNECT_OPTION, NICS_OPTION,
+                                     WORKLOAD_HELP)
     from dnnscale.errors import user_errors
 
     @app.command()
@@ -74,13 +75,10 @@ def register(app: typer.Typer) -> None:
             epoch_fraction: Optional[float] = typer.Option(
                 None, "--epoch-fraction",
                 help="Adam's straggler cut-off: an epoch ends when this fraction is done"),
-            interconnect: Optional[str] = typer.Option(None, "--interconnect",
-                                                       help=INTERCONNECT_HELP),
-            inter_node_bandwidth: Optional[str] = typer.Option(
-                None, "--inter-node-bandwidth", help=INTER_NODE_BANDWIDTH_HELP),
-            inter_node_latency: Optional[str] = typer.Option(
-                None, "--inter-node-latency", help=INTER_NODE_LATENCY_HELP),
-            nics_per_node: Optional[int] = typer.Option(None, "--nics-per-node", help=NICS_HELP),
+            interconnect: Optional[str] = INTERCONNECT_OPTION,
+            inter_node_bandwidth: Optional[str] = INTER_NODE_BANDWIDTH_OPTION,
+            inter_node_latency: Optional[str] = INTER_NODE_LATENCY_OPTION,
+            nics_per_node: Optional[int] = NICS_OPTION,
             input_shape: Optional[str] = typer.Option(
                 None, "--input-shape", help="with -w package.module:factory, one sample's "
                 "input shape without the batch, e.g. 3,224,224"),

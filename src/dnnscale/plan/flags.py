@@ -10,6 +10,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+import typer
+
 from dnnscale.errors import InputError, short_repr, typed_options
 from dnnscale.plan.config import Config, config_from_dict
 from dnnscale.plan.modern import is_modern, modern_plan_from_dict
@@ -28,6 +30,15 @@ INTER_NODE_BANDWIDTH_HELP = ("GPU: line rate of one NIC port between nodes, per 
                              "e.g. 100Gbit/s (replaces the preset's)")
 INTER_NODE_LATENCY_HELP = "GPU: latency per hop between nodes, e.g. 5us (replaces the preset's)"
 NICS_HELP = "GPU: NIC ports per node (default: the node preset's)"
+
+INTERCONNECT_OPTION: Any = typer.Option(None, "--interconnect", help=INTERCONNECT_HELP)
+INTER_NODE_BANDWIDTH_OPTION: Any = typer.Option(None, "--inter-node-bandwidth",
+                                                help=INTER_NODE_BANDWIDTH_HELP)
+INTER_NODE_LATENCY_OPTION: Any = typer.Option(None, "--inter-node-latency",
+                                              help=INTER_NODE_LATENCY_HELP)
+NICS_OPTION: Any = typer.Option(None, "--nics-per-node", help=NICS_HELP)
+"""The network between GPU nodes, the same options on predict and optimize
+(system/gpu_cluster.py INTER_NODE_FLAGS)."""
 
 def config_from_options(config_file: Path | None, **flags: Any) -> Config:
     """A Config from an optional YAML file, overridden by the flags that were given."""
