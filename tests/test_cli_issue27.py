@@ -188,8 +188,25 @@ def test_predict_on_local_takes_what_run_local_runs() -> None:
     plan = [w for w in words if w not in ("--local", "--steps", "20")]
     result = runner.invoke(app, ["predict", *plan, "-c", "local", "--json"])
     assert result.exit_code == 0, result.output
-    config = json.loads(result.output)["config"]
+    config = json.loads(result.stdout)["config"]
     assert (config["partitions"], config["replicas"], config["ps_shards"]) == (2, 2, 1)
+    # 5 ranks at half a core each on 2 cores: said, on stderr
+    assert result.stderr == ("note: 5 ranks share local's 2 cores, but each is priced at 0.5 "
+                             "core (as if 4 did): the prediction is optimistic\n")
+    four = runner.invoke(app, ["predict", "-w", "adam-cifar10", "-P", "1", "-R", "3", "-S", "1",
+                               "-c", "local", "--json"])
+    assert four.exit_code == 0 and four.stderr == ""
+
+
+def test_optimize_on_local_defaults_to_the_ranks_its_cores_hold() -> None:
+    from dnnscale.system import load_system
+
+    local = load_system("local")
+    assert (local.machines_on_host, local.default_budget) == (4, 4)
+    assert load_system("adam-2014").default_budget == load_system("adam-2014").machines
+    data = json.loads(runner.invoke(app, ["optimize", "-w", "adam-mnist", "-c", "local",
+                                          "--json"]).stdout)
+    assert max(point["machines"] for point in data["curve"]) == 4
 
 
 # -- the README's GPT-3 lines ------------------------------------------------------------------

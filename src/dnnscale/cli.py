@@ -267,6 +267,11 @@ def predict(workload: Optional[str] = typer.Option(
         write_html(prediction_page(prediction, w, c), html)
     if quiet:
         return
+    shared = c.shared_host_note(prediction.plan.machines)
+    if shared is not None:
+        import sys
+
+        print(f"note: {shared}", file=sys.stderr)
     if as_json:
         _print_json(prediction.to_dict(with_layers=layers))
         return

@@ -18,6 +18,7 @@ Format (see docs/formats.md)::
     overlap_gamma: inf                # optional (a profile's measured overlap replaces it)
     straggler_spread: 0               # optional: std dev of ln(step time) across replicas
     profile: my-machine.yaml          # optional: a `dnnscale calibrate` hardware profile
+    host_cores: 2                     # optional: the machines are processes sharing a host of 2 cores
 
 A `profile` (a path, relative to the cluster file) replaces the machines' compute rates, memory
 bandwidth and update cost, and the network's bandwidth and latency when it measured one, by the
@@ -55,7 +56,8 @@ from dnnscale.yamlio import is_yaml_source, load_yaml_file
 _MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
 _NETWORK_FIELDS = {"bandwidth", "latency"}
 _TOP_FIELDS = {"name", "machines", "calibrated", "machine", "ps_machine", "network", "ps_network",
-               "ps_machines", "overlap_gamma", "straggler_spread", "description", "profile"}
+               "ps_machines", "overlap_gamma", "straggler_spread", "description", "profile",
+               "host_cores"}
 _RATE_KINDS = {"default", "conv2d", "linear", "generic"}
 MAX_STRAGGLER_SPREAD = 0.5
 """The largest straggler spread a cluster may state (replicas a factor e^0.5 ≈ 1.6 apart per
@@ -249,7 +251,17 @@ def system_from_dict(data: dict[str, Any], source: str = "") -> System:
                   ps_machines=ps_machines, overlap_gamma=gamma, straggler_spread=spread,
                   calibrated=require_bool("cluster.calibrated", data.get("calibrated", False)),
                   description=_text(data, "description"), profile_source=source,
-                  profile=info)
+                  profile=info, host_cores=_host_cores(data.get("host_cores")))
+
+
+def _host_cores(value: Any) -> float | None:
+    """cluster.host_cores: None, or a number of cores > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError("cluster.host_cores", f"must be a number of cores (e.g. 2), got "
+                         f"{short_repr(value)}")
+    return float(require_positive("cluster.host_cores", value))
 
 
 def _text(data: dict[str, Any], key: str, default: str = "") -> str:
@@ -315,6 +327,8 @@ def check_system(system: System) -> System:
     require_nonnegative("cluster.collective_call_s", system.collective_call_s)
     if system.price_per_device_hour is not None:
         require_positive("cluster.price_per_device_hour", system.price_per_device_hour)
+    if system.host_cores is not None:
+        _host_cores(system.host_cores)
     for name in ("calibrated", "ps_pull_convoy"):
         require_bool(f"cluster.{name}", getattr(system, name))
     for name in ("name", "description", "collective_library"):
