@@ -5,6 +5,9 @@ gpu-network: a GPU cluster YAML (`node:`, `nodes:`, `inter_node:`) with one fiel
 time, and predict's and optimize's inter-node flags (--interconnect, --inter-node-bandwidth,
 --inter-node-latency, --nics-per-node) out of range, of the wrong unit, or on a CPU cluster.
 Each names the field (`cluster.inter_node.bandwidth`) or the flag typed, exit 2, one line.
+
+shared-host: a CPU cluster's `host_cores` (the cores its machines share as processes of one
+host, as the `local` preset's ranks do) of the wrong type or out of range.
 """
 
 from __future__ import annotations
@@ -130,6 +133,25 @@ def flag_cases() -> Iterator[Case]:
                 "--global-batch", "8", "--inter-node-latency", "1e300s", "--json"), "predict")
 
 
+BAD_HOST_CORES: dict[str, Any] = {"zero": 0, "negative": -2, "text": "two", "bool": True,
+                                  "list": [2], "inf": float("inf"), "nan": float("nan"),
+                                  "mapping": {"cores": 2}}
+
+
+def host_cores_cases() -> Iterator[Case]:
+    from tests.fuzz_cases import CLUSTER
+
+    for name, value in BAD_HOST_CORES.items():
+        files: dict[str, "str | bytes | None"] = {"c.yaml": dump({**CLUSTER, "host_cores": value})}
+        yield Case(f"host-cores-{name}", "shared-host",
+                   ("predict", "-w", "adam-mnist", "-c", "{d}/c.yaml", "-P", "1", "-R", "1",
+                    "-S", "1", "--json"), "cluster.host_cores", files)
+        yield Case(f"host-cores-{name}-optimize", "shared-host",
+                   ("optimize", "-w", "adam-mnist", "-c", "{d}/c.yaml", "--json"),
+                   "cluster.host_cores", files)
+
+
 def cases() -> Iterator[Case]:
     yield from cluster_file_cases()
     yield from flag_cases()
+    yield from host_cores_cases()
