@@ -249,6 +249,10 @@ def test_a_bare_gpu_preset_is_noted_as_one_node() -> None:
     quiet = cli("optimize", "-w", "gpt3-125m", "-c", "dgx-a100-80g", "--global-batch", "8",
                 "--csv", "-", "-q")
     assert quiet.returncode == 0 and quiet.stderr == ""
+    failing = runner.invoke(app, ["predict", "-w", "gpt3-125m", "-c", "dgx-a100-80g", "--tp",
+                                  "5", "--json"])  # the error line alone, no note
+    assert failing.exit_code == 2 and failing.stderr.startswith("error: --tp")
+    assert failing.stderr.count("\n") == 1
 
 
 # -- describe ----------------------------------------------------------------------------------

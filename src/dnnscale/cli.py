@@ -216,8 +216,10 @@ def predict(workload: Optional[str] = typer.Option(
     from dnnscale.errors import typed_options
     from dnnscale.plan.config import Config
     from dnnscale.plan.flags import PREDICT_OUTPUT_FLAGS, PRINT_WORDS, check_plan_workload, \
-        cluster_from_flags, plan_for_devices, plan_from_options, plan_workload, read_plan_file, \
+        plan_for_devices, plan_from_options, plan_workload, print_notes, read_plan_file, \
         refuse_flags, refuse_sync_flags
+    from dnnscale.system.gpu import bare_preset_note
+    from dnnscale.system.load import load_cluster
     from dnnscale.workload.source import resolve_workload
 
     refuse_flags(PREDICT_OUTPUT_FLAGS, {"quiet" if quiet else "json" if as_json else "table"}
@@ -244,10 +246,8 @@ def predict(workload: Optional[str] = typer.Option(
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,
                          field="--workload" if workload is not None else "config.workload")
     check_plan_workload(workload, file_workload, w.name)
-    c = cluster_from_flags(cluster, dict(interconnect=interconnect,
-                                         bandwidth=inter_node_bandwidth,
-                                         latency=inter_node_latency, nics_per_node=nics_per_node),
-                           quiet)
+    c = load_cluster(cluster, dict(interconnect=interconnect, bandwidth=inter_node_bandwidth,
+                                   latency=inter_node_latency, nics_per_node=nics_per_node))
     plan = plan_for_devices(plan, c.machine.is_accelerator, config, adam)
     try:
         check_plan(plan, w, c)
@@ -267,11 +267,7 @@ def predict(workload: Optional[str] = typer.Option(
         write_html(prediction_page(prediction, w, c), html)
     if quiet:
         return
-    shared = c.shared_host_note(prediction.plan.machines)
-    if shared is not None:
-        import sys
-
-        print(f"note: {shared}", file=sys.stderr)
+    print_notes(bare_preset_note(cluster), c.shared_host_note(prediction.plan.machines))
     if as_json:
         _print_json(prediction.to_dict(with_layers=layers))
         return

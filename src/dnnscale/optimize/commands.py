@@ -128,7 +128,9 @@ def register(app: typer.Typer) -> None:
         from dnnscale.optimize.result import SpaceKind
         from dnnscale.optimize.space import parse_fc_protocols, parse_int_list
         from dnnscale.plan import config_from_dict
-        from dnnscale.plan.flags import cluster_from_flags, refuse_flags
+        from dnnscale.plan.flags import print_notes, refuse_flags
+        from dnnscale.system.gpu import bare_preset_note
+        from dnnscale.system.load import load_cluster
         from dnnscale.workload.source import resolve_workload
 
         for path, name in ((plot, "--plot"), (html, "--html"),
@@ -144,10 +146,8 @@ def register(app: typer.Typer) -> None:
             raise InputError("--csv", "'-' writes the CSV to stdout, which holds the --json "
                              "document; give a file")
         w = resolve_workload(workload, input_shape, field="--workload")
-        c = cluster_from_flags(cluster, dict(interconnect=interconnect,
-                                             bandwidth=inter_node_bandwidth,
-                                             latency=inter_node_latency,
-                                             nics_per_node=nics_per_node), quiet)
+        c = load_cluster(cluster, dict(interconnect=interconnect, bandwidth=inter_node_bandwidth,
+                                       latency=inter_node_latency, nics_per_node=nics_per_node))
         space = GPU if is_gpu_space(w, c) else ADAM
         refuse_flags(SPACE_FLAGS, {space}, WORDS, HERE[space])
         refuse_flags(OUTPUT_FLAGS, {QUIET if quiet else JSON if as_json else TABLE}
@@ -200,6 +200,8 @@ def register(app: typer.Typer) -> None:
             if exc.field not in API_FLAGS:  # the others by the flags' own names)
                 raise
             raise InputError(API_FLAGS[exc.field], exc.problem) from None
+        if not quiet:
+            print_notes(bare_preset_note(cluster))
         from dnnscale.atomic import outputs_together
 
         if result.space is SpaceKind.GPU:

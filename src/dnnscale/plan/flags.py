@@ -16,7 +16,6 @@ from dnnscale.errors import InputError, short_repr, typed_options
 from dnnscale.plan.config import Config, config_from_dict
 from dnnscale.plan.modern import is_modern, modern_plan_from_dict
 from dnnscale.plan.plan import ParallelPlan
-from dnnscale.system.system import System
 from dnnscale.yamlio import load_yaml_file
 
 
@@ -115,20 +114,14 @@ def plan_for_devices(plan: Config | ParallelPlan, accelerators: bool, config_fil
     return plan
 
 
-def cluster_from_flags(cluster: str, inter_node: Mapping[str, Any], quiet: bool) -> System:
-    """The cluster of `-c` with the inter-node flags (system/gpu_cluster.py INTER_NODE_FLAGS)
-    applied; a GPU node preset without `:N` gets a note on stderr (it means one node) unless
-    `quiet`."""
-    from dnnscale.system.gpu import bare_preset_note
-    from dnnscale.system.load import load_cluster
+def print_notes(*notes: str | None) -> None:
+    """Each note given (None: none) as one `note: ...` line on stderr; a command prints them
+    once its work succeeded, so that a failing one prints its one error line alone."""
+    import sys
 
-    system = load_cluster(cluster, inter_node)
-    note = bare_preset_note(cluster)
-    if note is not None and not quiet:
-        import sys
-
-        print(f"note: {note}", file=sys.stderr)
-    return system
+    for note in notes:
+        if note is not None:
+            print(f"note: {note}", file=sys.stderr)
 
 
 FlagTable = Mapping[str, Collection[str]]
