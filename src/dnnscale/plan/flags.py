@@ -2,7 +2,9 @@
 build a Config, the GPU flags (--tp --pp --dp ...) a Megatron-style plan.
 
 Below the CLI so that every command that takes plan flags (`predict`, `run`, ...) builds its plan
-the same way without importing `dnnscale.cli` (layering: plan < ... < cli)."""
+the same way without importing `dnnscale.cli` (layering: plan < ... < cli). Also the help and
+options that predict and optimize share (workload, cluster, the network between GPU nodes),
+a plan file's `workload:`, and the notes a command prints on stderr."""
 
 from __future__ import annotations
 
