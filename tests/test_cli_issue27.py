@@ -64,10 +64,8 @@ def test_report_help_lists_the_flags_it_passes_on() -> None:
 
 def test_optimize_and_predict_help_name_every_form_of_cluster_and_workload() -> None:
     commands = _commands()
-    for name in ("dnnscale predict", "dnnscale optimize", "dnnscale report"):
+    for name in ("dnnscale predict", "dnnscale optimize"):
         text = runner.invoke(app, [*name.split()[1:], "-h"], terminal_width=300).output
-        if name == "dnnscale report":
-            continue
         helps = {param.opts[0]: param.help or "" for param in commands[name].params
                  if getattr(param, "opts", None)}
         assert "NAME:NODES" in helps["--cluster"], name
