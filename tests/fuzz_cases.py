@@ -768,11 +768,13 @@ def transformer_cases() -> Iterator[Case]:
 # -- everything ---------------------------------------------------------------------------------
 
 def _wave3_generators() -> tuple[Callable[[], Iterator[Case]], ...]:
-    """Issue 26's classes, one module per area (imported here, after Case exists)."""
-    from tests import fuzz_cases_export, fuzz_cases_flags, fuzz_cases_gpu, fuzz_cases_outputs
+    """Issue 26's classes (and issue 27's gpu-network), one module per area (imported here,
+    after Case exists)."""
+    from tests import (fuzz_cases_export, fuzz_cases_flags, fuzz_cases_gpu, fuzz_cases_network,
+                       fuzz_cases_outputs)
 
     return (fuzz_cases_outputs.cases, fuzz_cases_gpu.cases, fuzz_cases_flags.cases,
-            fuzz_cases_export.cases)
+            fuzz_cases_export.cases, fuzz_cases_network.cases)
 
 
 GENERATORS: tuple[Callable[[], Iterator[Case]], ...] = (

@@ -86,8 +86,8 @@ CLUSTER = ("machines: 8\nmachine: {cores: 2, memory: 8GB, memory_bandwidth: 10GB
     (lambda t: ["predict", "-w", "mlp", "-c",
                 _write(t, "c.yaml", CLUSTER + "network: {bandwidth: 0Gbit/s}\n")],
      "cluster.network.bandwidth"),
-    (lambda t: ["predict", "-w", "adam-cifar10", "-c", "local", "-P", "2", "-R", "2", "-S", "1"],
-     "config"),
+    (lambda t: ["predict", "-w", "adam-cifar10", "-c", "local", "-P", "1", "-R", "64", "-S",
+                "1"], "config"),  # 65 ranks: more than run --local starts (64)
     (lambda t: ["predict", "-w", "adam-cifar10", "-c", "adam-2014", "-P", "12", "-S", "1"],
      "--partitions"),
     (lambda t: ["predict", "-w", "mlp", "-c", "local", "--sync", "gossip"], "--sync"),

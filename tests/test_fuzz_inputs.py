@@ -373,3 +373,14 @@ def test_the_suite_covers_issue_26s_classes() -> None:
     groups = {case.group for case in new}
     assert ISSUE_26_CLASSES - ({"output-special-files"} if os.geteuid() else set()) <= groups
     assert len(new) >= 300
+
+
+def test_the_suite_covers_issue_27s_network() -> None:
+    """The network between GPU nodes (a GPU cluster file's fields, predict's and optimize's
+    inter-node flags, those flags on CPU clusters) and a shared host's cores: at least 100
+    cases, in the suite."""
+    from tests import fuzz_cases_network
+
+    new = list(fuzz_cases_network.cases())
+    assert {case.group for case in new} == {"gpu-network", "shared-host"} and len(new) >= 100
+    assert {case.id for case in new} <= {case.id for case in CASES}

@@ -10,6 +10,9 @@ import typer
 from dnnscale.cli_errors import OneLineErrors
 from dnnscale.errors import InputError, user_errors
 from dnnscale.jsonout import print_json
+from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_OPTION,
+                                 INTER_NODE_LATENCY_OPTION, INTERCONNECT_OPTION, NICS_OPTION,
+                                 WORKLOAD_HELP)
 
 app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},
@@ -17,8 +20,6 @@ app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, pretty_exceptions_ena
 
 _print_json = print_json  # the name stage commands imported before jsonout existed
 
-WORKLOAD_HELP = ("zoo name, workload YAML, hf:config.json, or a PyTorch model as "
-                 "package.module:factory (with --input-shape)")
 INPUT_SHAPE_HELP = ("with -w package.module:factory, one sample's input shape without the "
                     "batch, e.g. 3,224,224 (128:int64 for token ids; ';' between inputs)")
 
@@ -129,23 +130,28 @@ def workload_json(w: Any) -> dict[str, Any]:
 
     return {"name": w.name, "input_shape": list(w.input_shape),
             "transformer": asdict(w.transformer) if w.transformer is not None else None,
-            "samples_per_epoch": w.samples_per_epoch,
+            "samples_per_epoch": w.samples_per_epoch, "bytes_per_value": w.bytes_per_value,
             "layers": [{"name": layer.name, "kind": layer.kind,
                         "input_shape": list(layer.input_shape),
                         "output_shape": list(layer.output_shape), "params": layer.params,
                         "fwd_flops": layer.fwd_flops, "input_grad_flops": layer.input_grad_flops,
                         "weight_grad_flops": layer.weight_grad_flops,
-                        "activation_values": layer.activation_values} for layer in w.layers],
-            "totals": w.totals()}
+                        "activation_values": layer.activation_values,
+                        "activation_bytes": layer.activation_values * w.bytes_per_value}
+                       for layer in w.layers],
+            "totals": {**w.totals(), "activation_values": w.activation_values,
+                       "activation_bytes": w.activation_values * w.bytes_per_value}}
 
 
 @app.command()
 @user_errors
-def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_HELP),
-            cluster: str = typer.Option(..., "--cluster", "-c",
-                                        help="preset name, GPU preset as NAME:NODES, or YAML"),
-            config: Optional[Path] = typer.Option(None, "--config",
-                                                  help="config or plan YAML"),
+def predict(workload: Optional[str] = typer.Option(
+                None, "--workload", "-w", help=WORKLOAD_HELP + "; default: the --config plan "
+                "file's workload:"),
+            cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
+            config: Optional[Path] = typer.Option(
+                None, "--config", help="Adam config or GPU plan YAML (may name its workload:, "
+                "as export reads it)"),
             partitions: Optional[int] = typer.Option(None, "--partitions", "-P",
                                                      help="Adam: workers per replica"),
             replicas: Optional[int] = typer.Option(None, "--replicas", "-R",
@@ -188,6 +194,10 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
             overlap_dp: Optional[bool] = typer.Option(
                 None, "--overlap-dp/--no-overlap-dp",
                 help="overlap data-parallel gradients with the backward pass"),
+            interconnect: Optional[str] = INTERCONNECT_OPTION,
+            inter_node_bandwidth: Optional[str] = INTER_NODE_BANDWIDTH_OPTION,
+            inter_node_latency: Optional[str] = INTER_NODE_LATENCY_OPTION,
+            nics_per_node: Optional[int] = NICS_OPTION,
             input_shape: Optional[str] = typer.Option(None, "--input-shape",
                                                       help=INPUT_SHAPE_HELP),
             layers: bool = typer.Option(False, "--layers",
@@ -205,9 +215,11 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
     from dnnscale.plan import check_plan
     from dnnscale.errors import typed_options
     from dnnscale.plan.config import Config
-    from dnnscale.plan.flags import PREDICT_OUTPUT_FLAGS, PRINT_WORDS, plan_for_devices, \
-        plan_from_options, refuse_flags, refuse_sync_flags
-    from dnnscale.system import load_system
+    from dnnscale.plan.flags import PREDICT_OUTPUT_FLAGS, PRINT_WORDS, check_plan_workload, \
+        plan_for_devices, plan_from_options, plan_workload, print_notes, read_plan_file, \
+        refuse_flags, refuse_sync_flags
+    from dnnscale.system.gpu import bare_preset_note
+    from dnnscale.system.load import load_cluster
     from dnnscale.workload.source import resolve_workload
 
     refuse_flags(PREDICT_OUTPUT_FLAGS, {"quiet" if quiet else "json" if as_json else "table"}
@@ -217,20 +229,25 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
         from dnnscale.atomic import check_distinct, check_output_path
 
         check_output_path(html, "--html")
-        check_distinct([("--html", html)], (config, workload.removeprefix("hf:"), cluster))
+        check_distinct([("--html", html)], (config, (workload or "").removeprefix("hf:"),
+                                            cluster))
 
     adam = dict(partitions=partitions, replicas=replicas, ps_shards=ps_shards, sync=sync,
                 minibatch=minibatch, push_every=push_every, pull_every=pull_every,
                 fc_protocol=fc_protocol, overlap=overlap)
+    plan_fields, file_workload = read_plan_file(config)
     plan = plan_from_options(
-        config, adam,
+        plan_fields, adam,
         dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
              schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
              precision=precision, sequence_parallel=sequence_parallel, overlap_dp=overlap_dp))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
-    w = resolve_workload(workload, input_shape, field="--workload")
-    c = load_system(cluster)
+    w = resolve_workload(plan_workload(workload, file_workload), input_shape,
+                         field="--workload" if workload is not None else "config.workload")
+    check_plan_workload(workload, file_workload, w.name)
+    c = load_cluster(cluster, dict(interconnect=interconnect, bandwidth=inter_node_bandwidth,
+                                   latency=inter_node_latency, nics_per_node=nics_per_node))
     plan = plan_for_devices(plan, c.machine.is_accelerator, config, adam)
     try:
         check_plan(plan, w, c)
@@ -250,6 +267,7 @@ def predict(workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_
         write_html(prediction_page(prediction, w, c), html)
     if quiet:
         return
+    print_notes(bare_preset_note(cluster), c.shared_host_note(prediction.plan.machines))
     if as_json:
         _print_json(prediction.to_dict(with_layers=layers))
         return

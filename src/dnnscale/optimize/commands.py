@@ -40,17 +40,19 @@ HERE = {ADAM: "this search is over Adam's CPU configurations (not a transformer 
 
 def register(app: typer.Typer) -> None:
     """Add the `optimize` command to `app`."""
+    from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_OPTION,
+                                     INTER_NODE_LATENCY_OPTION, INTERCONNECT_OPTION, NICS_OPTION,
+                                     WORKLOAD_HELP)
     from dnnscale.errors import user_errors
 
     @app.command()
     @user_errors
     def optimize(
-            workload: str = typer.Option(..., "--workload", "-w",
-                                         help="zoo name, YAML, or package.module:factory "
-                                              "(with --input-shape)"),
-            cluster: str = typer.Option(..., "--cluster", "-c", help="preset name or YAML"),
+            workload: str = typer.Option(..., "--workload", "-w", help=WORKLOAD_HELP),
+            cluster: str = typer.Option(..., "--cluster", "-c", help=CLUSTER_HELP),
             machines: Optional[int] = typer.Option(
-                None, "--machines", "-M", help="machine budget (default: the cluster's machines)"),
+                None, "--machines", "-M", help="machine budget (default: the cluster's machines; "
+                "on local, the 4 ranks its 2 cores hold)"),
             modes: Optional[str] = typer.Option(
                 None, "--modes", help="comma-separated: ps-async,ps-sync,allreduce (default: all)"),
             top: int = typer.Option(5, "--top", "-k", help="how many groups to rank"),
@@ -74,6 +76,10 @@ def register(app: typer.Typer) -> None:
             epoch_fraction: Optional[float] = typer.Option(
                 None, "--epoch-fraction",
                 help="Adam's straggler cut-off: an epoch ends when this fraction is done"),
+            interconnect: Optional[str] = INTERCONNECT_OPTION,
+            inter_node_bandwidth: Optional[str] = INTER_NODE_BANDWIDTH_OPTION,
+            inter_node_latency: Optional[str] = INTER_NODE_LATENCY_OPTION,
+            nics_per_node: Optional[int] = NICS_OPTION,
             input_shape: Optional[str] = typer.Option(
                 None, "--input-shape", help="with -w package.module:factory, one sample's "
                 "input shape without the batch, e.g. 3,224,224"),
@@ -122,8 +128,9 @@ def register(app: typer.Typer) -> None:
         from dnnscale.optimize.result import SpaceKind
         from dnnscale.optimize.space import parse_fc_protocols, parse_int_list
         from dnnscale.plan import config_from_dict
-        from dnnscale.plan.flags import refuse_flags
-        from dnnscale.system import load_system
+        from dnnscale.plan.flags import print_notes, refuse_flags
+        from dnnscale.system.gpu import bare_preset_note
+        from dnnscale.system.load import load_cluster
         from dnnscale.workload.source import resolve_workload
 
         for path, name in ((plot, "--plot"), (html, "--html"),
@@ -139,7 +146,8 @@ def register(app: typer.Typer) -> None:
             raise InputError("--csv", "'-' writes the CSV to stdout, which holds the --json "
                              "document; give a file")
         w = resolve_workload(workload, input_shape, field="--workload")
-        c = load_system(cluster)
+        c = load_cluster(cluster, dict(interconnect=interconnect, bandwidth=inter_node_bandwidth,
+                                       latency=inter_node_latency, nics_per_node=nics_per_node))
         space = GPU if is_gpu_space(w, c) else ADAM
         refuse_flags(SPACE_FLAGS, {space}, WORDS, HERE[space])
         refuse_flags(OUTPUT_FLAGS, {QUIET if quiet else JSON if as_json else TABLE}
@@ -192,6 +200,8 @@ def register(app: typer.Typer) -> None:
             if exc.field not in API_FLAGS:  # the others by the flags' own names)
                 raise
             raise InputError(API_FLAGS[exc.field], exc.problem) from None
+        if not quiet:
+            print_notes(bare_preset_note(cluster))
         from dnnscale.atomic import outputs_together
 
         if result.space is SpaceKind.GPU:

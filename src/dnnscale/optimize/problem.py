@@ -87,7 +87,7 @@ def prepare(workload: str | Path | Workload, cluster: str | Path | System,
     False: the exhaustive reference uses that to confirm there is none).
     """
     w, c = load_workload(workload), load_system(cluster)
-    budget = require_int("machines", c.machines if machines is None else machines,
+    budget = require_int("machines", c.default_budget if machines is None else machines,
                          maximum=MAX_MACHINES)
     if budget != c.machines:
         c = c.with_machines(budget)

@@ -2,7 +2,9 @@
 build a Config, the GPU flags (--tp --pp --dp ...) a Megatron-style plan.
 
 Below the CLI so that every command that takes plan flags (`predict`, `run`, ...) builds its plan
-the same way without importing `dnnscale.cli` (layering: plan < ... < cli)."""
+the same way without importing `dnnscale.cli` (layering: plan < ... < cli). Also the help and
+options that predict and optimize share (workload, cluster, the network between GPU nodes),
+a plan file's `workload:`, and the notes a command prints on stderr."""
 
 from __future__ import annotations
 
@@ -10,26 +12,86 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from dnnscale.errors import InputError, typed_options
+import typer
+
+from dnnscale.errors import InputError, short_repr, typed_options
 from dnnscale.plan.config import Config, config_from_dict
 from dnnscale.plan.modern import is_modern, modern_plan_from_dict
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.yamlio import load_yaml_file
 
 
+# Help texts of the flags several commands share (cli.py, optimize/commands.py).
+WORKLOAD_HELP = ("zoo name, workload YAML, hf:config.json, or a PyTorch model as "
+                 "package.module:factory (with --input-shape)")
+CLUSTER_HELP = ("CPU preset (adam-2014, local), GPU node preset as NAME:NODES (dgx-a100-80g:64; "
+                "a bare NAME is 1 node), or cluster YAML (CPU, or GPU with node: and nodes:)")
+INTERCONNECT_HELP = "GPU: the link between nodes, e.g. ib-ndr, roce-400 (docs/gpu-systems.md)"
+INTER_NODE_BANDWIDTH_HELP = ("GPU: line rate of one NIC port between nodes, per direction, "
+                             "e.g. 100Gbit/s (replaces the preset's)")
+INTER_NODE_LATENCY_HELP = "GPU: latency per hop between nodes, e.g. 5us (replaces the preset's)"
+NICS_HELP = "GPU: NIC ports per node (default: the node preset's)"
+
+INTERCONNECT_OPTION: Any = typer.Option(None, "--interconnect", help=INTERCONNECT_HELP)
+INTER_NODE_BANDWIDTH_OPTION: Any = typer.Option(None, "--inter-node-bandwidth",
+                                                help=INTER_NODE_BANDWIDTH_HELP)
+INTER_NODE_LATENCY_OPTION: Any = typer.Option(None, "--inter-node-latency",
+                                              help=INTER_NODE_LATENCY_HELP)
+NICS_OPTION: Any = typer.Option(None, "--nics-per-node", help=NICS_HELP)
+"""The network between GPU nodes, the same options on predict and optimize
+(system/gpu_cluster.py INTER_NODE_FLAGS)."""
+
 def config_from_options(config_file: Path | None, **flags: Any) -> Config:
     """A Config from an optional YAML file, overridden by the flags that were given."""
     data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
-    data.update({key: value for key, value in flags.items() if value is not None})
-    return config_from_dict(data)
+    return _config_from_data(data, flags)
 
 
-def plan_from_options(config_file: Path | None, adam: dict[str, Any],
+def _config_from_data(data: dict[str, Any], flags: Mapping[str, Any]) -> Config:
+    return config_from_dict({**data, **{key: value for key, value in flags.items()
+                                        if value is not None}})
+
+
+WORKLOAD_KEY = "workload"
+"""The key of a plan file that names its workload (as `export` reads it, docs/formats.md)."""
+
+
+def read_plan_file(config_file: Path | None) -> tuple[dict[str, Any], str | None]:
+    """A --config file's plan fields, and the workload it names (`workload:`, else None)."""
+    data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
+    if data.get(WORKLOAD_KEY) is None:
+        return {key: value for key, value in data.items() if key != WORKLOAD_KEY}, None
+    name = data[WORKLOAD_KEY]
+    if not isinstance(name, str) or not name.strip():
+        raise InputError(f"config.{WORKLOAD_KEY}", f"must name a workload (a zoo name, a YAML "
+                         f"path or hf:config.json), got {short_repr(name)}")
+    return {key: value for key, value in data.items() if key != WORKLOAD_KEY}, name
+
+
+def plan_workload(flag: str | None, in_file: str | None) -> str:
+    """The workload of `predict`: -w, else the plan file's `workload:`; both given, they must
+    name the same (the same text, or -w a file whose workload has the file's name, checked
+    once the workload is loaded: `check_plan_workload`)."""
+    if flag is None and in_file is None:
+        raise InputError("--workload", "missing (give -w, or a --config plan file with "
+                         "workload:)")
+    return flag if flag is not None else str(in_file)
+
+
+def check_plan_workload(flag: str | None, in_file: str | None, loaded_name: str) -> None:
+    """A plan file's `workload:` agrees with -w (the rule `export` applies)."""
+    if flag is not None and in_file is not None and in_file not in (flag, loaded_name):
+        raise InputError("--workload", f"{short_repr(flag)} is workload {short_repr(loaded_name)}, "
+                         f"but the --config plan file names {short_repr(in_file)}; give the same "
+                         "or leave -w out")
+
+
+def plan_from_options(data: dict[str, Any], adam: dict[str, Any],
                       modern: dict[str, Any]) -> Config | ParallelPlan:
     """Adam's flags (-P -R -S --sync ...) build a Config; the GPU flags (--tp --pp --dp ...) a
-    Megatron-style plan; a --config file may hold either kind, and flags of its kind override
-    it. Mixing the kinds is an error naming the first flag of the other kind."""
-    data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
+    Megatron-style plan; a --config file's fields (`data`, read_plan_file) may hold either
+    kind, and flags of its kind override them. Mixing the kinds is an error naming the first
+    flag of the other kind."""
     given_adam = {k: v for k, v in adam.items() if v is not None}
     given_modern = {k: v for k, v in modern.items() if v is not None}
     if given_modern or is_modern(data):
@@ -39,7 +101,7 @@ def plan_from_options(config_file: Path | None, adam: dict[str, Any],
             raise InputError(flag, "is one of Project Adam's flags; "
                              "give either those or the GPU plan's (--tp, --pp, --dp, ...)")
         return modern_plan_from_dict({**data, **given_modern})
-    return config_from_options(config_file, **given_adam)
+    return _config_from_data(data, given_adam)
 
 
 def plan_for_devices(plan: Config | ParallelPlan, accelerators: bool, config_file: Path | None,
@@ -52,6 +114,16 @@ def plan_for_devices(plan: Config | ParallelPlan, accelerators: bool, config_fil
     if accelerators and isinstance(plan, Config) and not given:
         return modern_plan_from_dict({})
     return plan
+
+
+def print_notes(*notes: str | None) -> None:
+    """Each note given (None: none) as one `note: ...` line on stderr; a command prints them
+    once its work succeeded, so that a failing one prints its one error line alone."""
+    import sys
+
+    for note in notes:
+        if note is not None:
+            print(f"note: {note}", file=sys.stderr)
 
 
 FlagTable = Mapping[str, Collection[str]]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+import typer.core
 
 PRINTING_FLAGS = ("--json", "--quiet", "--explain", "--layers", "--full-curve", "--tokens",
                   "--html")
@@ -80,9 +81,56 @@ def command_for(args: list[str], root: object) -> str:
     return "predict" if names & only_predict else "optimize"
 
 
+def _flag_names(command: object) -> list[str]:
+    """`command`'s options as `-w/--workload`, without --help and PRINTING_FLAGS."""
+    names = []
+    for param in getattr(command, "params", []):
+        opts = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+        long = next((o for o in opts if o.startswith("--")), "")
+        if getattr(param, "param_type_name", "") != "option" or long in PRINTING_FLAGS \
+                or long == "--help":
+            continue
+        primary = list(getattr(param, "opts", ()))
+        names.append("/".join([*sorted(primary, key=lambda o: o.startswith("--")),
+                               *getattr(param, "secondary_opts", ())]))
+    return names
+
+
+def forwarded_flags_help(root: object) -> str:
+    """The part of `report -h` that lists the flags report passes on: those of both predict
+    and optimize, predict's own (any of them makes report predict's), optimize's own."""
+    import textwrap
+
+    commands = getattr(root, "commands", {})
+    predict, optimize = (_flag_names(commands[name]) for name in ("predict", "optimize"))
+    both = [name for name in predict if name in optimize]
+    sections = (("Flags of both predict and optimize", both),
+                ("predict's own (any of them: the page of that one plan)",
+                 [name for name in predict if name not in both]),
+                ("optimize's own (otherwise: the page of optimize's best plan)",
+                 [name for name in optimize if name not in both]))
+    lines = textwrap.wrap("Flags passed on (their help: `dnnscale predict -h`, `dnnscale "
+                          "optimize -h`); refused, since report prints nothing but writes -o: "
+                          + ", ".join(PRINTING_FLAGS), 78, initial_indent=" ",
+                          subsequent_indent=" ", break_on_hyphens=False)
+    for title, names in sections:
+        lines += [f"  {title}:"] + textwrap.wrap(", ".join(names), 76, initial_indent="    ",
+                                                 subsequent_indent="    ",
+                                                 break_on_hyphens=False)
+    return "\n".join(lines)
+
+
+class ReportCommand(typer.core.TyperCommand):
+    """report's help lists, after its own options, the flags it passes on."""
+
+    def format_help(self, ctx: typer.Context, formatter: object) -> None:  # type: ignore[override]
+        super().format_help(ctx, formatter)  # type: ignore[arg-type]
+        typer.echo(forwarded_flags_help(ctx.find_root().command) + "\n")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("report", context_settings={"allow_extra_args": True,
-                                             "ignore_unknown_options": True})
+    @app.command("report", cls=ReportCommand,
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def report(ctx: typer.Context,
                output: Path = typer.Option(..., "-o", "--output", help="the HTML file to write"),
                validation: Optional[Path] = typer.Option(

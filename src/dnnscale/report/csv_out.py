@@ -1,10 +1,12 @@
 """Ranked plans as CSV (`optimize --csv FILE`): one row per plan, SI units, the plan's shape
-read from the typed plan so Adam's configurations and GPU plans share the columns."""
+read from the typed plan so Adam's configurations and GPU plans share the columns; the GPU
+plans' own columns (GPU_COLUMNS) are empty for Adam's configurations (docs/formats.md)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Sequence
 
 from dnnscale.model.prediction import Prediction
@@ -13,7 +15,11 @@ from dnnscale.plan.plan import ParameterServer
 COLUMNS = ("rank", "plan", "machines", "tensor", "pipeline", "replicas", "ps_shards",
            "aggregation", "micro_batch", "accumulation", "push_every", "pull_every",
            "step_time_s", "epoch_time_s", "throughput_samples_per_s", "vs_best", "bottleneck",
-           "fits")
+           "fits", "memory_per_device_bytes", "memory_capacity_bytes")
+GPU_COLUMNS = ("schedule", "virtual_stages", "zero_stage", "recompute", "sequence_parallel",
+               "overlap_dp", "precision", "mfu", "tokens_per_s")
+"""A GPU plan's columns after COLUMNS: empty for Adam's configurations (tensor, pipeline and
+replicas are the plan's tp, pp and dp; micro_batch and accumulation its batch)."""
 
 
 def aggregation_name(prediction: Prediction) -> str:
@@ -28,7 +34,7 @@ def ranked_csv(predictions: Sequence[Prediction]) -> str:
     """The CSV text, best first (rank 1); vs_best = epoch time / the first plan's."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow(COLUMNS + GPU_COLUMNS)
     best = predictions[0].epoch_time_s if predictions else 1.0
     for rank, p in enumerate(predictions, start=1):
         plan = p.plan
@@ -40,8 +46,22 @@ def ranked_csv(predictions: Sequence[Prediction]) -> str:
                          aggregation.push_every if ps else "", aggregation.pull_every if ps else "",
                          repr(p.step_time_s), repr(p.epoch_time_s),
                          repr(p.throughput_samples_per_s), f"{p.epoch_time_s / best:.6g}",
-                         p.bottleneck, p.fits])
+                         p.bottleneck, p.fits, repr(p.memory_of("worker")),
+                         repr(p.memory_capacity_bytes.get("worker", math.inf)),
+                         *_gpu_cells(p)])
     return out.getvalue()
+
+
+def _gpu_cells(p: Prediction) -> list[object]:
+    """The GPU_COLUMNS of a GPU plan's prediction; empty cells for Adam's configurations."""
+    plan = p.plan
+    aggregation = plan.data.aggregation
+    if p.config is not None or isinstance(aggregation, ParameterServer):
+        return [""] * len(GPU_COLUMNS)
+    return [plan.pipeline.schedule, plan.pipeline.virtual_stages, aggregation.zero_stage,
+            plan.memory.recompute, plan.tensor.sequence_parallel, aggregation.overlap,
+            plan.precision.compute, "" if p.mfu is None else repr(p.mfu),
+            "" if p.tokens_per_s is None else repr(p.tokens_per_s)]
 
 
 def write_ranked_csv(predictions: Sequence[Prediction], path: str, field: str = "--csv") -> None:

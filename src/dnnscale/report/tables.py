@@ -18,21 +18,29 @@ def _count(value: float) -> str:
 
 
 def workload_table(workload: Workload) -> Table:
+    """Per-layer shapes, parameters, FLOPs per phase and activations, per sample."""
+    from dnnscale.units import format_si
+
     table = Table(title=f"{workload.name}: input {list(workload.input_shape)}, "
                   f"{workload.samples_per_epoch:,} samples per epoch", title_justify="left")
     for header in ("layer", "kind", "output", "params", "fwd FLOP", "in-grad FLOP",
-                   "w-grad FLOP", "activations"):
+                   "w-grad FLOP", "activation values", "activation bytes"):
         table.add_column(header, justify="left" if header in ("layer", "kind", "output") else "right")
+    width = workload.bytes_per_value
     for layer in workload.layers:
         table.add_row(layer.name, layer.kind, "x".join(map(str, layer.output_shape)),
                       _count(layer.params), _count(layer.fwd_flops), _count(layer.input_grad_flops),
-                      _count(layer.weight_grad_flops), _count(layer.activation_values))
+                      _count(layer.weight_grad_flops), _count(layer.activation_values),
+                      format_si(layer.activation_values * width, "B"))
     table.add_section()
     table.add_row("total", "", "", _count(workload.params), _count(workload.fwd_flops),
                   _count(workload.input_grad_flops), _count(workload.weight_grad_flops),
-                  _count(workload.activation_values))
+                  _count(workload.activation_values),
+                  format_si(workload.activation_values * width, "B"))
     table.caption = (f"{workload.fwd_macs:,.0f} forward multiply-adds (connections) per sample; "
-                     f"per-sample counts, 1 multiply-add = 2 FLOP")
+                     f"per-sample counts, 1 multiply-add = 2 FLOP; activation values are each "
+                     f"layer's output (the total adds the input), their bytes at {width} B per "
+                     f"value")
     return table
 
 

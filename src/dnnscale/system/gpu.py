@@ -63,6 +63,12 @@ def node_preset_names() -> list[str]:
     return sorted(item.name[:-5] for item in folder.iterdir() if item.name.endswith(".yaml"))
 
 
+def inter_node_link_names() -> list[str]:
+    """The interconnects of presets/interconnects.yaml that join nodes (IB, RoCE, TCP)."""
+    return sorted(key for key, facts in _table("interconnects").items()
+                  if isinstance(facts, dict) and facts.get("kind") == "inter_node")
+
+
 @functools.cache
 def _node(name: str) -> dict[str, Any]:
     data = _read(_presets() / "nodes" / f"{name}.yaml")
@@ -104,20 +110,39 @@ def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
                   pipeline_step_s=eff.pipeline_step_s)
 
 
-def _link(key: str, where: str, efficiency: float, share: float = 1.0) -> LinkTier:
+def _link_facts(key: str, where: str) -> tuple[float, float]:
+    """(bandwidth in bytes/s per direction, latency in s) of interconnect `key` as the spec
+    gives it: one GPU's NVLink total inside a node, one NIC port between nodes."""
     links = _table("interconnects")
     if key not in links:
         raise InputError(where, f"unknown interconnect {key!r} (known: {', '.join(sorted(links))})")
     facts = links[key]
     bandwidth = parse_quantity(facts["bandwidth"], "bandwidth", f"interconnects.{key}.bandwidth")
     latency = parse_quantity(facts.get("latency", 0), "time", f"interconnects.{key}.latency")
-    return LinkTier(bandwidth * share * efficiency, latency, key)
+    return bandwidth, latency
+
+
+def _tier(bandwidth_bytes_per_s: float, latency_s: float, name: str, efficiency: float,
+          share: float = 1.0) -> LinkTier:
+    """The tier one device sees: its `share` of the links' line rate at the achieved
+    `efficiency` (the one place a link's spec becomes the model's bandwidth)."""
+    return LinkTier(bandwidth_bytes_per_s * share * efficiency, latency_s, name)
+
+
+def _link(key: str, where: str, efficiency: float, share: float = 1.0) -> LinkTier:
+    return _tier(*_link_facts(key, where), key, efficiency, share)
 
 
 def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
-               inter_node: str | None = None, nics_per_node: int | None = None) -> System:
+               inter_node: str | None = None, nics_per_node: int | None = None,
+               inter_node_bandwidth_bytes_per_s: float | None = None,
+               inter_node_latency_s: float | None = None, name: str | None = None) -> System:
     """`nodes` nodes of node preset `preset`; `profile` overrides the device's packaged one;
-    `inter_node` / `nics_per_node` replace the preset's network between nodes."""
+    `inter_node` (an interconnect key) / `nics_per_node` replace the preset's network between
+    nodes, and `inter_node_bandwidth_bytes_per_s` (one NIC port's line rate, per direction) /
+    `inter_node_latency_s` (per hop) replace that interconnect's figures. Each GPU gets its
+    share (nics_per_node / devices_per_node) of the node's ports at the profile's
+    inter-node efficiency, as for the presets' own links."""
     if preset not in node_preset_names():
         raise InputError("cluster", f"unknown GPU node preset {preset!r} (known: "
                          f"{', '.join(node_preset_names())})")
@@ -135,18 +160,36 @@ def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
     per_node = int(facts["devices_per_node"])
     nics = nics_per_node if nics_per_node is not None else int(facts.get("nics_per_node", per_node))
     intra = _link(str(facts["intra_node"]), "cluster.intra_node", eff.intra_node_efficiency)
-    inter = _link(inter_node or str(facts["inter_node"]), "cluster.inter_node",
+    key = inter_node or str(facts["inter_node"])
+    bandwidth, latency = _link_facts(key, "cluster.inter_node")
+    if inter_node_bandwidth_bytes_per_s is not None:
+        bandwidth = inter_node_bandwidth_bytes_per_s
+    if inter_node_latency_s is not None:
+        latency = inter_node_latency_s
+    custom = inter_node_bandwidth_bytes_per_s is not None or inter_node_latency_s is not None
+    inter = _tier(bandwidth, latency, "custom" if custom else key,
                   eff.inter_node_efficiency, share=nics / per_node)
     price = facts.get("price_per_device_hour")
-    label = f"{preset}:{nodes}"
+    label = name if name is not None else f"{preset}:{nodes}"
+    network = (f"; between nodes {nics} NIC ports of {bandwidth * 8 / 1e9:.4g} Gbit/s per node, "
+               f"{latency * 1e6:.3g} us per hop" if custom or nics_per_node is not None
+               or inter_node is not None else "")
     return System(name=label, machines=nodes * per_node, machine=gpu_device(device_name, profile),
                   network=inter, devices_per_node=per_node, intra_node=intra,
                   collective_library="nccl", collective_call_s=eff.collective_latency_s,
                   calibrated=calibrated,
-                  description=f"{nodes} x {facts.get('description', preset)}"
+                  description=f"{nodes} x {facts.get('description', preset)}" + network
                   + ("" if calibrated else " (efficiencies UNCALIBRATED: " + eff.source + ")"),
                   profile_source=eff.source,
                   price_per_device_hour=float(price) if price is not None else None)
+
+
+def bare_preset_note(text: str) -> str | None:
+    """The note for a GPU node preset named without its node count ('dgx-a100-80g' is one
+    node), else None."""
+    if ":" in text or text not in node_preset_names():
+        return None
+    return f"{text} means 1 node ({_node(text)['devices_per_node']} GPUs); write {text}:N for N nodes"
 
 
 def parse_gpu_cluster(text: str) -> tuple[str, int] | None:

@@ -18,6 +18,7 @@ Format (see docs/formats.md)::
     overlap_gamma: inf                # optional (a profile's measured overlap replaces it)
     straggler_spread: 0               # optional: std dev of ln(step time) across replicas
     profile: my-machine.yaml          # optional: a `dnnscale calibrate` hardware profile
+    host_cores: 2                     # optional: the machines are processes sharing a host of 2 cores
 
 A `profile` (a path, relative to the cluster file) replaces the machines' compute rates, memory
 bandwidth and update cost, and the network's bandwidth and latency when it measured one, by the
@@ -29,6 +30,7 @@ calibrated.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -42,6 +44,8 @@ from dnnscale.errors import (InputError, require_int, require_nonnegative, requi
 from dnnscale.system.curve import RateCurve
 from dnnscale.system.device import PHASES, Device
 from dnnscale.system.gpu import gpu_system, node_preset_names, parse_gpu_cluster
+from dnnscale.system.gpu_cluster import (INTER_NODE_FLAGS, gpu_cluster_from_dict,
+                                         inter_node_options, is_gpu_cluster_data)
 from dnnscale.system.profile import (HardwareProfile, load_profile, machine_overrides,
                                      network_overrides, with_profile_curves)
 from dnnscale.system.system import ProfileInfo, System
@@ -52,7 +56,8 @@ from dnnscale.yamlio import is_yaml_source, load_yaml_file
 _MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
 _NETWORK_FIELDS = {"bandwidth", "latency"}
 _TOP_FIELDS = {"name", "machines", "calibrated", "machine", "ps_machine", "network", "ps_network",
-               "ps_machines", "overlap_gamma", "straggler_spread", "description", "profile"}
+               "ps_machines", "overlap_gamma", "straggler_spread", "description", "profile",
+               "host_cores"}
 _RATE_KINDS = {"default", "conv2d", "linear", "generic"}
 MAX_STRAGGLER_SPREAD = 0.5
 """The largest straggler spread a cluster may state (replicas a factor e^0.5 ≈ 1.6 apart per
@@ -201,6 +206,10 @@ def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Hardwa
 
 
 def system_from_dict(data: dict[str, Any], source: str = "") -> System:
+    """A cluster mapping -> System: a GPU cluster (`node:` a node preset, system/gpu_cluster.py)
+    or a CPU cluster (the module docstring)."""
+    if is_gpu_cluster_data(data):
+        return gpu_cluster_from_dict(data, source)
     _check_fields(data, _TOP_FIELDS, "cluster")
     for key in ("machines", "machine", "network"):
         if key not in data:
@@ -242,7 +251,17 @@ def system_from_dict(data: dict[str, Any], source: str = "") -> System:
                   ps_machines=ps_machines, overlap_gamma=gamma, straggler_spread=spread,
                   calibrated=require_bool("cluster.calibrated", data.get("calibrated", False)),
                   description=_text(data, "description"), profile_source=source,
-                  profile=info)
+                  profile=info, host_cores=_host_cores(data.get("host_cores")))
+
+
+def _host_cores(value: Any) -> float | None:
+    """cluster.host_cores: None, or a number of cores > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError("cluster.host_cores", f"must be a number of cores (e.g. 2), got "
+                         f"{short_repr(value)}")
+    return float(require_positive("cluster.host_cores", value))
 
 
 def _text(data: dict[str, Any], key: str, default: str = "") -> str:
@@ -308,6 +327,8 @@ def check_system(system: System) -> System:
     require_nonnegative("cluster.collective_call_s", system.collective_call_s)
     if system.price_per_device_hour is not None:
         require_positive("cluster.price_per_device_hour", system.price_per_device_hour)
+    if system.host_cores is not None:
+        _host_cores(system.host_cores)
     for name in ("calibrated", "ps_pull_convoy"):
         require_bool(f"cluster.{name}", getattr(system, name))
     for name in ("name", "description", "collective_library"):
@@ -378,3 +399,24 @@ def load_system(source: "str | Path | System") -> System:
                          f"({', '.join(node_preset_names())}) nor an existing YAML file")
     text = _preset_files()[name].read_text()
     return system_from_dict(yaml.safe_load(text), f"preset:{name}")
+
+
+def load_cluster(source: str, inter_node: Mapping[str, Any]) -> System:
+    """The cluster `-c` names, with the inter-node flags given (INTER_NODE_FLAGS' fields, as
+    typed) replacing its network between nodes; they apply to GPU clusters only."""
+    given = {key: value for key, value in inter_node.items() if value is not None}
+    if not given:
+        return load_system(source)
+    options = inter_node_options(given, INTER_NODE_FLAGS.__getitem__)
+    if is_yaml_source(source, "cluster"):
+        data = load_yaml_file(Path(source), "cluster")
+        if is_gpu_cluster_data(data):
+            return gpu_cluster_from_dict(data, source, options)
+    else:
+        gpu = parse_gpu_cluster(source)
+        if gpu is not None:
+            return gpu_system(*gpu, **options)
+    load_system(source)  # a name that is no cluster is named as such first
+    raise InputError(INTER_NODE_FLAGS[next(iter(given))],
+                     "applies to GPU clusters (NAME:NODES or a cluster YAML with node:); a CPU "
+                     "cluster's network is its YAML's network:")

@@ -62,6 +62,35 @@ class System:
     profile_source: str = ""
     profile: ProfileInfo | None = None
     price_per_device_hour: float | None = None
+    host_cores: float | None = None
+    """When the machines are processes sharing one host (the `local` preset: the ranks of
+    `run --local`): the host's cores. Each machine is still priced at `machine.cores`; more
+    machines than the host holds at that (`machines_on_host`) are predicted optimistically,
+    and the optimizer's default budget is what the host holds."""
+
+    @property
+    def machines_on_host(self) -> int | None:
+        """How many machines of `machine.cores` the shared host holds (None: no shared host)."""
+        if self.host_cores is None:
+            return None
+        return max(1, math.floor(self.host_cores / self.machine.cores + 1e-9))
+
+    @property
+    def default_budget(self) -> int:
+        """The optimizer's machine budget when none is given: every machine, or on a shared
+        host as many as it holds."""
+        held = self.machines_on_host
+        return self.machines if held is None else min(self.machines, held)
+
+    def shared_host_note(self, machines: int) -> str | None:
+        """A note when `machines` processes share this host's cores beyond what the prices
+        assume, else None."""
+        held = self.machines_on_host
+        if held is None or machines <= held:
+            return None
+        return (f"{machines} ranks share {self.name}'s {self.host_cores:g} cores, but each is "
+                f"priced at {self.machine.cores:g} core (as if {held} did): the prediction is "
+                f"optimistic")
 
     @property
     def ps(self) -> Device:
