@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import dnnscale
 from dnnscale.model.prediction import Prediction
 from dnnscale.report import explain
-from dnnscale.report.csv_out import COLUMNS, ranked_csv
+from dnnscale.report.csv_out import COLUMNS, GPU_COLUMNS, ranked_csv
 from dnnscale.report.pages import change_points, family, outliers, prediction_page
 from dnnscale.report.pipeline_schedule import op_order, simulate
 from dnnscale.report.svg import LogScale, duration_ticks, seconds_ticks
@@ -220,7 +220,8 @@ def test_log_axis_labels_1_2_5_on_short_ranges() -> None:
 def test_ranked_csv_rows() -> None:
     result = dnnscale.optimize("adam-cifar10", "adam-2014", machines=16, top=3, curve=False)
     rows = list(csv.DictReader(io.StringIO(ranked_csv(result.top))))
-    assert tuple(rows[0]) == COLUMNS and len(rows) == 3
+    assert tuple(rows[0]) == COLUMNS + GPU_COLUMNS and len(rows) == 3
+    assert all(row[name] == "" for row in rows for name in GPU_COLUMNS)  # Adam rows
     for rank, (row, p) in enumerate(zip(rows, result.top), start=1):
         assert int(row["rank"]) == rank and row["plan"] == p.label()
         assert float(row["epoch_time_s"]) == p.epoch_time_s  # repr round-trips exactly
