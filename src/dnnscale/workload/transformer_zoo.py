@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer import transformer_workload
+from dnnscale.workload.transformer_shape import ROPE_THETA_DEFAULT
 from dnnscale.workload.workload import Workload
 
 GPT3_SEQ, GPT3_VOCAB = 2048, 50257
@@ -45,11 +46,9 @@ LLAMA_SHAPES = {
     "llama3-8b": (32, 4096, 32, 8, 14336, 128256, 8192, 15_000_000_000_000),
     "llama3-70b": (80, 8192, 64, 8, 28672, 128256, 8192, 15_000_000_000_000),
 }
-LLAMA_ROPE_THETA = {"llama2-7b": 10_000.0, "llama2-13b": 10_000.0, "llama2-70b": 10_000.0,
-                    "llama3-8b": 500_000.0, "llama3-70b": 500_000.0}
-"""RoPE's base, the configs' rope_theta: Llama 2 keeps RoFormer's 10,000; Llama 3 raised it to
-500,000 (Dubey et al. 2024, §3.2: "we increase the RoPE base frequency hyperparameter to
-500,000")."""
+LLAMA_ROPE_THETA = {"llama3-8b": 500_000.0, "llama3-70b": 500_000.0}
+"""RoPE's base where it is not RoFormer's 10,000 (the shape's default, which Llama 2 keeps):
+Llama 3 raised it to 500,000 (Dubey et al. 2024, §3.2; the configs' rope_theta)."""
 
 
 def _gpt3(name: str) -> Callable[[], Workload]:
@@ -76,7 +75,7 @@ def _llama(name: str) -> Callable[[], Workload]:
         return transformer_workload(name, layers, hidden, heads, seq, vocab, ffn=ffn,
                                     kv_heads=kv_heads, gated=True, norm="rmsnorm",
                                     tied_embeddings=False, positional="rope", bias=False,
-                                    dropout=False, rope_theta=LLAMA_ROPE_THETA[name],
+                                    dropout=False, rope_theta=LLAMA_ROPE_THETA.get(name),
                                     samples_per_epoch=round(tokens / seq),
                                     description=f"{name}: {layers} layers x {hidden}, {heads} "
                                                 f"heads ({kv_heads} key/value), SwiGLU "
@@ -84,8 +83,8 @@ def _llama(name: str) -> Callable[[], Workload]:
 
     build.__doc__ = (f"{name} (published config): {layers} layers x {hidden}, {heads} heads, "
                      f"{kv_heads} key/value heads, SwiGLU ffn {ffn}, vocab {vocab}, seq {seq}, "
-                     f"RMSNorm, RoPE (base {LLAMA_ROPE_THETA[name]:,.0f}), untied output; "
-                     f"{tokens:.0e} training tokens per epoch.")
+                     f"RMSNorm, RoPE (base {LLAMA_ROPE_THETA.get(name, ROPE_THETA_DEFAULT):,.0f}), "
+                     f"untied output; {tokens:.0e} training tokens per epoch.")
     return build
 
 
