@@ -189,10 +189,10 @@ MEGATRON_DEEPSPEED_READER = """
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_DEEPSPEED, reason="DeepSpeed is not installed")
-@pytest.mark.skipif(not HAS_MEGATRON_DEEPSPEED, reason="set DNNSCALE_MEGATRON_DEEPSPEED to a "
-                    "Megatron-DeepSpeed checkout (it is not on PyPI)")
 @pytest.mark.skipif(find_spec("six") is None or find_spec("regex") is None,
                     reason="Megatron-DeepSpeed's imports need six and regex")
+@pytest.mark.skipif(not HAS_MEGATRON_DEEPSPEED, reason="set DNNSCALE_MEGATRON_DEEPSPEED to a "
+                    "Megatron-DeepSpeed checkout (it is not on PyPI)")
 def test_megatron_deepspeed_validate_args(tmp_path) -> None:
     argv = []
     for name in DEEPSPEED_PLANS:
