@@ -104,27 +104,27 @@ DEEPSPEED_PLANS = {
 }
 
 
-def deepspeed_files(tmp_path, name: str) -> tuple:
-    """The plan, its ds_config and Megatron-DeepSpeed flags written under tmp_path, and the
-    export."""
-    fields, workload = DEEPSPEED_PLANS[name]
-    plan = modern_plan_from_dict(fields)
-    config_path = tmp_path / f"{name}.json"
-    result = export_deepspeed(plan, load_workload(workload).transformer, workload,
-                              config_name=str(config_path))
-    config_path.write_text(result.files[0].text)
-    args_path = tmp_path / f"{name}.args"
-    args_path.write_text(result.files[1].text)
-    return plan, config_path, args_path, result
+def deepspeed_exports(tmp_path) -> list[tuple]:
+    """For each of DEEPSPEED_PLANS: the plan, its ds_config and Megatron-DeepSpeed flags
+    written under tmp_path, and the export."""
+    exports = []
+    for name, (fields, workload) in DEEPSPEED_PLANS.items():
+        plan = modern_plan_from_dict(fields)
+        config_path = tmp_path / f"{name}.json"
+        result = export_deepspeed(plan, load_workload(workload).transformer, workload,
+                                  config_name=str(config_path))
+        config_path.write_text(result.files[0].text)
+        args_path = tmp_path / f"{name}.args"
+        args_path.write_text(result.files[1].text)
+        exports.append((plan, config_path, args_path, result))
+    return exports
 
 
 @pytest.mark.skipif(not HAS_DEEPSPEED, reason="DeepSpeed is not installed (requirements.txt "
                     "pins deepspeed==0.19.8)")
 def test_deepspeed_reads_the_ds_config(tmp_path) -> None:
-    argv = []
-    for name in DEEPSPEED_PLANS:
-        plan, config_path, args_path, _ = deepspeed_files(tmp_path, name)
-        argv += [str(config_path), str(plan.data.replicas), str(args_path)]
+    argv = [str(word) for plan, config_path, args_path, _ in deepspeed_exports(tmp_path)
+            for word in (config_path, plan.data.replicas, args_path)]
     # The first file read with a data-parallel group of 3: 512 != 1 · 128 · 3, which DeepSpeed
     # must refuse (so the checks are DeepSpeed's, not a formality).
     llama70, zero3, zero2, ddp, wrong = run_python(DEEPSPEED_READER, *argv, argv[0], "3",
@@ -194,11 +194,10 @@ MEGATRON_DEEPSPEED_READER = """
 @pytest.mark.skipif(not HAS_MEGATRON_DEEPSPEED, reason="set DNNSCALE_MEGATRON_DEEPSPEED to a "
                     "Megatron-DeepSpeed checkout (it is not on PyPI)")
 def test_megatron_deepspeed_validate_args(tmp_path) -> None:
-    argv = []
-    for name in DEEPSPEED_PLANS:
-        plan, _, args_path, result = deepspeed_files(tmp_path, name)
-        needs_one = any("CUDA_DEVICE_MAX_CONNECTIONS=1" in note for note in result.notes)
-        argv += [str(args_path), str(plan.workers), "1" if needs_one else "-"]
+    argv = [str(word) for plan, _, args_path, result in deepspeed_exports(tmp_path)
+            for word in (args_path, plan.workers,
+                         "1" if any("CUDA_DEVICE_MAX_CONNECTIONS=1" in note
+                                    for note in result.notes) else "-")]
     assert argv[2::3] == ["1", "-", "1", "-"]      # the notes ask for it with TP > 1 and SP
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [MEGATRON_DEEPSPEED, os.environ.get("PYTHONPATH")]))}

@@ -207,18 +207,23 @@ def test_megatron_padded_vocabulary_note() -> None:
     assert any("50,304 embedding" in note for note in gpt.notes)
 
 
+def small_llama(tmp_path, rope_theta: float):
+    """The shape of a two-layer Llama config.json with this RoPE base (hf: import)."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 512,
+                                  "num_attention_heads": 8, "num_hidden_layers": 2,
+                                  "vocab_size": 1000, "max_position_embeddings": 256,
+                                  "rope_theta": rope_theta}))
+    return load_workload(f"hf:{config}").transformer
+
+
 def test_megatron_rotary_base_of_each_rope_model(tmp_path) -> None:
     plan = modern_plan_from_dict(dict(tp=1, pp=1, dp=2, micro_batch=1))
     llama2 = lines(export_megatron(plan, shape_of("llama2-7b"), "llama2-7b").files[0].text)
     assert "--rotary-base 10000" in llama2                        # Llama 2 keeps RoFormer's
     gpt = lines(export_megatron(plan, shape_of("gpt3-125m"), "gpt3-125m").files[0].text)
     assert not any(flag.startswith("--rotary-base") for flag in gpt)   # learned positions
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 512,
-                                  "num_attention_heads": 8, "num_hidden_layers": 2,
-                                  "vocab_size": 1000, "max_position_embeddings": 256,
-                                  "rope_theta": 1000000.0}))
-    hf = load_workload(f"hf:{config}").transformer
+    hf = small_llama(tmp_path, 1000000.0)
     assert "--rotary-base 1000000" in lines(export_megatron(plan, hf, "hf").files[0].text)
     odd = load_workload("gpt:layers=2,hidden=64,heads=4,seq=16,vocab=100,positional=rope,"
                         "rope_theta=20000").transformer
@@ -226,12 +231,7 @@ def test_megatron_rotary_base_of_each_rope_model(tmp_path) -> None:
 
 
 def test_megatron_refuses_a_fractional_rotary_base(tmp_path) -> None:
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 512,
-                                  "num_attention_heads": 8, "num_hidden_layers": 2,
-                                  "vocab_size": 1000, "max_position_embeddings": 256,
-                                  "rope_theta": 10000.5}))
-    shape = load_workload(f"hf:{config}").transformer
+    shape = small_llama(tmp_path, 10000.5)
     plan = modern_plan_from_dict(dict(dp=2, micro_batch=1))
     for exporter, engine in ((export_megatron, "Megatron-LM"), (export_deepspeed, "DeepSpeed")):
         with pytest.raises(InputError) as caught:

@@ -172,7 +172,8 @@ MEGATRON_READER = """
             "rotary_base": model.rotary_base, "sequence_parallel": t.sequence_parallel,
             "fsdp": args.use_megatron_fsdp, "distributed_optimizer": args.use_distributed_optimizer,
             "query_groups": t.num_query_groups, "ffn": t.ffn_hidden_size,
-            "params_dtype": str(args.params_dtype), "fp8": t.fp8})
+            "params_dtype": str(args.params_dtype), "fp8": t.fp8,
+            "attention_backend": t.attention_backend.name})
         unset_global_variables()
     print(json.dumps(results))
 """
@@ -223,7 +224,7 @@ def test_exported_launches_pass_megatron_validate_args(tmp_path) -> None:
         ("readme", README_GPT3, "gpt3-175b"), ("narayanan", NARAYANAN_GPT3, "gpt3-175b"),
         ("llama70", LLAMA70_FULL, "llama3-70b"), ("llama8", LLAMA8_FSDP, "llama3-8b"),
         ("zero2", GPT_ZERO2_FP16, "gpt3-6.7b"), ("fp32", FP32_PIPELINE, "gpt3-125m"),
-        ("hf", HF_INTERLEAVED, f"hf:{config}"))]
+        ("hf", HF_INTERLEAVED, f"hf:{config}:flash=true"))]
     # The scripts' environment: =1 with TP > 1, unset under Megatron-FSDP, untouched otherwise.
     assert [run["connections"] for run in runs] == ["1", "1", "1", None, None, None, "1"]
     controls = [{**runs[0], "connections": None},           # TP 4 without the variable
@@ -240,7 +241,8 @@ def test_exported_launches_pass_megatron_validate_args(tmp_path) -> None:
                       "recompute": ["selective", None, None, ["core_attn"]],
                       "rotary_base": 10000, "sequence_parallel": True, "fsdp": False,
                       "distributed_optimizer": True, "query_groups": 96, "ffn": 49152,
-                      "params_dtype": "torch.bfloat16", "fp8": None}
+                      "params_dtype": "torch.bfloat16", "fp8": None,
+                      "attention_backend": "auto"}
     assert (narayanan["dp"], narayanan["vpp"], narayanan["microbatches"]) == (12, 2, 128)
     assert llama70["recompute"] == ["full", "uniform", 1, ["core_attn"]]
     assert (llama70["rotary_base"], llama70["query_groups"], llama70["ffn"]) == (500000, 8, 28672)
@@ -249,6 +251,7 @@ def test_exported_launches_pass_megatron_validate_args(tmp_path) -> None:
     assert zero2["fsdp"] and zero2["params_dtype"] == "torch.float16"
     assert (fp32["dp"], fp32["vpp"], fp32["params_dtype"]) == (2, None, "torch.float32")
     assert (hf["rotary_base"], hf["vpp"], hf["sequence_parallel"]) == (500000, 2, False)
+    assert hf["attention_backend"] == "flash"                 # the workload's flash=true
     no_variable, fsdp_with_one, blackwell = refused
     assert "CUDA_DEVICE_MAX_CONNECTIONS to 1" in no_variable["error"]
     assert "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset" in fsdp_with_one["error"]
