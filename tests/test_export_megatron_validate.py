@@ -2,9 +2,9 @@
 
 Megatron-LM's ``megatron/training`` (its parser and ``validate_args``) is not on PyPI: the
 megatron-core wheel and sdist ship ``megatron/core`` only. So these tests run against a
-checkout named by ``DNNSCALE_MEGATRON_LM`` and skip without one, e.g.::
+checkout of NVIDIA/Megatron-LM named by ``DNNSCALE_MEGATRON_LM`` and skip without one, e.g.
+(after ``git archive`` of it into /tmp/megatron-lm)::
 
-    git clone https://github.com/NVIDIA/Megatron-LM /tmp/megatron-lm   # or git archive of it
     DNNSCALE_MEGATRON_LM=/tmp/megatron-lm pytest tests/test_export_megatron_validate.py
 
 (docs/export.md records the commit checked and the outcome.) What runs, for each plan:
