@@ -54,6 +54,7 @@ def test_megatron_gpt3_interleaved_every_option() -> None:
         "--use-distributed-optimizer",                  # ZeRO-1
         "--overlap-grad-reduce",
         "--recompute-granularity selective",
+        "--recompute-modules core_attn",                # no --recompute-method: refused
         "--bf16",
         "--grad-reduce-in-bf16",                        # bf16 plans price 2-byte gradients
         "--num-layers 96",
@@ -80,7 +81,8 @@ def test_megatron_llama_fsdp_fp8_model_flags() -> None:
                  "--normalization RMSNorm", "--position-embedding-type rope",
                  "--untie-embeddings-and-output-weights", "--disable-bias-linear",
                  "--attention-dropout 0", "--hidden-dropout 0", "--ffn-hidden-size 14336",
-                 "--seq-length 8192", "--max-position-embeddings 8192", "--vocab-size 128256"):
+                 "--seq-length 8192", "--max-position-embeddings 8192", "--vocab-size 128256",
+                 "--rotary-base 500000"):                 # Llama 3's RoPE base
         assert flag in flags, flag
     assert "--use-distributed-optimizer" not in flags
     assert "--num-layers-per-virtual-pipeline-stage" not in result.files[0].text
@@ -111,10 +113,131 @@ def test_megatron_torchrun_script() -> None:
                              output_format="torchrun", gpus_per_node=8)
     text = result.files[0].text
     assert text.startswith("#!/bin/sh\n")
+    # TP 8 on A100s: Megatron asserts one hardware queue; exported before torchrun starts.
+    assert "\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n" in text
+    assert text.index("export CUDA_DEVICE_MAX_CONNECTIONS=1") < text.index("torchrun ")
+    assert ('\nDATA_ARGS=${DATA_ARGS:-"--mock-data --tokenizer-type NullTokenizer"}\n'
+            in text)
+    assert ('\nTRAIN_ARGS=${TRAIN_ARGS:-"--train-iters 50 --eval-iters 0 --lr 0.0001 '
+            '--log-interval 1"}\n' in text)
     # 768 GPUs / 8 per node = 96 nodes.
     assert "torchrun --nnodes 96 --nproc-per-node 8 " in text
     assert "    pretrain_gpt.py \\\n    --tensor-model-parallel-size 8 \\\n" in text
-    assert text.endswith("    --position-embedding-type learned_absolute\n")
+    assert text.endswith("    --position-embedding-type learned_absolute \\\n"
+                         "    $DATA_ARGS $TRAIN_ARGS\n")
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1 (the script exports it)" in note
+               for note in result.notes)
+
+
+@pytest.mark.parametrize("plan, lines_wanted, note_words", [
+    # TP 8 without FSDP: Megatron-LM asserts =1 before Blackwell.
+    (dict(tp=8, pp=1, dp=1, zero=1), ["export CUDA_DEVICE_MAX_CONNECTIONS=1"],
+     "CUDA_DEVICE_MAX_CONNECTIONS=1"),
+    # Megatron-FSDP (ZeRO-3) asserts it is not 1, with or without TP.
+    (dict(tp=2, pp=1, dp=4, zero=3), ["unset CUDA_DEVICE_MAX_CONNECTIONS"],
+     "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1"),
+    (dict(tp=1, pp=1, dp=8, zero=2), ["unset CUDA_DEVICE_MAX_CONNECTIONS"],
+     "Megatron-FSDP (zero 2/3) asserts it is not 1"),
+    # TP 1 without FSDP: Megatron checks nothing, the script leaves the variable alone.
+    (dict(tp=1, pp=2, dp=4, zero=1), [], None),
+])
+def test_megatron_launch_environment(plan, lines_wanted, note_words) -> None:
+    result = export_megatron(modern_plan_from_dict({**plan, "micro_batch": 1}),
+                             shape_of("llama3-8b"), "llama3-8b", output_format="torchrun")
+    environment = [line for line in lines(result.files[0].text)
+                   if "CUDA_DEVICE_MAX_CONNECTIONS" in line and not line.startswith("#")]
+    assert environment == lines_wanted
+    notes = [note for note in result.notes if "CUDA_DEVICE_MAX_CONNECTIONS" in note]
+    assert [note_words in note for note in notes] == ([True] if note_words else [])
+    args = export_megatron(modern_plan_from_dict({**plan, "micro_batch": 1}),
+                           shape_of("llama3-8b"), "llama3-8b")
+    assert "CUDA" not in args.files[0].text          # the args file holds options only
+    assert [note_words in note for note in args.notes
+            if "CUDA_DEVICE_MAX_CONNECTIONS" in note] == ([True] if note_words else [])
+
+
+def test_megatron_torchrun_script_runs_with_the_environment(tmp_path) -> None:
+    """The script as sh runs it: a stand-in torchrun records what it was started with."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "launch.sh"
+    script.write_text(export_megatron(modern_plan_from_dict(LLAMA70_PLAN), shape_of("llama3-70b"),
+                                      "llama3-70b", output_format="torchrun").files[0].text)
+    (tmp_path / "torchrun").write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        "print(json.dumps([sys.argv[1:], os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS')]))\n")
+    (tmp_path / "torchrun").chmod(0o755)
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("DATA_ARGS", "TRAIN_ARGS", "CUDA_DEVICE_MAX_CONNECTIONS")}
+    env.update(PATH=f"{tmp_path}{os.pathsep}{env.get('PATH', '')}", NODE_RANK="3",
+               MASTER_ADDR="10.0.0.1", MASTER_PORT="6000")
+
+    def run(**extra: str) -> tuple[list[str], str]:
+        out = subprocess.run(["sh", str(script)], env={**env, **extra}, check=True,
+                             capture_output=True, text=True, timeout=60).stdout
+        return json.loads(out)
+
+    argv, connections = run()
+    assert connections == "1"
+    # 128 GPUs = 16 nodes of 8; the node's rank and the rendezvous come from the environment.
+    assert argv[:11] == ["--nnodes", "16", "--nproc-per-node", "8", "--node-rank", "3",
+                         "--master-addr", "10.0.0.1", "--master-port", "6000", "pretrain_gpt.py"]
+    assert argv[-11:] == ["--mock-data", "--tokenizer-type", "NullTokenizer", "--train-iters",
+                          "50", "--eval-iters", "0", "--lr", "0.0001", "--log-interval", "1"]
+    argv, _ = run(DATA_ARGS="--data-path /data/corpus_text_document --tokenizer-type "
+                            "HuggingFaceTokenizer --tokenizer-model /models/llama3",
+                  TRAIN_ARGS="--train-samples 1000 --lr 3e-4")
+    assert argv[-10:] == ["--data-path", "/data/corpus_text_document", "--tokenizer-type",
+                          "HuggingFaceTokenizer", "--tokenizer-model", "/models/llama3",
+                          "--train-samples", "1000", "--lr", "3e-4"]
+    assert "--mock-data" not in argv
+
+
+def test_megatron_padded_vocabulary_note() -> None:
+    # 128,256 is a multiple of 128 but not of 128 · 8 = 1024: Megatron builds 126 · 1024 rows.
+    result = export_megatron(modern_plan_from_dict(LLAMA70_PLAN), shape_of("llama3-70b"),
+                             "llama3-70b")
+    assert any("129,024 embedding and output rows where the plan priced 128,256" in note
+               for note in result.notes)
+    # 50,257 with TP 1: up to 393 · 128 = 50,304.
+    gpt = export_megatron(modern_plan_from_dict(dict(dp=2, micro_batch=1)), shape_of("gpt3-125m"),
+                          "gpt3-125m")
+    assert any("50,304 embedding" in note for note in gpt.notes)
+
+
+def small_llama(tmp_path, rope_theta: float):
+    """The shape of a two-layer Llama config.json with this RoPE base (hf: import)."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 512,
+                                  "num_attention_heads": 8, "num_hidden_layers": 2,
+                                  "vocab_size": 1000, "max_position_embeddings": 256,
+                                  "rope_theta": rope_theta}))
+    return load_workload(f"hf:{config}").transformer
+
+
+def test_megatron_rotary_base_of_each_rope_model(tmp_path) -> None:
+    plan = modern_plan_from_dict(dict(tp=1, pp=1, dp=2, micro_batch=1))
+    llama2 = lines(export_megatron(plan, shape_of("llama2-7b"), "llama2-7b").files[0].text)
+    assert "--rotary-base 10000" in llama2                        # Llama 2 keeps RoFormer's
+    gpt = lines(export_megatron(plan, shape_of("gpt3-125m"), "gpt3-125m").files[0].text)
+    assert not any(flag.startswith("--rotary-base") for flag in gpt)   # learned positions
+    hf = small_llama(tmp_path, 1000000.0)
+    assert "--rotary-base 1000000" in lines(export_megatron(plan, hf, "hf").files[0].text)
+    odd = load_workload("gpt:layers=2,hidden=64,heads=4,seq=16,vocab=100,positional=rope,"
+                        "rope_theta=20000").transformer
+    assert "--rotary-base 20000" in lines(export_megatron(plan, odd, "odd").files[0].text)
+
+
+def test_megatron_refuses_a_fractional_rotary_base(tmp_path) -> None:
+    shape = small_llama(tmp_path, 10000.5)
+    plan = modern_plan_from_dict(dict(dp=2, micro_batch=1))
+    for exporter, engine in ((export_megatron, "Megatron-LM"), (export_deepspeed, "DeepSpeed")):
+        with pytest.raises(InputError) as caught:
+            exporter(plan, shape, "hf")
+        assert caught.value.field == "transformer.rope_theta"
+        assert f"{engine} takes RoPE's base as an integer, got 10000.5" in caught.value.problem
 
 
 def test_gpipe_without_a_pipeline_is_not_refused() -> None:
@@ -151,7 +274,11 @@ def test_deepspeed_llama70b_config_and_megatron_deepspeed_flags() -> None:
         "--vocab-size 128256", "--swiglu", "--untie-embeddings-and-output-weights",
         "--disable-bias-linear", "--attention-dropout 0", "--hidden-dropout 0",
         "--num-key-value-heads 8", "--normalization rmsnorm",
-        "--use-rotary-position-embeddings", "--no-position-embedding"]
+        "--use-rotary-position-embeddings", "--no-position-embedding",
+        "--rotary-position-embeddings-theta 500000"]
+    # --sequence-parallel: Megatron-DeepSpeed raises at start without the variable.
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in note and "--sequence-parallel" in note
+               for note in result.notes)
 
 
 def test_deepspeed_without_pipeline_zero3_fp16() -> None:
@@ -162,8 +289,10 @@ def test_deepspeed_without_pipeline_zero3_fp16() -> None:
     assert config["zero_optimization"] == {"stage": 3, "overlap_comm": True}
     assert config["fp16"] == {"enabled": True, "loss_scale": 0}  # 0: dynamic loss scaling
     assert config["communication_data_type"] == "fp16" and "bf16" not in config
-    flags = lines(export_deepspeed(plan, shape_of("gpt3-1.3b"), "gpt3-1.3b").files[1].text)
+    result = export_deepspeed(plan, shape_of("gpt3-1.3b"), "gpt3-1.3b")
+    flags = lines(result.files[1].text)
     assert "--no-pipeline-parallel" in flags and "--fp16" in flags and "--zero-stage 3" in flags
+    assert not any("CUDA_DEVICE_MAX_CONNECTIONS" in note for note in result.notes)  # tp = 1
 
 
 def test_deepspeed_zero0_fp32() -> None:
@@ -248,7 +377,18 @@ def test_torchtitan_gpipe_zero2_fp32_and_unregistered_shapes() -> None:
     assert tables["parallelism"]["pipeline_parallel_schedule"] == "GPipe"
     assert tables["parallelism"]["pipeline_parallel_layers_per_stage"] == 8    # 32 / 4
     assert tables["training"]["local_batch_size"] == 8                        # 8 micro-batches
-    assert any("register one named 'llama2-7b'" in note for note in llama.notes)
+    assert any("register one named 'llama2-7b'" in note and "rope_theta=10000" in note
+               for note in llama.notes)
+
+
+def test_torchtitan_flavor_needs_llama3s_rope_base() -> None:
+    # Llama 3 8B's dimensions with Llama 2's RoPE base are not torchtitan's 8B flavor.
+    shape = load_workload("gpt:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,seq=8192,"
+                          "vocab=128256,gated=true,norm=rmsnorm,positional=rope,tied=false,"
+                          "bias=false,rope_theta=10000").transformer
+    result = export_torchtitan(modern_plan_from_dict(dict(dp=8, micro_batch=1)), shape, "mine")
+    assert toml_tables(result.files[0].text)["model"]["flavor"] == "mine"
+    assert any("rope_theta=10000" in note for note in result.notes)
 
 
 # --- refusals, every engine ------------------------------------------------------------------

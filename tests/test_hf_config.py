@@ -170,3 +170,23 @@ def test_cli_describe_hf_config_errors_exit_2(tmp_path: Path, args: list, named:
     bad = _write(tmp_path, {**LLAMA2_7B, "hidden_size": -1})
     result = CliRunner().invoke(app, ["describe", "--hf-config", str(bad)])
     assert result.exit_code == 2 and "hf_config.hidden_size" in result.output
+
+
+def test_rope_base_is_read(tmp_path: Path) -> None:
+    """rope_theta (Llama) or rotary_emb_base (GPT-NeoX) is RoPE's base; absent: 10,000."""
+    llama3 = load_hf_config(_write(tmp_path, LLAMA3_8B, "llama3")).transformer
+    assert (llama3.rope_theta, llama3.rotary_base) == (500000.0, 500000.0)
+    llama2 = load_hf_config(_write(tmp_path, LLAMA2_7B, "llama2")).transformer
+    assert (llama2.rope_theta, llama2.rotary_base) == (None, 10000.0)
+    neox = load_hf_config(_write(tmp_path, {**PYTHIA_160M, "rotary_emb_base": 10000},
+                                 "neox")).transformer
+    assert neox.rope_theta == 10000.0
+    gpt2 = load_hf_config(_write(tmp_path, {**GPT2, "rope_theta": 5.0}, "gpt2")).transformer
+    assert gpt2.rope_theta is None                      # learned positions: not read
+
+
+@pytest.mark.parametrize("value", ["500000", True, 1.0, 0, 1e13, [10000]])
+def test_bad_rope_base_is_named(tmp_path: Path, value: object) -> None:
+    with pytest.raises(InputError) as info:
+        load_hf_config(_write(tmp_path, {**LLAMA3_8B, "rope_theta": value}))
+    assert info.value.field == "hf_config.rope_theta"

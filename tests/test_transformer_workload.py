@@ -382,6 +382,16 @@ def test_shape_summary_validation() -> None:
     t = TransformerShape(layers=1, hidden=8, heads=4, kv_heads=2, ffn=32, vocab=10, seq=4,
                          positions=4)
     assert (t.tokens_per_sample, t.head_dim, t.kv_hidden) == (4, 2, 4)
+    with pytest.raises(InputError, match="transformer.rope_theta: only RoPE positions"):
+        TransformerShape(layers=1, hidden=8, heads=4, kv_heads=4, ffn=32, vocab=10, seq=4,
+                         positions=4, rope_theta=500000.0)
+    for bad in (True, 1, float("nan"), "1e4"):
+        with pytest.raises(InputError, match="transformer.rope_theta: must be a number"):
+            TransformerShape(layers=1, hidden=8, heads=4, kv_heads=4, ffn=32, vocab=10, seq=4,
+                             positional="rope", rope_theta=bad)
+    rope = TransformerShape(layers=1, hidden=8, heads=4, kv_heads=4, ffn=32, vocab=10, seq=4,
+                            positional="rope", rope_theta=500000)
+    assert rope.rotary_base == 500000.0
 
 
 @settings(max_examples=40, deadline=None)

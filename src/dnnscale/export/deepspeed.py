@@ -11,7 +11,8 @@ ds_config keys (deepspeed/runtime/constants.py, zero/config.py, activation_check
 config.py; docs/export.md gives the lines): train_batch_size, train_micro_batch_size_per_gpu,
 gradient_accumulation_steps (DeepSpeed checks train = micro · accumulation · DP),
 zero_optimization.stage and .overlap_comm, bf16.enabled, fp16.enabled (+ loss_scale 0: dynamic),
-communication_data_type, activation_checkpointing.
+communication_data_type, activation_checkpointing. The launch needs CUDA_DEVICE_MAX_CONNECTIONS=1
+with sequence parallelism (a note says so).
 
 Refused: GPipe and interleaved schedules with pp > 1 (DeepSpeed's pipeline engine runs 1F1B
 only), overlap_dp without ZeRO (DeepSpeed overlaps gradient reduction only in its ZeRO
@@ -23,7 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from dnnscale.errors import InputError
-from dnnscale.export.megatron import batch_flags, model_flags, pipeline_flags
+from dnnscale.export.megatron import (CONNECTIONS, batch_flags, model_flags, pipeline_flags,
+                                      rotary_base, sequence_parallel)
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
                                     overlaps_dp, refuse_grad_bytes_one, zero_stage)
 from dnnscale.jsonout import dumps
@@ -85,7 +87,7 @@ def megatron_deepspeed_flags(plan: ParallelPlan, shape: TransformerShape,
     flags += pipeline_flags(plan, shape, ENGINE)
     if plan.pipeline.stages == 1:
         flags.append(("--no-pipeline-parallel", None))
-    if plan.tensor.sequence_parallel and plan.tensor.degree > 1:
+    if sequence_parallel(plan):
         flags.append(("--sequence-parallel", None))
     flags += batch_flags(plan)
     if plan.memory.recompute == "selective":
@@ -105,7 +107,8 @@ def megatron_deepspeed_flags(plan: ParallelPlan, shape: TransformerShape,
         flags.append(("--num-key-value-heads", str(shape.kv_heads)))
     flags.append(("--normalization", shape.norm))
     if shape.positional == "rope":
-        flags += [("--use-rotary-position-embeddings", None), ("--no-position-embedding", None)]
+        flags += [("--use-rotary-position-embeddings", None), ("--no-position-embedding", None),
+                  ("--rotary-position-embeddings-theta", rotary_base(shape, ENGINE))]
     elif shape.positional == "none":
         flags.append(("--no-position-embedding", None))
     if shape.flash_attention:
@@ -129,5 +132,9 @@ def export_deepspeed(plan: ParallelPlan, shape: TransformerShape | None, workloa
     if plan.tensor.sequence_parallel and plan.tensor.degree == 1:
         notes.append("sequence_parallel with tp = 1 has nothing to split: --sequence-parallel "
                      "left out")
+    if sequence_parallel(plan):
+        # Its other reason, the asynchronous tensor-parallel all-reduce, is off under --deepspeed.
+        notes.append(f"the launch needs {CONNECTIONS}=1: Megatron-DeepSpeed's validate_args "
+                     f"raises without it with --sequence-parallel on CUDA")
     files = (ExportFile(config_name, dumps(config) + "\n"), ExportFile(ARGS_NAME, args_text(flags)))
     return EngineExport(ENGINE, files, tuple(notes), plan.workers)

@@ -14,20 +14,27 @@ docs/export.md lists each with its source line):
   weights sharded over DP); ZeRO-2/3 are Megatron-FSDP's --use-megatron-fsdp with
   --data-parallel-sharding-strategy optim_grads / optim_grads_params (it needs
   --ckpt-format fsdp_dtensor); --overlap-grad-reduce.
-- recomputation: --recompute-granularity selective (core attention) | full with
-  --recompute-method uniform --recompute-num-layers 1 (every layer from its input).
+- recomputation: --recompute-granularity selective --recompute-modules core_attn (Korthikanti
+  et al.'s selective recomputation; Megatron refuses a --recompute-method with it) | full with
+  --recompute-method uniform --recompute-num-layers 1 (every layer from its input; Megatron
+  requires both with full).
 - precision: --bf16, --fp16, --fp8-format hybrid (Transformer Engine, with --bf16);
   --grad-reduce-in-bf16 / --accumulate-allreduce-grads-in-fp32 for the gradients' width.
 - model: --num-layers, --hidden-size, --ffn-hidden-size, --num-attention-heads,
   --group-query-attention --num-query-groups, --seq-length, --max-position-embeddings,
   --vocab-size, --swiglu, --normalization, --untie-embeddings-and-output-weights,
-  --position-embedding-type, --disable-bias-linear, --attention-dropout, --hidden-dropout,
-  --attention-backend flash.
+  --position-embedding-type, --rotary-base (RoPE's base, an integer), --disable-bias-linear,
+  --attention-dropout, --hidden-dropout, --attention-backend flash.
+- environment (the torchrun script): CUDA_DEVICE_MAX_CONNECTIONS=1 with TP > 1, unset under
+  Megatron-FSDP (`device_connections`); the script also passes data and run-length options
+  (mock data and the NullTokenizer, a short run) that DATA_ARGS and TRAIN_ARGS replace.
 
 Megatron-LM has no GPipe schedule and no TF32 switch; plans that need them are refused.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
@@ -43,6 +50,19 @@ FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
 state and gradients, ZeRO-3 also the parameters; Rajbhandari et al. SC'20, §5)."""
 NORMALIZATION = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 POSITION_EMBEDDING = {"learned": "learned_absolute", "rope": "rope", "none": "none"}
+SELECTIVE_MODULES = "core_attn"
+"""What selective recomputation recomputes: core attention (QK^T, softmax, dropout, ·V), the
+part Korthikanti et al. 2022 (§4.2) recompute and the plan prices; Megatron's default too."""
+VOCAB_DIVISOR = 128
+"""--make-vocab-size-divisible-by's default: Megatron pads the vocabulary to a multiple of this
+times TP (megatron/core/tokenizers/utils/build_tokenizer.py, vocab_size_with_padding)."""
+CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+DATA_ARGS = "--mock-data --tokenizer-type NullTokenizer"
+"""The torchrun script's data options unless DATA_ARGS is set: Megatron's mock dataset and the
+NullTokenizer, whose vocabulary is --vocab-size, so the script launches without files."""
+TRAIN_ARGS = "--train-iters 50 --eval-iters 0 --lr 0.0001 --log-interval 1"
+"""The run length and learning rate unless TRAIN_ARGS is set (Megatron needs --train-iters or
+--train-samples, and a learning rate): 50 steps timed one by one, no evaluation."""
 
 
 def pipeline_flags(plan: ParallelPlan, shape: TransformerShape, engine: str) -> list[Flag]:
@@ -58,6 +78,12 @@ def pipeline_flags(plan: ParallelPlan, shape: TransformerShape, engine: str) -> 
         per_chunk = shape.layers // (pipeline.stages * pipeline.virtual_stages)
         flags.append(("--num-layers-per-virtual-pipeline-stage", str(per_chunk)))
     return flags
+
+
+def sequence_parallel(plan: ParallelPlan) -> bool:
+    """Whether the launch passes --sequence-parallel (both dialects): the plan asks for it and
+    TP > 1 has something to split."""
+    return plan.tensor.sequence_parallel and plan.tensor.degree > 1
 
 
 def batch_flags(plan: ParallelPlan) -> list[Flag]:
@@ -87,6 +113,12 @@ def model_flags(shape: TransformerShape) -> list[Flag]:
     return flags
 
 
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The embedding rows Megatron builds: `vocab` up to a multiple of VOCAB_DIVISOR · TP."""
+    multiple = VOCAB_DIVISOR * tp
+    return -(-vocab // multiple) * multiple
+
+
 def _data_parallel_flags(plan: ParallelPlan) -> list[Flag]:
     zero = zero_stage(plan)
     flags: list[Flag] = []
@@ -104,7 +136,8 @@ def _data_parallel_flags(plan: ParallelPlan) -> list[Flag]:
 def _recompute_flags(plan: ParallelPlan) -> list[Flag]:
     recompute = plan.memory.recompute
     if recompute == "selective":
-        return [("--recompute-granularity", "selective")]
+        return [("--recompute-granularity", "selective"),
+                ("--recompute-modules", SELECTIVE_MODULES)]
     if recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                 ("--recompute-num-layers", "1")]
@@ -134,12 +167,23 @@ def _precision_flags(plan: ParallelPlan) -> list[Flag]:
     return flags
 
 
+def rotary_base(shape: TransformerShape, engine: str) -> str:
+    """RoPE's base as the integer both Megatron dialects parse (argparse type=int)."""
+    base = shape.rotary_base
+    if not base.is_integer():
+        raise InputError("transformer.rope_theta", f"{engine} takes RoPE's base as an integer, "
+                         f"got {base}")
+    return str(int(base))
+
+
 def _megatron_model_flags(shape: TransformerShape) -> list[Flag]:
     flags = model_flags(shape)
     if shape.kv_heads != shape.heads:
         flags += [("--group-query-attention", None), ("--num-query-groups", str(shape.kv_heads))]
     flags += [("--normalization", NORMALIZATION[shape.norm]),
               ("--position-embedding-type", POSITION_EMBEDDING[shape.positional])]
+    if shape.positional == "rope":
+        flags.append(("--rotary-base", rotary_base(shape, ENGINE)))
     if shape.flash_attention:
         flags.append(("--attention-backend", "flash"))
     return flags
@@ -149,24 +193,61 @@ def megatron_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
     """Every option of the plan and the model, in the order parallelism, batch, data
     parallelism, recomputation, precision, model."""
     flags = pipeline_flags(plan, shape, ENGINE)
-    if plan.tensor.sequence_parallel and plan.tensor.degree > 1:
+    if sequence_parallel(plan):
         flags.append(("--sequence-parallel", None))
     return (flags + batch_flags(plan) + _data_parallel_flags(plan) + _recompute_flags(plan)
             + _precision_flags(plan) + _megatron_model_flags(shape))
 
 
+def device_connections(plan: ParallelPlan) -> str | None:
+    """What the launch does with CUDA_DEVICE_MAX_CONNECTIONS: "1" with TP > 1 (Megatron-LM's
+    validate_args asserts it on GPUs before Blackwell, compute capability < 10: one hardware
+    work queue keeps each tensor-parallel collective ahead of the GEMM it overlaps), "unset"
+    under Megatron-FSDP (ZeRO-2/3, which asserts it is not 1, and only warns with TP > 1),
+    None when Megatron checks nothing."""
+    if zero_stage(plan) in FSDP_STRATEGY:
+        return "unset"
+    return "1" if plan.tensor.degree > 1 else None
+
+
+def _environment(plan: ParallelPlan, script: bool) -> tuple[list[str], str | None]:
+    """The torchrun script's lines for CUDA_DEVICE_MAX_CONNECTIONS, and the note saying what
+    the launch needs and why (None when it needs nothing); `script`: the note is for the
+    torchrun script, which does it, else for the args file's user."""
+    setting = device_connections(plan)
+    if setting is None:
+        return [], None
+    if setting == "1":
+        lines = [f"# Megatron-LM asserts {CONNECTIONS}=1 with tensor parallelism on GPUs before "
+                 f"Blackwell.", f"export {CONNECTIONS}=1"]
+        need, done = f"{CONNECTIONS}=1", "the script exports it"
+        why = ("Megatron-LM's validate_args asserts it with tp > 1 on GPUs before Blackwell "
+               "(compute capability < 10; Blackwell does not need it)")
+    else:
+        lines = [f"# Megatron-FSDP asserts {CONNECTIONS} is not 1.", f"unset {CONNECTIONS}"]
+        need, done = f"{CONNECTIONS} unset or above 1", "the script unsets it"
+        why = "Megatron-FSDP (zero 2/3) asserts it is not 1"
+    return lines, f"the launch needs {need}{f' ({done})' if script else ''}: {why}"
+
+
 def torchrun_text(flags: list[Flag], world_size: int, gpus_per_node: int, script: str,
-                  header: list[str]) -> str:
-    """A shell script: torchrun over world_size / gpus_per_node nodes running `script`."""
+                  header: list[str], environment: Sequence[str] = (),
+                  trailing: Sequence[str] = ()) -> str:
+    """A shell script: `environment` lines, then torchrun over world_size / gpus_per_node nodes
+    running `script` with `flags` and then the `trailing` words (unquoted, so that a
+    variable's words split into options)."""
     nodes = max(1, world_size // gpus_per_node)
     per_node = min(world_size, gpus_per_node)
     lines = ["#!/bin/sh", *(f"# {line}" for line in header),
              "# Run on every node with NODE_RANK, MASTER_ADDR and MASTER_PORT set.",
+             *environment,
              f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank \"$NODE_RANK\" "
              f"--master-addr \"$MASTER_ADDR\" --master-port \"$MASTER_PORT\" \\",
              f"    {script} \\"]
     body = [f"    {name} {value}" if value is not None else f"    {name}"
             for name, value in flags]
+    if trailing:
+        body.append("    " + " ".join(trailing))
     return "\n".join(lines + [line + " \\" for line in body[:-1]] + body[-1:]) + "\n"
 
 
@@ -193,15 +274,36 @@ def export_megatron(plan: ParallelPlan, shape: TransformerShape | None, workload
     notes.append(f"data-parallel size {plan.data.replicas} is implied: launch tp·pp·dp = "
                  f"{plan.tensor.degree}·{plan.pipeline.stages}·{plan.data.replicas} = {world} "
                  f"processes and Megatron-LM takes DP = world size / (TP·PP)")
-    notes.append("data and tokenizer options (--data-path, --tokenizer-type, ...) and the "
-                 "optimizer's are left to you")
+    padded = padded_vocab(shape.vocab, plan.tensor.degree)
+    if padded != shape.vocab:
+        notes.append(f"Megatron-LM pads the vocabulary to a multiple of {VOCAB_DIVISOR}·TP: "
+                     f"{padded:,} embedding and output rows where the plan priced "
+                     f"{shape.vocab:,}")
+    environment, why = _environment(plan, output_format == "torchrun")
+    if why is not None:
+        notes.append(why)
     if output_format == "args":
+        notes.append(f"the file holds the plan's and the model's options only: add data, "
+                     f"tokenizer and run length (for a run without files: {DATA_ARGS} "
+                     f"{TRAIN_ARGS}) and the optimizer's options")
         files = (ExportFile("megatron.args", args_text(flags)),)
     else:
         check_nodes(world, gpus_per_node, ENGINE)
+        notes.append(f"the script trains on mock data with the NullTokenizer ({DATA_ARGS}) "
+                     f"for a short run ({TRAIN_ARGS}); set DATA_ARGS and TRAIN_ARGS to replace "
+                     f"them, e.g. DATA_ARGS=\"--data-path PREFIX --tokenizer-type "
+                     f"HuggingFaceTokenizer --tokenizer-model DIR\"")
         header = [f"Megatron-LM launch for {workload}, exported by dnnscale.",
                   f"World size {world} = TP {plan.tensor.degree} x PP {plan.pipeline.stages} x "
                   f"DP {plan.data.replicas} (DP is implied by the world size)."]
-        files = (ExportFile("megatron-launch.sh",
-                            torchrun_text(flags, world, gpus_per_node, SCRIPT, header)),)
+        environment += [
+            "# Data and run length: mock data and the NullTokenizer (its vocabulary is "
+            "--vocab-size) and a",
+            "# short run, unless DATA_ARGS / TRAIN_ARGS give yours (their words are passed "
+            "unquoted).",
+            f"DATA_ARGS=${{DATA_ARGS:-\"{DATA_ARGS}\"}}",
+            f"TRAIN_ARGS=${{TRAIN_ARGS:-\"{TRAIN_ARGS}\"}}"]
+        text = torchrun_text(flags, world, gpus_per_node, SCRIPT, header, environment,
+                             ["$DATA_ARGS", "$TRAIN_ARGS"])
+        files = (ExportFile("megatron-launch.sh", text),)
     return EngineExport(ENGINE, files, tuple(notes), world)

@@ -47,14 +47,18 @@ LLAMA3_FLAVORS = {
 heads, kv_heads, ffn). Its FFN width is 2/3·4·dim, times ffn_dim_multiplier, rounded up to
 multiple_of: 8B 4096 → 10922 · 1.3 → 14336 (multiple of 1024); 70B 8192 → 21845 · 1.3 → 28672
 (4096); 405B 16384 → 43690 · 1.2 → 53248 (4096)."""
+LLAMA3_ROPE_THETA = 500_000.0
+"""The RoPE base every llama3 flavor sets (rope_theta=500000, same file)."""
 
 
 def _llama3_flavor(shape: TransformerShape) -> str | None:
-    """The registered llama3 flavor with this shape, if any (a Llama: RMSNorm, SwiGLU, RoPE,
-    no biases, untied output)."""
+    """The registered llama3 flavor with this shape and RoPE base, if any (a Llama: RMSNorm,
+    SwiGLU, RoPE, no biases, untied output)."""
     if not _is_llama(shape):
         return None
     key = (shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.ffn)
+    if shape.rotary_base != LLAMA3_ROPE_THETA:
+        return None
     return next((name for name, dims in LLAMA3_FLAVORS.items() if dims == key), None)
 
 
@@ -121,7 +125,8 @@ def _notes(plan: ParallelPlan, shape: TransformerShape, workload: str,
             notes.append(f"no torchtitan llama3 flavor has {workload}'s shape: register one "
                          f"named {workload!r} (dim={shape.hidden}, n_layers={shape.layers}, "
                          f"n_heads={shape.heads}, n_kv_heads={shape.kv_heads}, FFN width "
-                         f"{shape.ffn}) in torchtitan/models/llama3/__init__.py")
+                         f"{shape.ffn}, rope_theta={shape.rotary_base:.0f}) in "
+                         f"torchtitan/models/llama3/__init__.py")
         else:
             notes.append(f"torchtitan has no model for {workload}'s shape (its llama3 is "
                          f"RMSNorm + SwiGLU + RoPE, untied, no biases); [model] names a flavor "

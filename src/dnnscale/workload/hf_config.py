@@ -4,8 +4,9 @@ Keys read (the first one present wins): hidden_size | n_embd, num_attention_head
 num_key_value_heads (default: the heads), intermediate_size | n_inner (default 4·hidden),
 num_hidden_layers | n_layer, vocab_size, max_position_embeddings | n_positions | n_ctx (the
 sequence length unless `seq` overrides it, and the rows of a learned position table),
-tie_word_embeddings, head_dim (must be hidden / heads), the dropout probabilities, and
-model_type, which gives the rest:
+tie_word_embeddings, head_dim (must be hidden / heads), the dropout probabilities, RoPE's
+base rope_theta | rotary_emb_base (GPT-NeoX's name; absent: 10,000, Hugging Face's default),
+and model_type, which gives the rest:
 
     llama, mistral   RMSNorm, SwiGLU, RoPE, no biases (unless attention_bias / mlp_bias), untied
     gpt2             LayerNorm, GeLU, learned positions, biases, tied
@@ -28,6 +29,7 @@ from typing import Any
 
 from dnnscale.errors import MAX_COUNT, InputError, short_repr
 from dnnscale.workload.transformer import DEFAULT_SAMPLES_PER_EPOCH, transformer_workload
+from dnnscale.workload.transformer_shape import check_rope_theta
 from dnnscale.workload.transformer_zoo import parse_options
 from dnnscale.workload.workload import Workload
 
@@ -79,6 +81,14 @@ def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise InputError(_field(key), f"must be true or false, got {short_repr(value)}")
     return value
+
+
+def _rope_theta(config: dict[str, Any]) -> float | None:
+    """RoPE's base: the first of rope_theta, rotary_emb_base present, else None (the shape's
+    default, 10,000); errors name the key."""
+    found = [check_rope_theta(config[key], _field(key))
+             for key in ("rope_theta", "rotary_emb_base") if config.get(key) is not None]
+    return found[0] if found else None
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
@@ -157,11 +167,13 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
             raise InputError(_field(key), f"must be a probability in [0, 1), got {short_repr(value)}")
         dropouts.append(value)
     token_types = (_integer(config, ("type_vocab_size",), 2) if model_type == "bert" else 0)
+    rope_theta = _rope_theta(config) if family["positional"] == "rope" else None
     positions = max_positions if family["positional"] == "learned" else 0
     return transformer_workload(
         name, layers, hidden, heads, seq, vocab, ffn=ffn, kv_heads=kv_heads,
         flash_attention=flash_attention, samples_per_epoch=samples_per_epoch,
         positions=positions, token_types=token_types, dropout=any(dropouts),
+        rope_theta=rope_theta,
         description=f"from Hugging Face config ({model_type}): {layers} layers x {hidden}, "
                     f"{heads} heads ({kv_heads} key/value), ffn {ffn}, vocab {vocab}, seq {seq}",
         **family)  # type: ignore[arg-type]

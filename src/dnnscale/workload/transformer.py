@@ -50,14 +50,16 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH, *,
                          positions: int | None = None, token_types: int = 0,
                          norm_position: str = "pre", bias: bool = True, dropout: bool = True,
-                         bytes_per_value: int = 2, description: str = "") -> Workload:
+                         rope_theta: float | None = None, bytes_per_value: int = 2,
+                         description: str = "") -> Workload:
     """A transformer as a `Workload` whose `transformer` field summarises its shape.
 
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
-    `dropout` the attention and residual dropouts. One sample is one sequence of `seq` tokens;
-    `bytes_per_value` 2 (bf16 activations; the model rescales for other precisions). Bad
-    values raise `InputError` naming ``transformer.<field>``.
+    `dropout` the attention and residual dropouts, `rope_theta` RoPE's base (None: 10,000).
+    One sample is one sequence of `seq` tokens; `bytes_per_value` 2 (bf16 activations; the
+    model rescales for other precisions). Bad values raise `InputError` naming
+    ``transformer.<field>``.
     """
     shape = TransformerShape(
         layers=layers, hidden=hidden, heads=heads,
@@ -66,7 +68,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         vocab=vocab, seq=seq, gated=gated, norm=norm, flash_attention=flash_attention,
         tied_embeddings=tied_embeddings, causal=causal, positional=positional,
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
-        token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout)
+        token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
+        rope_theta=rope_theta)
     # Blocks differ only in their names and `block` index: build the chain with block 0 once
     # (through build_workload, as a YAML file of it would be) and copy its layers for the rest.
     prefix, suffix = _prefix_specs(shape), _suffix_specs(shape)

@@ -9,6 +9,7 @@ them from the layer list. Validated on construction: a bad field raises `InputEr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from dnnscale.errors import MAX_COUNT, InputError, short_repr
@@ -16,6 +17,12 @@ from dnnscale.errors import MAX_COUNT, InputError, short_repr
 NORMS = ("layernorm", "rmsnorm")
 POSITIONALS = ("learned", "rope", "none")
 NORM_POSITIONS = ("pre", "post")
+ROPE_THETA_DEFAULT = 10_000.0
+"""RoPE's base when a shape gives none: RoFormer's θ_i = 10000^(-2(i-1)/d) (Su et al. 2021,
+eq. 15), which GPT-NeoX, Llama 1 and 2 keep and Hugging Face's configs default to."""
+MAX_ROPE_THETA = 1e12
+"""The largest base accepted: published models use 10^4 (Llama 2) to 10^6-10^7 (long-context
+variants); 10^12 leaves room and rejects typing slips."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,8 @@ class TransformerShape:
     (0 unless `positional == "learned"`), `token_types` the rows of BERT's segment table.
     `norm_position` "pre" (GPT-2 onwards: norm before each sub-layer, a final norm) or "post"
     (BERT: norm after each residual add, a norm after the embedding, no final norm).
+    `rope_theta` is RoPE's base (Llama 3: 500,000), None for the conventional 10,000
+    (`rotary_base`); only a RoPE shape has one. It changes no count, only the engines' options.
     """
 
     layers: int
@@ -48,6 +57,7 @@ class TransformerShape:
     norm_position: str = "pre"
     bias: bool = True
     dropout: bool = True
+    rope_theta: float | None = None
 
     def __post_init__(self) -> None:
         for name in REQUIRED_FIELDS:
@@ -75,11 +85,25 @@ class TransformerShape:
         if self.positional != "learned" and self.positions:
             raise InputError("transformer.positions", f"must be 0 without learned positions, "
                              f"got {self.positions}")
+        self._check_rope_theta()
+
+    def _check_rope_theta(self) -> None:
+        if self.rope_theta is None:
+            return
+        check_rope_theta(self.rope_theta)
+        if self.positional != "rope":
+            raise InputError("transformer.rope_theta", f"only RoPE positions have a base; "
+                             f"positional is {self.positional!r}")
 
     @property
     def tokens_per_sample(self) -> int:
         """One sample is one sequence of s tokens."""
         return self.seq
+
+    @property
+    def rotary_base(self) -> float:
+        """RoPE's base θ: `rope_theta`, or ROPE_THETA_DEFAULT when the shape gives none."""
+        return ROPE_THETA_DEFAULT if self.rope_theta is None else float(self.rope_theta)
 
     @property
     def head_dim(self) -> int:
@@ -90,6 +114,15 @@ class TransformerShape:
     def kv_hidden(self) -> int:
         """h_kv = kv_heads · d: the width of K (and of V)."""
         return self.kv_heads * self.head_dim
+
+
+def check_rope_theta(value: object, field: str = "transformer.rope_theta") -> float:
+    """RoPE's base: a real number in (1, MAX_ROPE_THETA]; errors name `field`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or not 1 < value <= MAX_ROPE_THETA:
+        raise InputError(field, f"must be a number in (1, {MAX_ROPE_THETA:.0e}], got "
+                         f"{short_repr(value)}")
+    return float(value)
 
 
 TRANSFORMER_FIELDS = tuple(f.name for f in fields(TransformerShape))

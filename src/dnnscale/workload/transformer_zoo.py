@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer import transformer_workload
+from dnnscale.workload.transformer_shape import ROPE_THETA_DEFAULT
 from dnnscale.workload.workload import Workload
 
 GPT3_SEQ, GPT3_VOCAB = 2048, 50257
@@ -45,6 +46,9 @@ LLAMA_SHAPES = {
     "llama3-8b": (32, 4096, 32, 8, 14336, 128256, 8192, 15_000_000_000_000),
     "llama3-70b": (80, 8192, 64, 8, 28672, 128256, 8192, 15_000_000_000_000),
 }
+LLAMA_ROPE_THETA = {"llama3-8b": 500_000.0, "llama3-70b": 500_000.0}
+"""RoPE's base where it is not RoFormer's 10,000 (the shape's default, which Llama 2 keeps):
+Llama 3 raised it to 500,000 (Dubey et al. 2024, §3.2; the configs' rope_theta)."""
 
 
 def _gpt3(name: str) -> Callable[[], Workload]:
@@ -71,14 +75,16 @@ def _llama(name: str) -> Callable[[], Workload]:
         return transformer_workload(name, layers, hidden, heads, seq, vocab, ffn=ffn,
                                     kv_heads=kv_heads, gated=True, norm="rmsnorm",
                                     tied_embeddings=False, positional="rope", bias=False,
-                                    dropout=False, samples_per_epoch=round(tokens / seq),
+                                    dropout=False, rope_theta=LLAMA_ROPE_THETA.get(name),
+                                    samples_per_epoch=round(tokens / seq),
                                     description=f"{name}: {layers} layers x {hidden}, {heads} "
                                                 f"heads ({kv_heads} key/value), SwiGLU "
                                                 f"{ffn}, vocab {vocab}, seq {seq}")
 
     build.__doc__ = (f"{name} (published config): {layers} layers x {hidden}, {heads} heads, "
                      f"{kv_heads} key/value heads, SwiGLU ffn {ffn}, vocab {vocab}, seq {seq}, "
-                     f"RMSNorm, RoPE, untied output; {tokens:.0e} training tokens per epoch.")
+                     f"RMSNorm, RoPE (base {LLAMA_ROPE_THETA.get(name, ROPE_THETA_DEFAULT):,.0f}), "
+                     f"untied output; {tokens:.0e} training tokens per epoch.")
     return build
 
 
@@ -109,7 +115,7 @@ TRANSFORMER_ZOO: dict[str, Callable[[], Workload]] = {
 
 # The parametric name: gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200[,...]
 _GPT_INTS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads", "positions",
-             "samples")
+             "samples", "rope_theta")
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
               "tied": "tied_embeddings", "causal": "causal", "bias": "bias",
               "dropout": "dropout"}
@@ -156,9 +162,10 @@ def parse_options(text: str, field: str, ints: tuple[str, ...], bools: dict[str,
 
 def gpt_from_name(argument: str) -> Workload:
     """The workload of ``gpt:<argument>``, e.g. ``layers=24,hidden=1024,heads=16,seq=1024,
-    vocab=51200``; optional keys ffn, kv_heads, positions, samples (per epoch), gated, flash,
-    tied, causal, bias, dropout (true/false), norm (layernorm|rmsnorm), positional
-    (learned|rope|none). Defaults as `transformer_workload`."""
+    vocab=51200``; optional keys ffn, kv_heads, positions, samples (per epoch), rope_theta
+    (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout
+    (true/false), norm (layernorm|rmsnorm), positional (learned|rope|none). Defaults as
+    `transformer_workload`."""
     options = parse_options(argument, "workload.gpt", _GPT_INTS, _GPT_BOOLS, _GPT_CHOICES)
     for key in GPT_REQUIRED:
         if key not in options:
