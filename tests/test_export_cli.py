@@ -112,9 +112,9 @@ def test_missing_and_odd_plan_files(tmp_path) -> None:
     odd.write_text('{"best": {"plan_fields": {"tp": 8, "pp": 8, "dp": 2, "zero": 3}}}')
     result = dnnscale("export", str(odd), "--to", "megatron", "-w", "gpt3-175b")
     assert result.returncode == 2
-    assert result.stderr.strip() == ("error: plan.best.plan_fields.zero: ZeRO-3 shards "
-                                     "gradients, which pipeline parallelism cannot accumulate "
-                                     "(DeepSpeed allows ZeRO-1 with pp > 1)")
+    assert result.stderr.strip() == ("error: plan.zero: Megatron-LM shards gradients (ZeRO-3, "
+                                     "Megatron-FSDP) within one pipeline stage only (its FSDP "
+                                     "adapter refuses pp > 1); use zero 0 or 1 with a pipeline")
 
 
 def test_workload_mismatch_is_refused(tmp_path) -> None:
