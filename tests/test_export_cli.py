@@ -41,7 +41,7 @@ def test_megatron_args_on_stdout_notes_on_stderr(plan_file) -> None:
 
 def test_from_optimize_json_writes_the_file(tmp_path) -> None:
     fields = dict(tp=8, pp=4, dp=4, micro_batch=1, global_batch=512, zero=1, recompute="full",
-                  precision="bf16", sequence_parallel=True, overlap_dp=True, grad_bytes=4)
+                  precision="bf16", sequence_parallel=True, overlap_dp=False, grad_bytes=4)
     opt = tmp_path / "opt.json"
     opt.write_text(json.dumps({"workload": "llama3-70b", "cluster": "dgx-h100:16",
                                "best": {"plan_fields": fields, "prediction": {}}, "top": []}))

@@ -80,7 +80,7 @@ DEEPSPEED_READER = """
 def test_deepspeed_reads_the_ds_config(tmp_path) -> None:
     plan = modern_plan_from_dict(dict(tp=8, pp=4, dp=4, micro_batch=1, global_batch=512,
                                       zero=1, recompute="full", precision="bf16",
-                                      sequence_parallel=True, overlap_dp=True, grad_bytes=4))
+                                      sequence_parallel=True, overlap_dp=False, grad_bytes=4))
     config_path = tmp_path / "ds_config.json"
     result = export_deepspeed(plan, load_workload("llama3-70b").transformer, "llama3-70b",
                               config_name=str(config_path))
@@ -93,7 +93,7 @@ def test_deepspeed_reads_the_ds_config(tmp_path) -> None:
                       str(config_path), "3", str(args_path))
     good, wrong = seen["configs"]
     assert good == {"train_batch_size": 512, "micro": 1, "accumulation": 128, "zero_stage": 1,
-                    "overlap_comm": True, "bf16": True, "fp16": False,
+                    "overlap_comm": False, "bf16": True, "fp16": False,
                     "communication": "torch.float32"}
     assert "512 != 1 * 128 * 3" in wrong["error"]
     assert seen["deepspeed"] is True and seen["deepspeed_config"] == str(config_path)

@@ -14,9 +14,10 @@ The facts and their sources (each engine's own code; docs/export.md gives the op
 - Megatron-LM (NVIDIA/Megatron-LM, megatron/training/arguments.py, core/pipeline_parallel/
   schedules.py): pipelines run 1F1B, or interleaved 1F1B with virtual stages; there is no GPipe
   schedule and no TF32 switch; fp32 training reduces fp32 gradients. ZeRO-1 is the distributed
-  optimizer, ZeRO-2/3 Megatron-FSDP, which shards within one pipeline stage only: its v2
-  adapter (core/distributed/fsdp/mcore_fsdp_adapter.py) raises for
-  pipeline_model_parallel_size != 1, and its documentation lists no pipeline support.
+  optimizer, ZeRO-2/3 Megatron-FSDP, refused with pp > 1 conservatively: its v2 adapter
+  (core/distributed/fsdp/mcore_fsdp_adapter.py) raises for pipeline_model_parallel_size != 1,
+  its documentation (docs/user-guide/features/megatron_fsdp.md) lists no pipeline support, and
+  v1, the default, has no check either way.
 - DeepSpeed, through Megatron-DeepSpeed (deepspeedai/DeepSpeed, deepspeed/runtime/pipe/
   engine.py, schedule.py): the PipelineEngine runs one schedule, TrainSchedule (1F1B); it
   asserts ZeRO stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"); it
