@@ -221,6 +221,11 @@ def test_sequence_parallel_and_overlap_switches() -> None:
     assert top_fields(default, "overlap_dp") == {False, True}
     off = optimize_json("--zero", "0,1", "--sequence-parallel", "off", "--top", "8")
     assert top_fields(off, "sequence_parallel") == {False}
+    sp_on = optimize_json("--zero", "0,1", "--sequence-parallel", "on", "--top", "8")
+    # on: every tp > 1 plan shards its norms; tp = 1 plans stay (sequence parallelism splits
+    # nothing there), without it
+    assert {(p["plan_fields"]["tp"] > 1, p["plan_fields"]["sequence_parallel"])
+            for p in sp_on["top"]} == {(False, False), (True, True)}
     on = optimize_json("--zero", "0,1", "--overlap-dp", "on", "--top", "8")
     assert top_fields(on, "overlap_dp") == {True}
     for flag in ("--overlap-dp", "--sequence-parallel"):

@@ -255,7 +255,8 @@ def _no_group(space: ModernSpace, workload: Workload, layers: int) -> None:
 def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
     """Every group of the space that plan/rules.py accepts: the schedule's virtual stages with
     pp · v dividing the layers, sequence parallelism only where it splits something (tp > 1;
-    with tp = 1 it is the plan without it), and, with an engine, what it runs as priced at
+    with tp = 1 it is the plan without it, also where the space asks for it on), and, with an
+    engine, what it runs as priced at
     one replica (the engine's limits that need replicas > 1 are replica_choices')."""
     shape = workload.transformer
     if shape is None:
@@ -264,8 +265,10 @@ def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
     for tp, pp, mb, sp, rec, zero, overlap in itertools.product(
             space.tensor, space.pipeline, space.micro_batch, space.sequence_parallel,
             space.recompute, space.zero, space.overlap_dp):
-        if sp and not sequence_parallel_splits(sp, tp):
-            continue
+        if sp != sequence_parallel_splits(sp, tp):  # tp = 1: the plan without it, once
+            if False in space.sequence_parallel:
+                continue
+            sp = False
         if tensor_divides_heads(tp, shape) is not None:
             continue
         for schedule in space.schedules:
