@@ -33,7 +33,7 @@ The facts and their sources (each engine's own code; docs/export.md gives the op
   or float32 (mixed_precision_param), no fp16 or TF32, and always reduces in float32
   (mixed_precision_reduce), overlaps data-parallel communication with computation, and shards
   the norms over the sequence with tensor parallelism (SequenceParallel).
-- No engine reduces 1-byte gradients.
+- No engine reduces 1-byte gradients or has a TF32 option.
 """
 
 from __future__ import annotations
@@ -92,10 +92,6 @@ def _megatron(f: EngineFacts) -> Violation | None:
     if f.pp > 1 and f.schedule == "gpipe":
         return Violation("schedule", f"{name} has no GPipe schedule (its pipelines run 1F1B, or "
                          f"interleaved 1F1B with virtual stages); use 1f1b")
-    if f.compute == "tf32":
-        return Violation("precision", f"{name} has no TF32 option (without --bf16 or --fp16 it "
-                         f"trains in fp32, and PyTorch's allow_tf32 setting decides the "
-                         f"matmuls); use fp32, bf16, fp16 or fp8")
     if f.compute == "fp32" and f.grad_bytes != 4:
         return Violation("grad_bytes", f"{name} reduces fp32 gradients in fp32 (4 bytes), got "
                          f"{f.grad_bytes}")
@@ -111,9 +107,6 @@ def _deepspeed(f: EngineFacts) -> Violation | None:
     if f.pp > 1 and f.schedule != "1f1b":
         return Violation("schedule", f"{name}'s pipeline engine runs one schedule, 1F1B (its "
                          f"TrainSchedule); {f.schedule} has no {name} option")
-    if f.compute == "tf32":
-        return Violation("precision", f"{name} has no TF32 option (ds_config has bf16 and fp16 "
-                         f"blocks; without them it trains in fp32)")
     if f.zero >= 2 and f.pp > 1:
         return Violation("zero", f"{name}'s pipeline engine runs ZeRO-0 or ZeRO-1 only "
                          f"(PipelineEngine asserts that ZeRO-2 and ZeRO-3 are incompatible "
@@ -134,9 +127,6 @@ def _torchtitan(f: EngineFacts) -> Violation | None:
     if f.compute == "fp16":
         return Violation("precision", f"{name} trains in bfloat16 or float32 "
                          f"(training.mixed_precision_param); fp16 has no {name} option")
-    if f.compute == "tf32":
-        return Violation("precision", f"{name} has no TF32 option (float32 training leaves the "
-                         f"matmuls to PyTorch's allow_tf32); use fp32 or bf16")
     if f.zero == 1:
         return Violation("zero", f"{name} has no ZeRO-1: its sharded data parallelism (FSDP2) "
                          f"shards the weights as well; use zero 0 (replicated), 2 or 3")
@@ -148,14 +138,22 @@ def _torchtitan(f: EngineFacts) -> Violation | None:
 
 
 _LIMITS = {"megatron": _megatron, "deepspeed": _deepspeed, "torchtitan": _torchtitan}
+NO_TF32 = {"megatron": "without --bf16 or --fp16 it trains in fp32, and PyTorch's allow_tf32 "
+                       "setting decides the matmuls; use fp32, bf16, fp16 or fp8",
+           "deepspeed": "ds_config has bf16 and fp16 blocks; without them it trains in fp32",
+           "torchtitan": "float32 training leaves the matmuls to PyTorch's allow_tf32; use fp32 "
+                         "or bf16"}
+"""Why no engine has a TF32 option, per engine."""
 
 
 def engine_violation(engine: str, facts: EngineFacts) -> Violation | None:
     """Why `engine` cannot run a plan with these facts (None: it can)."""
+    name = ENGINE_NAMES[engine]
     if facts.grad_bytes == 1:
-        return Violation("grad_bytes", f"1-byte gradient reduction has no "
-                         f"{ENGINE_NAMES[engine]} option (gradients are reduced in 2 or 4 "
-                         f"bytes)")
+        return Violation("grad_bytes", f"1-byte gradient reduction has no {name} option "
+                         f"(gradients are reduced in 2 or 4 bytes)")
+    if facts.compute == "tf32":
+        return Violation("precision", f"{name} has no TF32 option ({NO_TF32[engine]})")
     return _LIMITS[engine](facts)
 
 
