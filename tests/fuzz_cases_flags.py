@@ -286,6 +286,8 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("optimize", "--schedule"): "zigzag", ("optimize", "--precision"): "fp4",
     ("optimize", "--objective"): "speed", ("optimize", "--price"): "-1",
     ("optimize", "--tokens"): "-5", ("optimize", "--html"): "{d}", ("optimize", "--csv"): "{d}",
+    ("optimize", "--engine"): "colossal", ("optimize", "--sequence-parallel"): "yes",
+    ("optimize", "--overlap-dp"): "maybe",
     ("run", "--workload"): ("no-such-net", "workload"),
     ("run", "--input-shape"): "3",
     ("run", "--config"): ("{d}/none.yaml", "config"),

@@ -69,8 +69,6 @@ def flag_cases() -> Iterator[Case]:
          "--global-batch"),
         ("chunks-not-dividing", ("--pp", "2", "--schedule", "interleaved", "--virtual-stages",
                                  "3", "--global-batch", "2"), "--pp"),
-        ("zero2-with-pipeline", ("--pp", "2", "--zero", "2"), "--zero"),
-        ("zero3-with-pipeline", ("--pp", "4", "--zero", "3"), "--zero"),
         ("devices-over-cluster", ("--tp", "4", "--dp", "4", "--global-batch", "4"), "plan"),
         ("dp-over-cluster", ("--dp", "16", "--global-batch", "16"), "plan"),
         ("fp8-on-a100", ("--precision", "fp8"), "--precision"),
@@ -124,9 +122,15 @@ def restriction_cases() -> Iterator[Case]:
     for name, flags, field in table:
         yield Case(f"optimize-{name}", "gpu-search", _optimize(*flags), field)
     no_plan = [
-        ("zero2-only-pipeline", ("--pp", "2", "--zero", "2", "--schedule", "1f1b"), "--zero"),
-        ("zero3-only-pipeline-gpipe", ("--pp", "4", "--zero", "3", "--schedule", "gpipe"),
-         "--zero"),
+        ("deepspeed-zero2-only-pipeline", ("--engine", "deepspeed", "--pp", "2", "--zero", "2",
+                                           "--schedule", "1f1b"), "--zero"),
+        ("deepspeed-gpipe-only-pipeline", ("--engine", "deepspeed", "--pp", "4",
+                                           "--schedule", "gpipe"), "--schedule"),
+        ("torchtitan-zero1-only", ("--engine", "torchtitan", "--zero", "1"), "--zero"),
+        ("torchtitan-fp16", ("--engine", "torchtitan", "--precision", "fp16"), "--precision"),
+        ("engine-unknown", ("--engine", "colossal"), "--engine"),
+        ("overlap-dp-maybe", ("--overlap-dp", "maybe"), "--overlap-dp"),
+        ("sequence-parallel-yes", ("--sequence-parallel", "yes"), "--sequence-parallel"),
         ("interleaved-only-one-stage", ("--pp", "1", "--schedule", "interleaved"),
          "--schedule"),
         ("interleaved-chunks-not-dividing", ("--pp", "4", "--schedule", "interleaved"),
@@ -332,7 +336,8 @@ def plan_file_cases() -> Iterator[Case]:
     yield Case("only-sequence-parallel-text", "plan-files", _predict("--config", "{d}/plan.yaml"),
                "plan.sequence_parallel", {"plan.yaml": "sequence_parallel: 'no'\n"})
     yield Case("plan-rules-from-file", "plan-files", _predict("--config", "{d}/plan.yaml"),
-               "plan.zero", {"plan.yaml": dump({"pp": 2, "zero": 3, "global_batch": 8})})
+               "plan.schedule", {"plan.yaml": dump({"pp": 1, "schedule": "interleaved",
+                                                    "virtual_stages": 2, "global_batch": 8})})
     yield Case("flag-over-file-named-as-typed", "plan-files",
                _predict("--config", "{d}/plan.yaml", "--tp", "3"), "--tp",
                {"plan.yaml": dump({"dp": 1, "global_batch": 8})})

@@ -41,7 +41,7 @@ def test_megatron_args_on_stdout_notes_on_stderr(plan_file) -> None:
 
 def test_from_optimize_json_writes_the_file(tmp_path) -> None:
     fields = dict(tp=8, pp=4, dp=4, micro_batch=1, global_batch=512, zero=1, recompute="full",
-                  precision="bf16", sequence_parallel=True, overlap_dp=True, grad_bytes=4)
+                  precision="bf16", sequence_parallel=True, overlap_dp=False, grad_bytes=4)
     opt = tmp_path / "opt.json"
     opt.write_text(json.dumps({"workload": "llama3-70b", "cluster": "dgx-h100:16",
                                "best": {"plan_fields": fields, "prediction": {}}, "top": []}))
@@ -112,9 +112,9 @@ def test_missing_and_odd_plan_files(tmp_path) -> None:
     odd.write_text('{"best": {"plan_fields": {"tp": 8, "pp": 8, "dp": 2, "zero": 3}}}')
     result = dnnscale("export", str(odd), "--to", "megatron", "-w", "gpt3-175b")
     assert result.returncode == 2
-    assert result.stderr.strip() == ("error: plan.best.plan_fields.zero: ZeRO-3 shards "
-                                     "gradients, which pipeline parallelism cannot accumulate "
-                                     "(DeepSpeed allows ZeRO-1 with pp > 1)")
+    assert result.stderr.strip() == ("error: plan.zero: Megatron-LM shards gradients (ZeRO-3, "
+                                     "Megatron-FSDP) within one pipeline stage only (its FSDP "
+                                     "adapter refuses pp > 1); use zero 0 or 1 with a pipeline")
 
 
 def test_workload_mismatch_is_refused(tmp_path) -> None:

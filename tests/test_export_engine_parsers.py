@@ -93,7 +93,7 @@ DEEPSPEED_READER = """
 DEEPSPEED_PLANS = {
     "llama70": (dict(tp=8, pp=4, dp=4, micro_batch=1, global_batch=512, zero=1,
                      recompute="full", precision="bf16", sequence_parallel=True,
-                     overlap_dp=True, grad_bytes=4), "llama3-70b"),
+                     overlap_dp=False, grad_bytes=4), "llama3-70b"),  # DeepSpeed: no overlap, pp > 1
     "zero3": (dict(tp=1, pp=1, dp=16, micro_batch=4, global_batch=128, zero=3,
                    precision="fp16", overlap_dp=True), "gpt3-1.3b"),
     "zero2": (dict(tp=2, pp=1, dp=8, micro_batch=2, global_batch=64, zero=2,
@@ -130,7 +130,7 @@ def test_deepspeed_reads_the_ds_config(tmp_path) -> None:
     llama70, zero3, zero2, ddp, wrong = run_python(DEEPSPEED_READER, *argv, argv[0], "3",
                                                    argv[2])
     assert llama70 == {"train_batch_size": 512, "micro": 1, "accumulation": 128, "zero_stage": 1,
-                       "overlap_comm": True, "bf16": True, "fp16": False,
+                       "overlap_comm": False, "bf16": True, "fp16": False,
                        "dynamic_loss_scale": False, "communication": "torch.float32",
                        "checkpointing": [False, False, False], "deepspeed": True,
                        "deepspeed_config": str(tmp_path / "llama70.json")}

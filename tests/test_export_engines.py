@@ -247,8 +247,12 @@ def test_gpipe_without_a_pipeline_is_not_refused() -> None:
 
 # --- DeepSpeed -------------------------------------------------------------------------------
 
+# DeepSpeed's pipeline engine reduces gradients after the last micro-batch: no overlap with pp > 1
+LLAMA70_DEEPSPEED = {**LLAMA70_PLAN, "overlap_dp": False}
+
+
 def test_deepspeed_llama70b_config_and_megatron_deepspeed_flags() -> None:
-    result = export_deepspeed(modern_plan_from_dict(LLAMA70_PLAN), shape_of("llama3-70b"),
+    result = export_deepspeed(modern_plan_from_dict(LLAMA70_DEEPSPEED), shape_of("llama3-70b"),
                               "llama3-70b")
     assert [f.name for f in result.files] == ["ds_config.json", "megatron-deepspeed.args"]
     config = json.loads(result.files[0].text)
@@ -256,7 +260,7 @@ def test_deepspeed_llama70b_config_and_megatron_deepspeed_flags() -> None:
         "train_batch_size": 512,
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 128,        # 512 / (1 · 4 replicas)
-        "zero_optimization": {"stage": 1, "overlap_comm": True},
+        "zero_optimization": {"stage": 1, "overlap_comm": False},
         "bf16": {"enabled": True},
         "communication_data_type": "fp32",         # grad_bytes 4
         "activation_checkpointing": {"partition_activations": False,
@@ -304,7 +308,7 @@ def test_deepspeed_zero0_fp32() -> None:
 
 
 def test_deepspeed_config_name_in_flags() -> None:
-    result = export_deepspeed(modern_plan_from_dict(LLAMA70_PLAN), shape_of("llama3-70b"),
+    result = export_deepspeed(modern_plan_from_dict(LLAMA70_DEEPSPEED), shape_of("llama3-70b"),
                               "llama3-70b", config_name="cfg/run1.json")
     assert result.files[0].name == "cfg/run1.json"
     assert "--deepspeed_config cfg/run1.json" in lines(result.files[1].text)
@@ -337,9 +341,10 @@ def test_torchtitan_llama3_8b_fsdp_fp8() -> None:
     assert any("float32" in note for note in result.notes)   # the 2-byte gradients differ
 
 
-def test_torchtitan_llama3_70b_interleaved_pipeline_ddp() -> None:
+def test_torchtitan_llama3_70b_interleaved_pipeline_fsdp() -> None:
+    # torchtitan's DDP runs only alone, so with TP and PP the two replicas shard (FSDP2 + TP + PP)
     plan = modern_plan_from_dict(dict(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64,
-                                      schedule="interleaved", virtual_stages=2, zero=0,
+                                      schedule="interleaved", virtual_stages=2, zero=2,
                                       recompute="full", precision="bf16",
                                       sequence_parallel=True, overlap_dp=True, grad_bytes=4))
     result = export_torchtitan(plan, shape_of("llama3-70b"), "llama3-70b")
@@ -348,8 +353,9 @@ def test_torchtitan_llama3_70b_interleaved_pipeline_ddp() -> None:
     # 64 / (1 · 2) = 32 micro-batches per step, all in one local batch the pipeline splits.
     assert tables["training"]["local_batch_size"] == 32
     assert tables["training"]["global_batch_size"] == 64
-    assert tables["parallelism"] == {"data_parallel_replicate_degree": 2,
-                                     "data_parallel_shard_degree": 1,
+    assert tables["parallelism"] == {"data_parallel_replicate_degree": 1,
+                                     "data_parallel_shard_degree": 2,
+                                     "fsdp_reshard_after_forward": "never",    # ZeRO-2
                                      "tensor_parallel_degree": 8,
                                      "pipeline_parallel_degree": 4,
                                      "pipeline_parallel_schedule": "Interleaved1F1B",
@@ -395,7 +401,7 @@ def test_torchtitan_flavor_needs_llama3s_rope_base() -> None:
 
 MEGATRON_BASE = dict(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8)
 DEEPSPEED_BASE = {**MEGATRON_BASE, "zero": 1}
-TORCHTITAN_BASE = dict(tp=2, pp=1, dp=4, micro_batch=1, global_batch=8)
+TORCHTITAN_BASE = dict(tp=2, pp=1, dp=4, micro_batch=1, global_batch=8, zero=2)
 
 
 @pytest.mark.parametrize("exporter, engine, base, change, field, words", [
@@ -412,8 +418,16 @@ TORCHTITAN_BASE = dict(tp=2, pp=1, dp=4, micro_batch=1, global_batch=8)
      "1F1B"),
     (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(schedule="gpipe"), "plan.schedule",
      "1F1B"),
-    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(zero=0, overlap_dp=True),
+    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(pp=1, zero=0, overlap_dp=True),
      "plan.overlap_dp", "only under ZeRO"),
+    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(overlap_dp=True), "plan.overlap_dp",
+     "after the last micro-batch"),
+    (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(zero=2), "plan.zero",
+     "ZeRO-0 or ZeRO-1 only"),
+    (export_megatron, "Megatron-LM", MEGATRON_BASE, dict(zero=3), "plan.zero",
+     "one pipeline stage only"),
+    (export_torchtitan, "torchtitan", TORCHTITAN_BASE, dict(zero=0), "plan.zero",
+     "DDP (zero 0) runs only as the sole parallelism"),
     (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(precision="tf32"), "plan.precision",
      "no TF32"),
     (export_deepspeed, "DeepSpeed", DEEPSPEED_BASE, dict(grad_bytes=1), "plan.grad_bytes",

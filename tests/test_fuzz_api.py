@@ -174,9 +174,9 @@ def _cases() -> dict[str, tuple[Callable[[], Any], str]]:
                        "plan.zero"),
         "overlap-dp-text": (lambda: _plan(data=DataParallel(1, Collective("ring", 0, "no"))),  # type: ignore[arg-type]
                             "plan.overlap_dp"),
-        "zero2-with-pipeline": (lambda: _plan(pipeline=Pipeline(2),
-                                              data=DataParallel(1, Collective("ring", 2))),
-                                "plan.zero"),
+        "zero-stage-four-with-pipeline": (
+            lambda: _plan(pipeline=Pipeline(2), data=DataParallel(1, Collective("ring", 4))),
+            "plan.zero"),
         "tensor-none": (lambda: _plan(tensor=None), "plan.tensor"),
         "tensor-int": (lambda: _plan(tensor=2), "plan.tensor"),
         "pipeline-dict": (lambda: _plan(pipeline={"stages": 2}), "plan.pipeline"),

@@ -129,7 +129,7 @@ def test_plan_fields_round_trip_and_rules() -> None:
            ({"pp": 5}, "plan.pp: 96 layers do not divide into 5 stages"),
            ({"dp": 16}, "plan: needs 1024 devices"),
            ({"global_batch": 1001}, "plan.global_batch: 1001 is not a multiple"),
-           ({"zero": 2}, "plan.zero: ZeRO-2 shards gradients"),
+           ({"zero": 4}, "plan.zero: must be"),
            ({"schedule": "interleaved", "virtual_stages": 1}, "interleaved needs"),
            ({"precision": "fp9"}, "plan.precision: must be one of")]
     for change, message in bad:

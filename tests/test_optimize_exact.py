@@ -106,3 +106,35 @@ def test_group_search_throughput_is_predict_configs(case, replicas, shards, mode
                                             (stage,)), 1)
     assert search.throughput(config.replicas, config.ps_shards) == \
         expected.throughput_samples_per_s
+
+
+@pytest.mark.parametrize("engine", [None, "megatron", "deepspeed", "torchtitan"])
+def test_gpu_search_per_engine_equals_exhaustive(engine) -> None:
+    """The GPU-plan search kept to an engine (plan/engines.py) is exact too: a small GPT on
+    16 GPUs of 20 MB, pipelined (pp 2 or 4: schedules and ZeRO with a pipeline are where the
+    engines differ), every ZeRO stage, overlap and sequence parallelism on and off: the top 3
+    step times are the exhaustive reference's, every plan of the top runs on the engine as
+    priced, and DeepSpeed's and torchtitan's winners are not the unrestricted one (interleaved
+    with ZeRO-1)."""
+    from dnnscale.optimize.modern import exhaustive_modern, make_modern_space, optimize_modern
+    from dnnscale.plan.engines import plan_facts, search_violation
+    from dnnscale.system import load_system
+    from dnnscale.workload import load_workload
+
+    w = load_workload("gpt:layers=4,hidden=128,heads=4,seq=64,vocab=512")
+    system = load_system("dgx-a100-80g:2")
+    system = dataclasses.replace(system, machine=dataclasses.replace(system.machine,
+                                                                     memory_bytes=20e6))
+    space = make_modern_space(w, system, 32, tensor=(1, 2, 4), pipeline=(2, 4),
+                              micro_batch=(1, 2), engine=engine)
+    reference = exhaustive_modern(w, system, space, system.machines)
+    fast = optimize_modern(w, system, space, top=3, curve=False)
+    assert [p.step_time_s for p in fast.top] == pytest.approx(
+        [p.step_time_s for p in reference[:3]], rel=TOLERANCE)
+    if engine is not None:
+        assert fast.engine == engine
+        assert all(search_violation(engine, plan_facts(p.plan)) is None for p in fast.top)
+    anywhere = optimize_modern(w, system, dataclasses.replace(space, engine=None,
+                                                              grad_bytes=None), top=1,
+                               curve=False).best
+    assert (fast.best.label() == anywhere.label()) == (engine in (None, "megatron"))

@@ -15,6 +15,7 @@ from dnnscale.cli import app
 from dnnscale.errors import InputError
 from dnnscale.optimize.modern import (exhaustive_modern, groups_of, make_modern_space,
                                       optimize_modern, replica_choices)
+from dnnscale.plan.engines import plan_facts, search_violation
 from dnnscale.system import load_system
 from dnnscale.workload import load_workload
 
@@ -31,16 +32,24 @@ def _system(nodes: int, memory_bytes: float | None = None):  # type: ignore[no-u
 
 @settings(max_examples=8, deadline=None)
 @given(nodes=st.sampled_from([1, 2, 4, 8]), global_batch=st.sampled_from([8, 16, 32, 64]),
-       memory_mb=st.sampled_from([None, 40, 60, 120]), objective=st.sampled_from(["time", "cost"]))
+       memory_mb=st.sampled_from([None, 40, 60, 120]), objective=st.sampled_from(["time", "cost"]),
+       engine=st.sampled_from([None, "megatron", "deepspeed", "torchtitan"]))
 def test_fast_equals_exhaustive(nodes: int, global_batch: int, memory_mb: int | None,
-                                objective: str) -> None:
-    """Every family of the space (TP, PP incl. interleaved, ZeRO 0-3, recompute, sequence
-    parallel, micro-batches) on up to 64 GPUs: the search's top 3 are the reference's."""
+                                objective: str, engine: str | None) -> None:
+    """Every family of the space (TP, PP incl. interleaved, ZeRO 0-3 also with a pipeline,
+    recompute, sequence parallel, overlap on and off, micro-batches) on up to 64 GPUs, for any
+    engine or one: the search's top 3 are the reference's."""
     w = load_workload(SMALL)
     system = _system(nodes, memory_mb * 1e6 if memory_mb else None)
     space = make_modern_space(w, system, global_batch, tensor=(1, 2, 4), pipeline=(1, 2, 4),
-                              micro_batch=(1, 2, 4))
+                              micro_batch=(1, 2, 4), engine=engine)
     reference = exhaustive_modern(w, system, space, system.machines, objective)
+    if engine is not None:  # the engine's plans are exactly the ones it runs as priced
+        anywhere = exhaustive_modern(w, system, dataclasses.replace(space, engine=None),
+                                     system.machines, objective)
+        kept = [p.label() for p in anywhere
+                if search_violation(engine, plan_facts(p.plan)) is None]
+        assert sorted(kept) == sorted(p.label() for p in reference)
     if not reference:
         with pytest.raises(InputError, match="no plan"):
             optimize_modern(w, system, space, top=3, objective=objective, curve=False)

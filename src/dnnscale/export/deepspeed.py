@@ -14,9 +14,9 @@ zero_optimization.stage and .overlap_comm, bf16.enabled, fp16.enabled (+ loss_sc
 communication_data_type, activation_checkpointing. The launch needs CUDA_DEVICE_MAX_CONNECTIONS=1
 with sequence parallelism (a note says so).
 
-Refused: GPipe and interleaved schedules with pp > 1 (DeepSpeed's pipeline engine runs 1F1B
-only), overlap_dp without ZeRO (DeepSpeed overlaps gradient reduction only in its ZeRO
-optimizers), TF32 (no option in either), 1-byte gradients.
+Refused (plan/engines.py, DeepSpeed's limits with their sources): GPipe and interleaved
+schedules with pp > 1, ZeRO-2/3 with pp > 1, overlap_dp with pp > 1 or without ZeRO, TF32,
+1-byte gradients.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from dnnscale.errors import InputError
 from dnnscale.export.megatron import (CONNECTIONS, batch_flags, model_flags, pipeline_flags,
                                       rotary_base, sequence_parallel)
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
-                                    overlaps_dp, refuse_grad_bytes_one, zero_stage)
+                                    overlaps_dp, zero_stage)
 from dnnscale.jsonout import dumps
+from dnnscale.plan.engines import require_engine
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
 
@@ -40,18 +41,7 @@ COMMUNICATION_TYPE = {4: "fp32", 2: "bf16"}
 
 
 def _check_plan(plan: ParallelPlan) -> None:
-    pipeline = plan.pipeline
-    if pipeline.stages > 1 and pipeline.schedule != "1f1b":
-        raise InputError("plan.schedule", f"{ENGINE}'s pipeline engine runs one schedule, 1F1B "
-                         f"(its TrainSchedule); {pipeline.schedule} has no {ENGINE} option")
-    if overlaps_dp(plan) and zero_stage(plan) == 0:
-        raise InputError("plan.overlap_dp", f"{ENGINE} overlaps gradient reduction with the "
-                         f"backward pass only under ZeRO (zero_optimization.overlap_comm); use "
-                         f"zero >= 1 or overlap_dp false")
-    if plan.precision.compute == "tf32":
-        raise InputError("plan.precision", f"{ENGINE} has no TF32 option (ds_config has bf16 "
-                         f"and fp16 blocks; without them it trains in fp32)")
-    refuse_grad_bytes_one(plan, ENGINE)
+    require_engine("deepspeed", plan)  # DeepSpeed's limits live in plan/engines.py
 
 
 def ds_config(plan: ParallelPlan) -> dict[str, Any]:

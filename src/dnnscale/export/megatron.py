@@ -29,7 +29,8 @@ docs/export.md lists each with its source line):
   Megatron-FSDP (`device_connections`); the script also passes data and run-length options
   (mock data and the NullTokenizer, a short run) that DATA_ARGS and TRAIN_ARGS replace.
 
-Megatron-LM has no GPipe schedule and no TF32 switch; plans that need them are refused.
+Megatron-LM has no GPipe schedule and no TF32 switch, and Megatron-FSDP (ZeRO-2/3) no
+pipeline; plan/engines.py refuses plans that need them.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from collections.abc import Sequence
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
-                                    overlaps_dp, refuse_grad_bytes_one, zero_stage)
+                                    overlaps_dp, zero_stage)
+from dnnscale.plan.engines import require_engine
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
 
@@ -71,9 +73,6 @@ def pipeline_flags(plan: ParallelPlan, shape: TransformerShape, engine: str) -> 
     pipeline = plan.pipeline
     flags: list[Flag] = [("--tensor-model-parallel-size", str(plan.tensor.degree)),
                          ("--pipeline-model-parallel-size", str(pipeline.stages))]
-    if pipeline.stages > 1 and pipeline.schedule == "gpipe":
-        raise InputError("plan.schedule", f"{engine} has no GPipe schedule (its pipelines run "
-                         f"1F1B, or interleaved 1F1B with virtual stages); use 1f1b")
     if pipeline.schedule == "interleaved":
         per_chunk = shape.layers // (pipeline.stages * pipeline.virtual_stages)
         flags.append(("--num-layers-per-virtual-pipeline-stage", str(per_chunk)))
@@ -146,15 +145,7 @@ def _recompute_flags(plan: ParallelPlan) -> list[Flag]:
 
 def _precision_flags(plan: ParallelPlan) -> list[Flag]:
     compute, grad = plan.precision.compute, plan.precision.grad_bytes
-    refuse_grad_bytes_one(plan, ENGINE)
-    if compute == "tf32":
-        raise InputError("plan.precision", f"{ENGINE} has no TF32 option (without --bf16 or "
-                         f"--fp16 it trains in fp32, and PyTorch's allow_tf32 setting decides "
-                         f"the matmuls); use fp32, bf16, fp16 or fp8")
-    if compute == "fp32":
-        if grad != 4:
-            raise InputError("plan.grad_bytes", f"{ENGINE} reduces fp32 gradients in fp32 "
-                             f"(4 bytes), got {grad}")
+    if compute == "fp32":  # with 4-byte gradients (plan/engines.py refuses the rest)
         return []
     flags: list[Flag] = [("--fp16", None)] if compute == "fp16" else [("--bf16", None)]
     if compute == "fp8":
@@ -265,6 +256,7 @@ def export_megatron(plan: ParallelPlan, shape: TransformerShape | None, workload
         raise InputError("--format", f"{ENGINE} exports as {' or '.join(FORMATS)}, got "
                          f"{short_repr(output_format)}")
     shape = check_exportable(plan, shape, workload, ENGINE)
+    require_engine("megatron", plan)  # Megatron-LM's limits live in plan/engines.py
     flags = megatron_flags(plan, shape)
     world = plan.workers
     notes = []

@@ -85,13 +85,6 @@ def check_exportable(plan: ParallelPlan, shape: TransformerShape | None, workloa
     return shape
 
 
-def refuse_grad_bytes_one(plan: ParallelPlan, engine: str) -> None:
-    """No engine reduces gradients in 1-byte values."""
-    if plan.precision.grad_bytes == 1:
-        raise InputError("plan.grad_bytes", f"1-byte gradient reduction has no {engine} "
-                         f"option (gradients are reduced in 2 or 4 bytes)")
-
-
 def args_text(flags: list[Flag]) -> str:
     """One option per line (``--flag value``), nothing else: ``$(cat FILE)`` or ``xargs`` pass
     it to the engine's script as it is."""

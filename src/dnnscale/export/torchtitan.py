@@ -13,7 +13,9 @@ names (``--parallelism.tensor_parallel_degree 8``).
   (data_parallel_replicate_degree = DP), ZeRO-2 and ZeRO-3 are FSDP2
   (data_parallel_shard_degree = DP, fsdp_reshard_after_forward "never" keeps the gathered
   weights for the backward pass, as FSDP's SHARD_GRAD_OP = ZeRO-2 does; "always" re-gathers
-  them, ZeRO-3). torchtitan has no ZeRO-1 (its sharded mode shards the weights too).
+  them, ZeRO-3). What torchtitan cannot run (no ZeRO-1, DDP only as the sole parallelism,
+  no fp16 or TF32) and what it always does (fp32 reduction, overlap, sequence-parallel norms)
+  are plan/engines.py's.
 - [training] local_batch_size (per DP rank and gradient-accumulation step; with a pipeline it
   holds all the step's micro-batches, which the pipeline splits), global_batch_size, seq_len,
   mixed_precision_param, mixed_precision_reduce.
@@ -25,10 +27,9 @@ names (``--parallelism.tensor_parallel_degree 8``).
 
 from __future__ import annotations
 
-from dnnscale.errors import InputError
-from dnnscale.export.result import (EngineExport, ExportFile, check_exportable, overlaps_dp,
-                                    refuse_grad_bytes_one, zero_stage)
+from dnnscale.export.result import EngineExport, ExportFile, check_exportable, zero_stage
 from dnnscale.export.toml_text import TomlValue, toml_text
+from dnnscale.plan.engines import engine_differences, plan_facts, require_engine
 from dnnscale.plan.modern import plan_label
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
@@ -68,10 +69,7 @@ def _is_llama(shape: TransformerShape) -> bool:
 
 
 def _parallelism(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlValue]:
-    zero, dp = zero_stage(plan), plan.data.replicas
-    if zero == 1:
-        raise InputError("plan.zero", f"{ENGINE} has no ZeRO-1: its sharded data parallelism "
-                         f"(FSDP2) shards the weights as well; use zero 0 (replicated), 2 or 3")
+    zero, dp = zero_stage(plan), plan.data.replicas  # zero 0, 2 or 3 (plan/engines.py)
     section: dict[str, TomlValue] = {
         "data_parallel_replicate_degree": 1 if zero else dp,
         "data_parallel_shard_degree": dp if zero else 1,
@@ -92,13 +90,7 @@ def _parallelism(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlV
 
 
 def _training(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlValue]:
-    compute = plan.precision.compute
-    if compute == "fp16":
-        raise InputError("plan.precision", f"{ENGINE} trains in bfloat16 or float32 "
-                         f"(training.mixed_precision_param); fp16 has no {ENGINE} option")
-    if compute == "tf32":
-        raise InputError("plan.precision", f"{ENGINE} has no TF32 option (float32 training "
-                         f"leaves the matmuls to PyTorch's allow_tf32); use fp32 or bf16")
+    compute = plan.precision.compute  # fp32, bf16 or fp8 (plan/engines.py)
     micro = plan.batch.micro_batch
     # With a pipeline, one local batch is the whole step's micro-batches (the pipeline splits
     # it into pipeline_parallel_microbatch_size pieces); without one, the micro-batches are
@@ -133,15 +125,7 @@ def _notes(plan: ParallelPlan, shape: TransformerShape, workload: str,
                          f"{workload!r} that a model of yours must provide")
     notes.append(f"the vocabulary ({shape.vocab}) comes from the tokenizer at "
                  f"model.hf_assets_path")
-    if plan.precision.grad_bytes == 2:
-        notes.append("torchtitan reduces gradients in float32 (mixed_precision_reduce has no "
-                     "other value): twice the data-parallel bytes the plan priced")
-    if not overlaps_dp(plan) and plan.data.replicas > 1:
-        notes.append("torchtitan always overlaps data-parallel communication with computation "
-                     "(FSDP2 prefetch, DDP buckets); the plan priced it after the backward pass")
-    if plan.tensor.degree > 1 and not plan.tensor.sequence_parallel:
-        notes.append("torchtitan's tensor parallelism always shards the norms over the "
-                     "sequence (SequenceParallel); the plan priced it without")
+    notes += [d.message for d in engine_differences("torchtitan", plan_facts(plan))]
     notes.append(f"launch tp·pp·dp = {plan.tensor.degree}·{plan.pipeline.stages}·"
                  f"{plan.data.replicas} = {plan.workers} processes: torchtitan checks that "
                  f"the degrees multiply to the world size")
@@ -152,7 +136,7 @@ def export_torchtitan(plan: ParallelPlan, shape: TransformerShape | None,
                       workload: str) -> EngineExport:
     """torchtitan's TOML job config for `plan` training `workload`."""
     shape = check_exportable(plan, shape, workload, ENGINE)
-    refuse_grad_bytes_one(plan, ENGINE)
+    require_engine("torchtitan", plan)  # torchtitan's limits live in plan/engines.py
     flavor = _llama3_flavor(shape)
     model: dict[str, TomlValue] = {"name": "llama3", "flavor": flavor or workload}
     if plan.precision.compute == "fp8":

@@ -47,8 +47,9 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from dnnscale.model.collectives import collective_time_s, group_collective_time_s
-from dnnscale.model.data_parallel import (buckets_for, exposed_after_backward_s,
-                                          optimizer_step_bytes, zero_traffic)
+from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
+                                          exposed_after_backward_s, optimizer_step_bytes,
+                                          zero_traffic)
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
 from dnnscale.model.prediction import StepPart
 from dnnscale.model.records import (Bottleneck, CollectiveTime, Part, PartKind,
@@ -212,7 +213,9 @@ class StepContext:
             seconds = 0.0
             for operation, payload, count in zero_traffic(
                     self.collective.zero_stage, params * self.grad_bytes_per_value,
-                    params * self.param_bytes_per_value, micro_batches):
+                    params * self.param_bytes_per_value, micro_batches,
+                    deferred_gradient_sync(self.collective.zero_stage,
+                                           self.plan.pipeline.stages)):
                 seconds += count * group_collective_time_s(operation, library, payload, span,
                                                            self.topology, call_s,
                                                            self.collective.algorithm)

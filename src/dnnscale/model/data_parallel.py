@@ -11,8 +11,28 @@ DEFAULT_BUCKET_BYTES = 25e6
 """Gradient bucket for overlapped all-reduce: PyTorch DDP's default bucket_cap_mb = 25."""
 
 
+def deferred_gradient_sync(zero_stage: int, pipeline_stages: int) -> bool:
+    """Whether ZeRO-2/3 run as a pipeline runs them: with pp > 1 the only engine that shards
+    gradients, torch.distributed.pipelining (torchtitan's FSDP2 + PP), accumulates whole
+    gradients over the step's micro-batches and reduce-scatters them once after the last
+    (backward_maybe_with_nosync turns gradient sync and the reshard after backward off,
+    perform_reduce_grad runs the post-backward once): whole gradients, and the parameters that
+    a backward gathered stay whole until the next forward ends, so a member holds whole
+    weights and gradients at its peak and only the optimizer state stays sharded.
+    Source: PyTorch 2.13, torch/distributed/pipelining/stage.py."""
+    return zero_stage >= 2 and pipeline_stages > 1
+
+
+def memory_zero_stage(zero_stage: int, pipeline_stages: int) -> int:
+    """The ZeRO stage whose sharding a member's memory follows: ZeRO-1's where the gradient
+    sync is deferred (deferred_gradient_sync: whole weights and gradients, the state sharded),
+    else the plan's own."""
+    return 1 if deferred_gradient_sync(zero_stage, pipeline_stages) else zero_stage
+
+
 def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
-                 micro_batches: int) -> tuple[tuple[str, float, int], ...]:
+                 micro_batches: int,
+                 pipelined: bool = False) -> tuple[tuple[str, float, int], ...]:
     """The collectives one data-parallel member runs per step: (operation, payload bytes, count).
 
     Formula: ZeRO-0 (plain data parallelism): all-reduce of the gradients once;
@@ -21,14 +41,20 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
     micro-batch's backward (the partitioned gradients cannot accumulate whole) + one all-gather;
     ZeRO-3 / FSDP: every micro-batch all-gathers the parameters in forward and again in backward
     and reduce-scatters the gradients (1.5x the volume of ZeRO-1/2 per micro-batch).
+    `pipelined` (pp > 1, see deferred_gradient_sync): ZeRO-2/3 reduce-scatter once per step;
+    ZeRO-2 all-gathers once, ZeRO-3 m + 1 times (the first forward, then every backward that
+    follows a forward: in 1F1B and GPipe order m + 1 whatever the warm-up).
     Units: bytes, bytes, count -> (name, bytes, count).
     Source: Rajbhandari et al. SC'20 §5, §7 (ZeRO stages and their communication volume);
-    DeepSpeed's stage-2 engine reduces partitioned gradients during each backward.
+    DeepSpeed's stage-2 engine reduces partitioned gradients during each backward; PyTorch's
+    torch/distributed/pipelining/stage.py (2.13) for the pipelined case.
     """
     if zero_stage == 0:
         return (("allreduce", grad_bytes, 1),)
-    if zero_stage == 1:
+    if zero_stage == 1 or (zero_stage == 2 and pipelined):
         return (("reduce_scatter", grad_bytes, 1), ("allgather", param_bytes, 1))
+    if pipelined:
+        return (("allgather", param_bytes, micro_batches + 1), ("reduce_scatter", grad_bytes, 1))
     if zero_stage == 2:
         return (("reduce_scatter", grad_bytes, micro_batches), ("allgather", param_bytes, 1))
     return (("allgather", param_bytes, 2 * micro_batches),

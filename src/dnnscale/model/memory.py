@@ -84,7 +84,8 @@ def sharded_state_parts(params: float, param_bytes: float, grad_bytes: float,
 
     Formula: (Ψ params, d replicas; mixed-precision Adam 2 + 2 + 12 bytes) ZeRO-0 Ψ·(b_p + b_g
     + s); ZeRO-1 the state /d (4Ψ + 12Ψ/d); ZeRO-2 gradients and state /d (2Ψ + 14Ψ/d);
-    ZeRO-3 everything /d (16Ψ/d).
+    ZeRO-3 everything /d (16Ψ/d). (ZeRO-2/3 with pp > 1 shard as ZeRO-1: the caller passes
+    data_parallel.memory_zero_stage.)
     Units: parameters, bytes per value, count -> bytes.
     Source: Rajbhandari et al., "ZeRO", SC'20 §5.1 (Figure 1).
     """

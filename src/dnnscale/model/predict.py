@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from dnnscale.model.compose import StepContext, compose, epoch_time_s
+from dnnscale.model.data_parallel import memory_zero_stage
 from dnnscale.model.error_band import band_of
 from dnnscale.model.gpu_compute import peak_flops_per_s
 from dnnscale.model.memory import (ps_memory_parts, sharded_state_parts,
@@ -156,7 +157,8 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
         seen.add(signature)
         state = sharded_state_parts(params, context.param_bytes_per_value,
                                     context.grad_bytes_per_value, context.state_bytes_per_param,
-                                    zero, plan.data.replicas)
+                                    memory_zero_stage(zero, plan.pipeline.stages),
+                                    plan.data.replicas)
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
         blocks = stage.blocks

@@ -20,7 +20,8 @@ SPACE_FLAGS: dict[str, tuple[str, ...]] = {
                                   "--full-curve")},
     **{flag: (GPU,) for flag in ("--global-batch", "--tp", "--pp", "--micro-batch", "--zero",
                                  "--recompute", "--schedule", "--precision", "--objective",
-                                 "--price", "--pareto", "--tokens")},
+                                 "--price", "--pareto", "--tokens", "--engine",
+                                 "--sequence-parallel", "--overlap-dp")},
 }
 """optimize's flags by the space searched (plan/flags.py refuse_flags); the rest apply to both."""
 OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -95,7 +96,18 @@ def register(app: typer.Typer) -> None:
             pp: Optional[str] = typer.Option(None, "--pp", help="GPU: pipeline stages, e.g. 1,2,4"),
             micro_batch: Optional[str] = typer.Option(None, "--micro-batch",
                                                       help="GPU: micro-batch choices"),
-            zero: Optional[str] = typer.Option(None, "--zero", help="GPU: ZeRO stages, e.g. 0,1"),
+            zero: Optional[str] = typer.Option(
+                None, "--zero", help="GPU: ZeRO stages 0-3, e.g. 0,1 (default: all four)"),
+            sequence_parallel: Optional[str] = typer.Option(
+                None, "--sequence-parallel", help="GPU: on, off or on,off (default: both; "
+                "only with tp > 1)"),
+            overlap_dp: Optional[str] = typer.Option(
+                None, "--overlap-dp", help="GPU: data-parallel gradients overlap the backward "
+                "pass: on, off or on,off (default: both)"),
+            engine: Optional[str] = typer.Option(
+                None, "--engine", help="GPU: megatron | deepspeed | torchtitan: only plans "
+                "that engine runs as priced (default: any; the result names the engines "
+                "that run the winner)"),
             recompute: Optional[str] = typer.Option(
                 None, "--recompute", help="GPU: none,selective,full (choices)"),
             schedule: Optional[str] = typer.Option(None, "--schedule",
@@ -124,7 +136,7 @@ def register(app: typer.Typer) -> None:
         from dnnscale.atomic import check_output_path
         from dnnscale.errors import InputError, require_positive
         from dnnscale.optimize.entry import is_gpu_space, optimize as run_optimize
-        from dnnscale.optimize.modern_commands import print_gpu_result, strings
+        from dnnscale.optimize.modern_commands import print_gpu_result, strings, switches
         from dnnscale.optimize.result import SpaceKind
         from dnnscale.optimize.space import parse_fc_protocols, parse_int_list
         from dnnscale.plan import config_from_dict
@@ -191,6 +203,10 @@ def register(app: typer.Typer) -> None:
                                 zero=lists["zero"],
                                 recompute=strings(recompute, "recompute"),
                                 schedules=strings(schedule, "schedule"), precision=precision,
+                                sequence_parallel=switches(sequence_parallel,
+                                                           "--sequence-parallel"),
+                                overlap_dp=switches(overlap_dp, "--overlap-dp"),
+                                engine=engine,
                                 objective=objective, pareto=pareto or None,
                                 price_per_device_hour=price)
 

@@ -67,6 +67,15 @@ def _optional_bool(field: str, value: object) -> bool | None:
     return None if value is None else require_bool(field, value)
 
 
+def _switches(field: str, value: object) -> bool | tuple[bool, ...] | None:
+    """A switch, or the choices of it (True, False or a list of them); None stays None."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (list, tuple)) and value:
+        return tuple(require_bool(field, item) for item in value)
+    raise InputError(field, f"must be true, false or a list of them, got {short_repr(value)}")
+
+
 def _optional_name(field: str, value: object) -> str | None:
     if value is not None and not isinstance(value, str):
         raise InputError(field, f"must be a name, got {short_repr(value)}")
@@ -95,9 +104,11 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
              zero: int | Iterable[int] | None = None,
              recompute: str | Sequence[str] | None = None,
              schedules: str | Sequence[str] | None = None, precision: str | None = None,
-             sequence_parallel: bool | None = None, overlap_dp: bool | None = None,
+             sequence_parallel: bool | Sequence[bool] | None = None,
+             overlap_dp: bool | Sequence[bool] | None = None,
              objective: str | None = None, pareto: bool | None = None,
-             price_per_device_hour: float | None = None) -> OptimizeResult:
+             price_per_device_hour: float | None = None,
+             engine: str | None = None) -> OptimizeResult:
     """The fastest plan within a budget, the top `top`, the best of each family, and the
     scalability curve, over the space the inputs call for.
 
@@ -110,8 +121,11 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
 
     GPU space (§9): global_batch (required, samples per step), tp, pp, micro_batch, zero (one
     value or choices), recompute, schedules (names, or comma-separated), precision (default
-    bf16), sequence_parallel (None: both), overlap_dp, objective ('time' | 'cost'), pareto,
-    price_per_device_hour (USD, replaces the system's, for objective 'cost').
+    bf16), sequence_parallel and overlap_dp (True, False, or a list of both; None: both),
+    objective ('time' | 'cost'), pareto, price_per_device_hour (USD, replaces the system's,
+    for objective 'cost'), engine ('megatron' | 'deepspeed' | 'torchtitan': only plans that
+    engine runs as priced, plan/engines.py; None: any plan, and the result says which
+    engines run the winner).
 
     Raises InputError naming the field for bad input, an argument the chosen space does not
     have, or a budget too small for any feasible plan.
@@ -121,8 +135,9 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     require_bool("curve", curve)
     require_bool("choose_overlap", choose_overlap)
     method = _optional_name("method", method) or "fast"
-    sequence_parallel = _optional_bool("sequence_parallel", sequence_parallel)
-    overlap_dp = _optional_bool("overlap_dp", overlap_dp)
+    sequence_parallel = _switches("sequence_parallel", sequence_parallel)
+    overlap_dp = _switches("overlap_dp", overlap_dp)
+    engine = _optional_name("engine", engine)
     pareto = _optional_bool("pareto", pareto)
     precision, objective = (_optional_name("precision", precision),
                             _optional_name("objective", objective))
@@ -139,7 +154,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                  "schedules": schedules, "precision": precision,
                  "sequence_parallel": sequence_parallel, "overlap_dp": overlap_dp,
                  "objective": objective, "pareto": pareto,
-                 "price_per_device_hour": price_per_device_hour}, ADAM_SPACE)
+                 "price_per_device_hour": price_per_device_hour, "engine": engine}, ADAM_SPACE)
         from dnnscale.optimize.api import optimize_adam
 
         return optimize_adam(w, c, budget, modes, top, minibatch, push_every, pull_every, base,
@@ -162,8 +177,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                               recompute=_strings(recompute, "recompute"),
                               schedules=_strings(schedules, "schedules"),
                               precision="bf16" if precision is None else precision,
-                              sequence_parallel=sequence_parallel,
-                              overlap_dp=bool(overlap_dp))
+                              sequence_parallel=sequence_parallel, overlap_dp=overlap_dp,
+                              engine=engine)
     result = optimize_modern(w, c, space, gpus=budget, top=top, objective=objective or "time",
                              pareto=bool(pareto), curve=curve)
     check_prediction(result.best, "optimize")

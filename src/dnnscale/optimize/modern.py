@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.model.compose import StepContext, throughput
+from dnnscale.model.data_parallel import memory_zero_stage
 from dnnscale.model.predict import accelerator_memory_parts, predict_plan
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.schedule import pipeline_time_s, stage_layers
@@ -38,8 +39,9 @@ from dnnscale.model.stage import (PipelineLayout, StageCosts, StageTemplate, pip
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
 from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
+from dnnscale.plan.engines import EngineFacts, check_engine, priced_grad_bytes, search_violation
 from dnnscale.plan.plan import (RECOMPUTE, SCHEDULES, Batch, Collective, DataParallel,
-                                MemoryPolicy, ParallelPlan, Pipeline, TensorSplit)
+                                MemoryPolicy, ParallelPlan, Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (Violation, batch_divides, batch_violation,
                                  global_batch_within_epoch,
                                  pipeline_divides_layers,
@@ -70,7 +72,15 @@ class ModernSpace:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     sequence_parallel: tuple[bool, ...] = (False, True)
     precision: str = "bf16"
-    overlap_dp: bool = False
+    overlap_dp: tuple[bool, ...] = (False, True)
+    engine: str | None = None
+    """The engine the plans must run on as priced (plan/engines.py), or None: any."""
+    grad_bytes: int | None = None
+    """Bytes per gradient value reduced, where the engine fixes it (None: the precision's)."""
+
+    def precision_of(self) -> Precision:
+        """The plans' precision: the preset, with the engine's gradient width if it fixes one."""
+        return _precision(self.precision, self.grad_bytes)
 
 
 class Group(NamedTuple):
@@ -84,15 +94,34 @@ class Group(NamedTuple):
     sequence_parallel: bool
     recompute: str
     zero: int
+    overlap_dp: bool = False
 
     def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
         micro_batches = space.global_batch // (replicas * self.micro_batch)
         return ParallelPlan(
             tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel),
             pipeline=Pipeline(self.pipeline, self.schedule, self.virtual_stages),
-            data=DataParallel(replicas, Collective("ring", self.zero, space.overlap_dp)),
+            data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp)),
             batch=Batch(self.micro_batch, micro_batches), memory=MemoryPolicy(self.recompute),
-            precision=PRECISION_PRESETS[space.precision], optimizer="adam")
+            precision=space.precision_of(), optimizer="adam")
+
+    def facts(self, space: ModernSpace, replicated: bool) -> EngineFacts:
+        """What an engine's limits read of the group's plan, with one replica or several."""
+        return EngineFacts(self.tensor, self.pipeline, replicated, self.schedule, self.zero,
+                           self.overlap_dp, self.sequence_parallel, space.precision,
+                           space.precision_of().grad_bytes)
+
+    def runs_on(self, space: ModernSpace, replicated: bool) -> bool:
+        """Whether the space's engine (any, if None) runs the group's plan as priced."""
+        return space.engine is None or _runs(space.engine, self.facts(space, replicated))
+
+
+@functools.lru_cache(maxsize=64)
+def _precision(name: str, grad_bytes: int | None) -> Precision:
+    preset = PRECISION_PRESETS[name]
+    if grad_bytes is None or grad_bytes == preset.grad_bytes:
+        return preset
+    return replace(preset, grad_bytes=grad_bytes)
 
 
 def _divisors(value: int) -> list[int]:
@@ -130,15 +159,19 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                       zero: Iterable[int] | int | None = None,
                       recompute: Sequence[str] | None = None,
                       schedules: Sequence[str] | None = None, precision: str = "bf16",
-                      sequence_parallel: bool | None = None,
-                      overlap_dp: bool = False) -> ModernSpace:
+                      sequence_parallel: bool | Sequence[bool] | None = None,
+                      overlap_dp: bool | Sequence[bool] | None = None,
+                      engine: str | None = None) -> ModernSpace:
     """The space for a transformer on GPUs; defaults: TP dividing the heads and key/value heads
     within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch.
 
     A user-given tp, pp or zero that plan/rules.py rejects on its own (tp not dividing the
     heads, pp not dividing the layers, a ZeRO stage outside 0-3) is an InputError naming the
     field; a combination the rules reject (ZeRO-2 with a pipeline, a micro-batch not dividing
-    the batch, an interleaved chunking) is left out of the space, as the defaults' are."""
+    the batch, an interleaved chunking) is left out of the space, as the defaults' are.
+    sequence_parallel, overlap_dp: one value, or the choices (None: both). engine: only plans
+    that engine runs as they are priced (plan/engines.py search_violation), its gradient
+    width where it fixes one (None: any engine)."""
     shape = workload.transformer
     if shape is None:
         raise InputError("workload", f"{workload.name} is not a transformer: the GPU-plan search "
@@ -173,50 +206,104 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     if precision not in PRECISION_PRESETS:
         raise InputError("precision", f"must be one of {', '.join(PRECISION_PRESETS)}")
     require(precision_on_device(precision, system), "")
-    sp = (False, True) if sequence_parallel is None else (sequence_parallel,)
+    sp = _switches(sequence_parallel, "sequence_parallel")
+    overlap = _switches(overlap_dp, "overlap_dp")
+    if engine is not None:
+        engine = check_engine(engine)
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
-                        precision, overlap_dp)
+                        precision, overlap, engine, priced_grad_bytes(engine))
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
-        for p_, schedule, zero_ in itertools.product(pp, sched, zeros):
-            for v in ((1,) if schedule != "interleaved" else DEFAULT_VIRTUAL_STAGES):
-                violation = schedule_violation(p_, schedule, v, zero_, shape.layers)
-                if violation is not None:
-                    field = "schedules" if violation.field in ("schedule", "virtual_stages") \
-                        else violation.field
-                    raise InputError(field, f"no plan of the search passes the rules, e.g. "
-                                     f"{violation.message}")
+        _no_group(space, workload, shape.layers)
     return space
+
+
+SPACE_FIELDS = {"schedule": "schedules", "virtual_stages": "schedules", "grad_bytes": "precision"}
+"""A rule's plan field -> the search's argument that chooses it (the rest share the name)."""
+
+
+def _switches(value: bool | Sequence[bool] | None, field_name: str) -> tuple[bool, ...]:
+    """One switch or the choices of it: None -> both (off first)."""
+    if value is None:
+        return (False, True)
+    items = [value] if isinstance(value, bool) else value
+    if not isinstance(items, (list, tuple)) or not items or \
+            any(not isinstance(item, bool) for item in items):
+        raise InputError(field_name, f"must be true, false or a list of them, got "
+                         f"{short_repr(value)}")
+    return tuple(sorted(set(items)))
+
+
+def _no_group(space: ModernSpace, workload: Workload, layers: int) -> None:
+    """The InputError naming the first rule (a pipeline's, or the engine's) that leaves no
+    group in `space`."""
+    anywhere = groups_of(replace(space, engine=None), workload) if space.engine else []
+    for group in anywhere:
+        violation = search_violation(str(space.engine), group.facts(space, False))
+        if violation is not None:
+            raise InputError(SPACE_FIELDS.get(violation.field, violation.field),
+                             f"no plan of the search runs on {space.engine}, e.g. "
+                             f"{violation.message}")
+    for p_, schedule in itertools.product(space.pipeline, space.schedules):
+        for v in ((1,) if schedule != "interleaved" else DEFAULT_VIRTUAL_STAGES):
+            violation = schedule_violation(p_, schedule, v, layers)
+            if violation is not None:
+                raise InputError(SPACE_FIELDS.get(violation.field, violation.field),
+                                 f"no plan of the search passes the rules, e.g. "
+                                 f"{violation.message}")
 
 
 def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
     """Every group of the space that plan/rules.py accepts: the schedule's virtual stages with
-    pp · v dividing the layers, no ZeRO-2/3 with a pipeline, sequence parallelism only where it
-    splits something (tp > 1; with tp = 1 it is the plan without it)."""
+    pp · v dividing the layers, sequence parallelism only where it splits something (tp > 1;
+    with tp = 1 it is the plan without it, also where the space asks for it on), and, with an
+    engine, what it runs as priced at
+    one replica (the engine's limits that need replicas > 1 are replica_choices')."""
     shape = workload.transformer
     if shape is None:
         raise InputError("workload", f"{workload.name} is not a transformer")
     out = []
-    for tp, pp, mb, sp, rec, zero in itertools.product(
+    for tp, pp, mb, sp, rec, zero, overlap in itertools.product(
             space.tensor, space.pipeline, space.micro_batch, space.sequence_parallel,
-            space.recompute, space.zero):
-        if sp and not sequence_parallel_splits(sp, tp):
-            continue
+            space.recompute, space.zero, space.overlap_dp):
+        if sp != sequence_parallel_splits(sp, tp):  # tp = 1: the plan without it, once
+            if False in space.sequence_parallel:
+                continue
+            sp = False
         if tensor_divides_heads(tp, shape) is not None:
             continue
         for schedule in space.schedules:
             virtuals = (1,) if schedule != "interleaved" else space.virtual_stages
             for v in virtuals:
-                if schedule_violation(pp, schedule, v, zero, shape.layers) is None:
-                    out.append(Group(tp, pp, schedule, v, mb, sp, rec, zero))
+                if schedule_violation(pp, schedule, v, shape.layers) is not None:
+                    continue
+                group = Group(tp, pp, schedule, v, mb, sp, rec, zero, overlap)
+                if group.runs_on(space, False):
+                    out.append(group)
     return out
+
+
+def memory_group(group: Group) -> Group:
+    """The group whose memory is the same as `group`'s at every data-parallel degree: memory
+    does not depend on overlap, and follows model/data_parallel.memory_zero_stage."""
+    return group._replace(overlap_dp=False,
+                          zero=memory_zero_stage(group.zero, group.pipeline))
 
 
 def replica_choices(group: Group, space: ModernSpace, devices: int) -> list[int]:
     """Data-parallel degrees the group may take within `devices` GPUs: the divisors d of
     B / b with t · p · d ≤ devices that plan/rules.py's batch rules accept (B a multiple of
-    d · b; m = B / (d · b) a multiple of p when interleaved)."""
-    return list(_replica_choices(space.global_batch, group.micro_batch, group.schedule,
-                                 group.pipeline, devices // (group.tensor * group.pipeline)))
+    d · b; m = B / (d · b) a multiple of p when interleaved) and, with an engine, at which
+    it runs the plan as priced (plan/engines.py)."""
+    choices = _replica_choices(space.global_batch, group.micro_batch, group.schedule,
+                               group.pipeline, devices // (group.tensor * group.pipeline))
+    if group.runs_on(space, True):  # at one replica groups_of checked it
+        return list(choices)
+    return [d for d in choices if d == 1]
+
+
+@functools.lru_cache(maxsize=65536)
+def _runs(engine: str, facts: EngineFacts) -> bool:
+    return search_violation(engine, facts) is None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -253,6 +340,9 @@ class Caches:
     seconds: dict[tuple[int, str], tuple[float, ...]] = field(default_factory=dict)
     whole: dict[tuple[int, int, bool, str], float] = field(default_factory=dict)
     """The whole model's T on one stage per (tp, micro-batch, sequence parallel, recompute)."""
+    fits: dict[tuple[Group, int], bool] = field(default_factory=dict)
+    """Whether a plan fits, per (memory_group, replicas): budgets share it."""
+    groups: dict[ModernSpace, list[Group]] = field(default_factory=dict)
     checked: dict[tuple[Group, int], Prediction] = field(default_factory=dict)
     """Plans already re-predicted by predict_plan (the same plan in several searches)."""
 
@@ -300,7 +390,7 @@ class _Search:
         template = self.templates.get(split)
         if template is None:
             b = self.workload.bytes_per_value
-            precision = PRECISION_PRESETS[self.space.precision]
+            precision = self.space.precision_of()
             template = stage_template(self.workload, self.system, group.tensor,
                                       group.micro_batch, layout.block,
                                       precision=precision.compute,
@@ -315,10 +405,17 @@ class _Search:
                 stages: tuple[StageCosts, ...]) -> StepContext:
         return StepContext(self.workload, self.system, group.plan(self.space, replicas), stages)
 
-    def fits(self, group: Group, replicas: int, context: StepContext) -> bool:
-        memory, capacity = accelerator_memory_parts(self.workload, self.system, context.plan,
-                                                    context)
-        return sum(part.bytes for part in memory) <= capacity["worker"]
+    def fits(self, group: Group, replicas: int, stages: tuple[StageCosts, ...]) -> bool:
+        """Whether the plan fits, priced once per memory_group and replicas."""
+        same = memory_group(group)
+        key = (same, replicas)
+        known = self.caches.fits.get(key)
+        if known is None:
+            context = self.context(same, replicas, stages)
+            memory, capacity = accelerator_memory_parts(self.workload, self.system,
+                                                        context.plan, context)
+            known = self.caches.fits[key] = sum(p.bytes for p in memory) <= capacity["worker"]
+        return known
 
     def key(self, priced: Priced) -> tuple[object, ...]:
         """Rank: the objective, then fewer devices, then a fixed order of the plan's fields."""
@@ -381,7 +478,10 @@ class _Search:
         with its exact bound (best-first search with lazily tightened bounds: exact, because
         every bound is a lower bound of the group's objective)."""
         heap: list[tuple[float, int, Group, list[int], tuple[StageCosts, ...] | None]] = []
-        for index, group in enumerate(groups_of(self.space, self.workload)):
+        groups = self.caches.groups.get(self.space)
+        if groups is None:
+            groups = self.caches.groups[self.space] = groups_of(self.space, self.workload)
+        for index, group in enumerate(groups):
             choices = replica_choices(group, self.space, devices)
             if choices:
                 heap.append((self.quick_bound(group, choices), index, group, choices, None))
@@ -397,9 +497,9 @@ class _Search:
                                       choices, stages))
                 continue
             for replicas in reversed(choices):  # memory never grows with d: stop at a misfit
-                context = self.context(group, replicas, stages)
-                if not self.fits(group, replicas, context):
+                if not self.fits(group, replicas, stages):
                     break
+                context = self.context(group, replicas, stages)
                 self.evaluated += 1
                 x = throughput(context, replicas, 0)
                 step = self.space.global_batch / x
@@ -553,7 +653,7 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
         bounds_evaluated=bounded, search_time_s=time.perf_counter() - started,
         explanation=_why(ranked[0], families, objective), space=SpaceKind.GPU,
         global_batch=space.global_batch, objective=objective, pareto=front, warnings=warnings,
-        price_per_device_hour=system.price_per_device_hour)
+        price_per_device_hour=system.price_per_device_hour, engine=space.engine)
 
 
 def exhaustive_modern(workload: Workload, system: System, space: ModernSpace, devices: int,

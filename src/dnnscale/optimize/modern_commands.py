@@ -21,6 +21,23 @@ def strings(text: str | None, field: str) -> tuple[str, ...] | None:
     return items
 
 
+SWITCHES = {"on": True, "off": False}
+
+
+def switches(text: str | None, field: str) -> tuple[bool, ...] | None:
+    """'on,off' -> (True, False); 'on' -> (True,); None stays None; anything but on and off
+    is an InputError naming `field`."""
+    items = strings(text, field)
+    if items is None:
+        return None
+    for item in items:
+        if item not in SWITCHES:
+            from dnnscale.errors import InputError, short_repr
+
+            raise InputError(field, f"must be on, off or on,off, got {short_repr(item)}")
+    return tuple(SWITCHES[item] for item in dict.fromkeys(items))
+
+
 def print_gpu_result(result: OptimizeResult, workload: Any, tokens: float | None,
                      plot: Path | None, as_json: bool, quiet: bool = False) -> dict[str, Any]:
     """Plot (with `plot`), print (unless `quiet`) and return the JSON of a GPU-space result;
@@ -54,8 +71,8 @@ def print_gpu_result(result: OptimizeResult, workload: Any, tokens: float | None
 
         print_json(data)
         return data
-    from dnnscale.optimize.modern_tables import (modern_curve_table, modern_plan_table,
-                                                 modern_top_table)
+    from dnnscale.optimize.modern_tables import (engine_lines, modern_curve_table,
+                                                 modern_plan_table, modern_top_table)
     from dnnscale.report.console import console as make_console
     from dnnscale.units import format_seconds
 
@@ -64,6 +81,8 @@ def print_gpu_result(result: OptimizeResult, workload: Any, tokens: float | None
     console.print("[bold]Why it wins[/bold]")
     for line in result.explanation:
         console.print(f"  - {line}")
+    for line in engine_lines(result):
+        console.print(line, markup=False, highlight=False)
     console.print(modern_top_table(result))
     console.print(modern_curve_table(result, bool(result.pareto)))
     if "time_to_train_s" in data:

@@ -59,3 +59,19 @@ def modern_curve_table(result: OptimizeResult, pareto: bool) -> Table:
         table.add_row(str(p.plan.workers), p.label(), format_seconds(p.step_time_s),
                       f"{first / p.step_time_s:.2f}x")
     return table
+
+
+def engine_lines(result: OptimizeResult) -> list[str]:
+    """Which engines run the best plan (plan/engines.py), why the others cannot, and how an
+    engine that runs it otherwise than priced differs."""
+    engines = result.engines()
+    runs = [name for name, why in engines.items() if why is None]
+    head = (f"engine: {result.engine} (the search kept to what it runs as priced)"
+            if result.engine else
+            f"engines that run this plan: {', '.join(runs) if runs else 'none'}")
+    lines = [head]
+    lines += [f"  - {name} cannot: {why}" for name, why in engines.items() if why is not None]
+    for name, notes in result.engine_notes().items():
+        if engines[name] is None and name != result.engine:
+            lines += [f"  - {name} runs it differently: {note}" for note in notes]
+    return lines

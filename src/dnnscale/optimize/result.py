@@ -10,6 +10,7 @@ from dnnscale.plan.config import Config
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import Bottleneck
 from dnnscale.optimize.feasibility import Infeasible
+from dnnscale.plan.engines import ENGINES, engine_differences, plan_facts, runnable_engines
 from dnnscale.plan.modern import modern_plan_to_dict
 from dnnscale.units import format_seconds
 
@@ -107,6 +108,22 @@ class OptimizeResult:
     warnings: list[str] = field(default_factory=list)
     price_per_device_hour: float | None = None
     """GPU space: the system's price (USD per device-hour), for the cost per step."""
+    engine: str | None = None
+    """GPU space: the engine the search kept to (plan/engines.py), None for any."""
+
+    def engines(self) -> dict[str, str | None]:
+        """GPU space: per engine, why it cannot run the best plan ('plan.FIELD: why'), or None
+        where it can (plan/engines.py)."""
+        return {name: None if v is None else f"plan.{v.field}: {v.message}"
+                for name, v in runnable_engines(self.best.plan).items()}
+
+    def engine_notes(self) -> dict[str, list[str]]:
+        """GPU space: per engine that runs the best plan otherwise than it was priced, how."""
+        facts = plan_facts(self.best.plan)
+        refused = self.engines()
+        out = {name: [d.message for d in engine_differences(name, facts)] for name in ENGINES
+               if refused[name] is None}
+        return {name: notes for name, notes in out.items() if notes}
 
     @property
     def gpus(self) -> int:
@@ -144,6 +161,7 @@ class OptimizeResult:
                     "gpus": p.plan.workers, "cost_per_step": self.cost_per_step(p),
                     "prediction": p.to_dict()}
 
+        engines = self.engines()
         return {"workload": self.workload, "cluster": self.cluster, "gpus": self.machines,
                 "machines": self.machines, "global_batch": self.global_batch,
                 "objective": self.objective, "method": self.method, "best": entry(self.best),
@@ -151,6 +169,11 @@ class OptimizeResult:
                 "warnings": list(self.warnings),
                 "families": {name: entry(p) for name, p in self.families.items()},
                 "pareto": [entry(p) for p in self.pareto],
+                "engine": self.engine,
+                "engines": [name for name, why in engines.items() if why is None],
+                "engines_refused": {name: why for name, why in engines.items()
+                                    if why is not None},
+                "engine_notes": self.engine_notes(),
                 "curve": [point.to_dict() for point in self.curve],
                 "evaluated": self.evaluated, "bounds_evaluated": self.bounds_evaluated,
                 "search_time_s": self.search_time_s}

@@ -29,7 +29,7 @@ from dnnscale.plan.plan import (ALGORITHMS, OPTIMIZERS, RECOMPUTE, SCHEDULES, Ba
                                 DataParallel, MemoryPolicy, ParallelPlan, ParameterServer,
                                 Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (batch_divides, interleaved_micro_batches, megatron_aggregation,
-                                 require, schedule_virtual_stages, zero_with_pipeline)
+                                 require, schedule_virtual_stages)
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
@@ -81,15 +81,14 @@ def _flag(data: dict[str, Any], key: str, where: str) -> bool:
 def _plan_rules(plan: ParallelPlan, where: str) -> ParallelPlan:
     """The rules a plan obeys with no workload or system (plan/rules.py), for plans from a
     mapping and from objects alike: the schedule's virtual stages, the interleaved schedule's
-    micro-batches, ZeRO with a pipeline, a collective's aggregation."""
+    micro-batches, a collective's aggregation (which engines run the plan is
+    plan/engines.py's)."""
     pp = plan.pipeline.stages
     require(schedule_virtual_stages(plan.pipeline.schedule, pp, plan.pipeline.virtual_stages),
             where)
     require(interleaved_micro_batches(plan.pipeline.schedule, plan.batch.accumulation, pp), where)
     aggregation = plan.data.aggregation
     require(megatron_aggregation(isinstance(aggregation, ParameterServer)), where)
-    zero = aggregation.zero_stage if isinstance(aggregation, Collective) else 0
-    require(zero_with_pipeline(zero, pp), where)
     return plan
 
 
@@ -214,6 +213,7 @@ def plan_label(plan: ParallelPlan) -> str:
     d = modern_plan_to_dict(plan)
     extras = [f"zero{d['zero']}" if d["zero"] else "", d["recompute"] if d["recompute"] != "none"
               else "", "sp" if d["sequence_parallel"] else "",
-              f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else ""]
+              f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
+              "overlap" if d["overlap_dp"] and d["dp"] > 1 else ""]
     return (f"TP{d['tp']} PP{d['pp']} DP{d['dp']} mb{d['micro_batch']} GBS{d['global_batch']} "
             f"{d['schedule']} {d['precision']}" + "".join(f" {e}" for e in extras if e))

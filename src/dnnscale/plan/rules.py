@@ -136,14 +136,6 @@ def interleaved_micro_batches(schedule: str, micro_batches: int, pp: int) -> Vio
     return None
 
 
-def zero_with_pipeline(zero: int, pp: int) -> Violation | None:
-    """ZeRO-2/3 shard gradients, which a pipeline cannot accumulate over its micro-batches."""
-    if zero >= 2 and pp > 1:
-        return Violation("zero", f"ZeRO-{zero} shards gradients, which pipeline parallelism "
-                         f"cannot accumulate (DeepSpeed allows ZeRO-1 with pp > 1)")
-    return None
-
-
 def precision_on_device(precision: str, system: System) -> Violation | None:
     """An accelerator computes in `precision` only if it has units for it."""
     machine = system.machine
@@ -201,13 +193,14 @@ def sequence_parallel_splits(sequence_parallel: bool, tp: int) -> bool:
     return sequence_parallel and tp > 1
 
 
-def schedule_violation(pp: int, schedule: str, virtual_stages: int, zero: int,
+def schedule_violation(pp: int, schedule: str, virtual_stages: int,
                        layers: int) -> Violation | None:
-    """The rules of a pipeline alone: schedule and virtual stages, pp · v dividing the layers,
-    ZeRO with a pipeline (what the search checks once per group)."""
+    """The rules of a pipeline alone: schedule and virtual stages, pp · v dividing the layers
+    (what the search checks once per group). ZeRO-2/3 with a pipeline is a plan like any
+    other (priced as torch.distributed.pipelining runs it, model/data_parallel.py); which
+    engines run it is plan/engines.py's."""
     return (schedule_virtual_stages(schedule, pp, virtual_stages)
-            or pipeline_divides_layers(pp, virtual_stages, layers)
-            or zero_with_pipeline(zero, pp))
+            or pipeline_divides_layers(pp, virtual_stages, layers))
 
 
 def batch_violation(global_batch: int, dp: int, micro_batch: int, schedule: str,

@@ -1,0 +1,207 @@
+"""What each training engine can run: the one place of the engine limits, read by the GPU-plan
+search (`optimize --engine`, and the engines a winner runs on) and by `export --to` alike.
+
+Two kinds of fact, both as plan/rules.py `Violation`s (field relative to the plan):
+
+- `engine_violation`: the engine cannot run the plan (no option for it, or its start-up
+  asserts against it); `export` refuses it.
+- `engine_difference`: the engine runs the plan, but not as the plan was priced (it always does
+  one fixed thing); `export` goes on with a note, and `optimize --engine` leaves such plans out,
+  so that the plan it prices is the one that runs.
+
+The facts and their sources (each engine's own code; docs/export.md gives the option lines):
+
+- Megatron-LM (NVIDIA/Megatron-LM, megatron/training/arguments.py, core/pipeline_parallel/
+  schedules.py): pipelines run 1F1B, or interleaved 1F1B with virtual stages; there is no GPipe
+  schedule and no TF32 switch; fp32 training reduces fp32 gradients. ZeRO-1 is the distributed
+  optimizer, ZeRO-2/3 Megatron-FSDP, refused with pp > 1 conservatively: its v2 adapter
+  (core/distributed/fsdp/mcore_fsdp_adapter.py) raises for pipeline_model_parallel_size != 1,
+  its documentation (docs/user-guide/features/megatron_fsdp.md) lists no pipeline support, and
+  v1, the default, has no check either way.
+- DeepSpeed, through Megatron-DeepSpeed (deepspeedai/DeepSpeed, deepspeed/runtime/pipe/
+  engine.py, schedule.py): the PipelineEngine runs one schedule, TrainSchedule (1F1B); it
+  asserts ZeRO stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"); it
+  turns the backward all-reduce off and reduces the gradients in a ReduceGrads step after the
+  last micro-batch, so nothing overlaps the backward pass with pp > 1; without a pipeline the
+  reduction overlaps the backward only in the ZeRO optimizers (zero_optimization.overlap_comm).
+  ds_config has bf16 and fp16 blocks, no TF32.
+- torchtitan 0.2 (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py,
+  models/llama3/infra/parallelize.py): data parallelism is DDP (data_parallel_replicate_degree)
+  or FSDP2 (data_parallel_shard_degree), which shards the weights too, so there is no ZeRO-1;
+  DDP runs only as the sole parallelism ("DDP has not supported > 1D parallelism"), so with
+  tp or pp > 1 replicas shard (ZeRO-2/3); FSDP2 composes with TP and PP. It trains in bfloat16
+  or float32 (mixed_precision_param), no fp16 or TF32, and always reduces in float32
+  (mixed_precision_reduce), overlaps data-parallel communication with computation, and shards
+  the norms over the sequence with tensor parallelism (SequenceParallel).
+- No engine reduces 1-byte gradients or has a TF32 option.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dnnscale.errors import InputError, short_repr
+from dnnscale.plan.plan import Collective, ParallelPlan
+from dnnscale.plan.rules import Violation, require
+
+ENGINES = ("megatron", "deepspeed", "torchtitan")
+ENGINE_NAMES = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "torchtitan": "torchtitan"}
+TORCHTITAN_GRAD_BYTES = 4
+"""torchtitan's mixed_precision_reduce has one value, float32: 4 bytes per gradient value."""
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What an engine's limits read of a plan: tp and pp degrees, whether there are several
+    data-parallel replicas (no limit reads more of dp, so the search checks a group at one and
+    at several replicas only), the schedule, the ZeRO stage, overlap of data-parallel
+    communication, sequence parallelism, the compute precision and the bytes per gradient value
+    reduced."""
+
+    tp: int
+    pp: int
+    replicated: bool
+    schedule: str
+    zero: int
+    overlap_dp: bool
+    sequence_parallel: bool
+    compute: str
+    grad_bytes: int | None
+    """None: the workload's own width."""
+
+
+def plan_facts(plan: ParallelPlan) -> EngineFacts:
+    """The EngineFacts of a Megatron-style plan (a parameter server counts as ZeRO-0)."""
+    aggregation = plan.data.aggregation
+    collective = aggregation if isinstance(aggregation, Collective) else Collective()
+    return EngineFacts(plan.tensor.degree, plan.pipeline.stages, plan.data.replicas > 1,
+                       plan.pipeline.schedule, collective.zero_stage, collective.overlap,
+                       plan.tensor.sequence_parallel, plan.precision.compute,
+                       plan.precision.grad_bytes)
+
+
+def check_engine(engine: object, field: str = "engine") -> str:
+    """`engine` if it is one of ENGINES, else an InputError naming `field`."""
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise InputError(field, f"must be one of {', '.join(ENGINES)}, got {short_repr(engine)}")
+    return engine
+
+
+def _megatron(f: EngineFacts) -> Violation | None:
+    name = ENGINE_NAMES["megatron"]
+    if f.pp > 1 and f.schedule == "gpipe":
+        return Violation("schedule", f"{name} has no GPipe schedule (its pipelines run 1F1B, or "
+                         f"interleaved 1F1B with virtual stages); use 1f1b")
+    if f.compute == "fp32" and f.grad_bytes != 4:
+        return Violation("grad_bytes", f"{name} reduces fp32 gradients in fp32 (4 bytes), got "
+                         f"{f.grad_bytes}")
+    if f.zero >= 2 and f.pp > 1:
+        return Violation("zero", f"{name} shards gradients (ZeRO-{f.zero}, Megatron-FSDP) within "
+                         f"one pipeline stage only (its FSDP adapter refuses pp > 1); use "
+                         f"zero 0 or 1 with a pipeline")
+    return None
+
+
+def _deepspeed(f: EngineFacts) -> Violation | None:
+    name = ENGINE_NAMES["deepspeed"]
+    if f.pp > 1 and f.schedule != "1f1b":
+        return Violation("schedule", f"{name}'s pipeline engine runs one schedule, 1F1B (its "
+                         f"TrainSchedule); {f.schedule} has no {name} option")
+    if f.zero >= 2 and f.pp > 1:
+        return Violation("zero", f"{name}'s pipeline engine runs ZeRO-0 or ZeRO-1 only "
+                         f"(PipelineEngine asserts that ZeRO-2 and ZeRO-3 are incompatible "
+                         f"with pipeline parallelism); got ZeRO-{f.zero} with pp = {f.pp}")
+    if f.overlap_dp and f.pp > 1:
+        return Violation("overlap_dp", f"{name}'s pipeline engine reduces gradients after the "
+                         f"last micro-batch (its ReduceGrads step), never during the backward "
+                         f"pass; use overlap_dp false with pp > 1")
+    if f.overlap_dp and f.zero == 0:
+        return Violation("overlap_dp", f"{name} overlaps gradient reduction with the backward "
+                         f"pass only under ZeRO (zero_optimization.overlap_comm); use zero >= 1 "
+                         f"or overlap_dp false")
+    return None
+
+
+def _torchtitan(f: EngineFacts) -> Violation | None:
+    name = ENGINE_NAMES["torchtitan"]
+    if f.compute == "fp16":
+        return Violation("precision", f"{name} trains in bfloat16 or float32 "
+                         f"(training.mixed_precision_param); fp16 has no {name} option")
+    if f.zero == 1:
+        return Violation("zero", f"{name} has no ZeRO-1: its sharded data parallelism (FSDP2) "
+                         f"shards the weights as well; use zero 0 (replicated), 2 or 3")
+    if f.zero == 0 and f.replicated and f.tp * f.pp > 1:
+        return Violation("zero", f"{name}'s DDP (zero 0) runs only as the sole parallelism "
+                         f"(\"DDP has not supported > 1D parallelism\"); with tp {f.tp} × pp "
+                         f"{f.pp} use zero 2 or 3 (FSDP2)")
+    return None
+
+
+_LIMITS = {"megatron": _megatron, "deepspeed": _deepspeed, "torchtitan": _torchtitan}
+NO_TF32 = {"megatron": "without --bf16 or --fp16 it trains in fp32, and PyTorch's allow_tf32 "
+                       "setting decides the matmuls; use fp32, bf16, fp16 or fp8",
+           "deepspeed": "ds_config has bf16 and fp16 blocks; without them it trains in fp32",
+           "torchtitan": "float32 training leaves the matmuls to PyTorch's allow_tf32; use fp32 "
+                         "or bf16"}
+"""Why no engine has a TF32 option, per engine."""
+
+
+def engine_violation(engine: str, facts: EngineFacts) -> Violation | None:
+    """Why `engine` cannot run a plan with these facts (None: it can)."""
+    name = ENGINE_NAMES[engine]
+    if facts.grad_bytes == 1:
+        return Violation("grad_bytes", f"1-byte gradient reduction has no {name} option "
+                         f"(gradients are reduced in 2 or 4 bytes)")
+    if facts.compute == "tf32":
+        return Violation("precision", f"{name} has no TF32 option ({NO_TF32[engine]})")
+    return _LIMITS[engine](facts)
+
+
+def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]:
+    """How `engine` runs a plan it can run otherwise than the plan was priced (torchtitan's
+    fixed behaviour); empty for the plans it runs as priced."""
+    if engine != "torchtitan":
+        return ()
+    out = []
+    if facts.replicated and facts.grad_bytes is not None and \
+            facts.grad_bytes != TORCHTITAN_GRAD_BYTES:
+        out.append(Violation("grad_bytes", f"torchtitan reduces gradients in float32 "
+                             f"(mixed_precision_reduce has no other value): "
+                             f"{TORCHTITAN_GRAD_BYTES / facts.grad_bytes:g}x the data-parallel "
+                             f"bytes the plan priced"))
+    if facts.replicated and not facts.overlap_dp:
+        out.append(Violation("overlap_dp", "torchtitan always overlaps data-parallel "
+                             "communication with computation (FSDP2 prefetch, DDP buckets); "
+                             "the plan priced it after the backward pass"))
+    if facts.tp > 1 and not facts.sequence_parallel:
+        out.append(Violation("sequence_parallel", "torchtitan's tensor parallelism always "
+                             "shards the norms over the sequence (SequenceParallel); the plan "
+                             "priced it without"))
+    return tuple(out)
+
+
+def priced_grad_bytes(engine: str | None) -> int | None:
+    """The gradient width `optimize --engine` prices: the engine's where it fixes one
+    (torchtitan's float32 reduction), else None (the precision's)."""
+    return TORCHTITAN_GRAD_BYTES if engine == "torchtitan" else None
+
+
+def search_violation(engine: str, facts: EngineFacts) -> Violation | None:
+    """Why `optimize --engine` leaves a plan out: the engine cannot run it, or runs it
+    otherwise than it is priced."""
+    violation = engine_violation(engine, facts)
+    if violation is not None:
+        return violation
+    differences = engine_differences(engine, facts)
+    return differences[0] if differences else None
+
+
+def runnable_engines(plan: ParallelPlan) -> dict[str, Violation | None]:
+    """Per engine, why it cannot run `plan` (None: it can)."""
+    facts = plan_facts(plan)
+    return {engine: engine_violation(engine, facts) for engine in ENGINES}
+
+
+def require_engine(engine: str, plan: ParallelPlan, where: str = "plan") -> None:
+    """The InputError of the first limit of `engine` that `plan` breaks (export's refusal)."""
+    require(engine_violation(engine, plan_facts(plan)), where)
