@@ -179,11 +179,13 @@ MEGATRON_READER = """
 """
 
 
-def launched(tmp_path: Path, name: str, plan: dict, workload: str) -> dict:
-    """Run the exported torchrun script with the stand-in torchrun; what it was started with."""
+def launched(tmp_path: Path, name: str, plan, workload: str) -> dict:
+    """Run the exported torchrun script of `plan` (a plan mapping or a ParallelPlan) with the
+    stand-in torchrun; what it was started with."""
     shape = load_workload(workload).transformer
     script = tmp_path / f"{name}.sh"
-    script.write_text(export_megatron(modern_plan_from_dict(plan), shape, workload,
+    plan = modern_plan_from_dict(plan) if isinstance(plan, dict) else plan
+    script.write_text(export_megatron(plan, shape, workload,
                                       output_format="torchrun").files[0].text)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -256,3 +258,20 @@ def test_exported_launches_pass_megatron_validate_args(tmp_path) -> None:
     assert "CUDA_DEVICE_MAX_CONNECTIONS to 1" in no_variable["error"]
     assert "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset" in fsdp_with_one["error"]
     assert "error" not in blackwell
+
+
+def test_the_readme_winner_for_megatron_passes_validate_args(tmp_path) -> None:
+    """The README's tour as it runs at HEAD: `optimize ... --engine megatron`'s own winner
+    (not a copy of it), exported as a torchrun script, through Megatron's checks."""
+    import dnnscale
+
+    best = dnnscale.optimize("gpt3-175b", "dgx-a100-80g:64", global_batch=1536,
+                             engine="megatron", curve=False).best
+    run = launched(tmp_path, "winner", best.plan, "gpt3-175b")
+    plan = best.plan
+    fsdp = plan.data.aggregation.zero_stage >= 2
+    assert run["connections"] == ("1" if plan.tensor.degree > 1 and not fsdp else None)
+    (result,) = megatron_checks(tmp_path, [run])
+    assert "error" not in result, result
+    assert result["dp"] == plan.data.replicas
+    assert result["microbatches"] == plan.batch.accumulation
