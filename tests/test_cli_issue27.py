@@ -346,3 +346,19 @@ def test_bad_network_flags_are_one_line_exit_2(args: list[str], line: str) -> No
     result = runner.invoke(app, ["predict", "-w", GPT, *args, "--json"])
     assert result.exit_code == 2, result.output
     assert result.output.startswith(line) and result.output.count("\n") == 1
+
+
+def test_predict_says_what_an_epoch_is_and_wraps_a_long_band() -> None:
+    """The console table: the epoch row says it means 300 B tokens (GPT-3's 146,484,375
+    sequences of 2,048 tokens: 300e9 / 2048 = 146,484,375), and an unvalidated regime's long
+    reason wraps inside the value column (VALUE_WIDTH) instead of widening the table."""
+    from dnnscale.report.tables import VALUE_WIDTH
+
+    result = cli("predict", "-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp", "8", "--pp", "8",
+                 "--dp", "8", "--global-batch", "1536", "--zero", "1", "--recompute", "selective")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"an epoch is\s+│\s+300 B tokens \(146,484,375 sequences of 2,048 tokens\)",
+                     result.stdout)
+    assert "no validated band for this regime" in result.stdout
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert rows and max(len(line) for line in rows) <= VALUE_WIDTH + 40

@@ -271,10 +271,12 @@ def predict(workload: Optional[str] = typer.Option(
     if as_json:
         _print_json(prediction.to_dict(with_layers=layers))
         return
+    from dnnscale.report.explain import epoch_text
     from dnnscale.report.tables import explain_table, layer_table, prediction_table
 
     console = _console()
-    console.print(prediction_table(prediction, w.name, c.name))
+    console.print(prediction_table(prediction, w.name, c.name,
+                                   epoch_text(w, prediction.plan)))
     if layers:
         console.print(layer_table(prediction))
     if explain:

@@ -261,24 +261,25 @@ def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
     shape = workload.transformer
     if shape is None:
         raise InputError("workload", f"{workload.name} is not a transformer")
+    # The schedule rules depend on pp alone (and the layers): checked once per pp, not once
+    # per group.
+    schedules = {pp: [(schedule, v) for schedule in space.schedules
+                      for v in ((1,) if schedule != "interleaved" else space.virtual_stages)
+                      if schedule_violation(pp, schedule, v, shape.layers) is None]
+                 for pp in space.pipeline}
+    tensors = [tp for tp in space.tensor if tensor_divides_heads(tp, shape) is None]
     out = []
     for tp, pp, mb, sp, rec, zero, overlap in itertools.product(
-            space.tensor, space.pipeline, space.micro_batch, space.sequence_parallel,
+            tensors, space.pipeline, space.micro_batch, space.sequence_parallel,
             space.recompute, space.zero, space.overlap_dp):
         if sp != sequence_parallel_splits(sp, tp):  # tp = 1: the plan without it, once
             if False in space.sequence_parallel:
                 continue
             sp = False
-        if tensor_divides_heads(tp, shape) is not None:
-            continue
-        for schedule in space.schedules:
-            virtuals = (1,) if schedule != "interleaved" else space.virtual_stages
-            for v in virtuals:
-                if schedule_violation(pp, schedule, v, shape.layers) is not None:
-                    continue
-                group = Group(tp, pp, schedule, v, mb, sp, rec, zero, overlap)
-                if group.runs_on(space, False):
-                    out.append(group)
+        for schedule, v in schedules[pp]:
+            group = Group(tp, pp, schedule, v, mb, sp, rec, zero, overlap)
+            if group.runs_on(space, False):
+                out.append(group)
     return out
 
 

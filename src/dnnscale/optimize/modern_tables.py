@@ -6,7 +6,7 @@ from rich.table import Table
 
 from dnnscale.model.error_band import band_text
 from dnnscale.optimize.result import OptimizeResult
-from dnnscale.report.tables import add_breakdown_rows
+from dnnscale.report.tables import add_breakdown_rows, add_value_column
 from dnnscale.units import format_seconds
 
 
@@ -17,7 +17,7 @@ def modern_plan_table(result: OptimizeResult) -> Table:
                   f"{result.gpus} GPUs, global batch {result.global_batch}",
                   title_justify="left", show_header=False)
     table.add_column("what")
-    table.add_column("value", justify="right")
+    add_value_column(table)
     table.add_row("plan", best.label())
     table.add_row("GPUs used", f"{best.plan.workers}")
     table.add_row("time per step", format_seconds(best.step_time_s))

@@ -7,7 +7,7 @@ from rich.table import Table
 from dnnscale.model.error_band import band_text
 from dnnscale.model.prediction import Prediction
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, describe_config
-from dnnscale.report.tables import add_breakdown_rows
+from dnnscale.report.tables import add_breakdown_rows, add_value_column
 from dnnscale.units import format_seconds
 
 
@@ -23,7 +23,7 @@ def plan_table(result: OptimizeResult) -> Table:
              f"{result.machines} machines")
     table = Table(title=title, title_justify="left", show_header=False, min_width=len(title))
     table.add_column("what")
-    table.add_column("value", justify="right")
+    add_value_column(table)
     table.add_row("configuration", _config_cell(best))
     table.add_row("machines used", f"{cfg.machines} ({cfg.workers} workers"
                   + (f" + {cfg.ps_shards} PS)" if cfg.uses_ps else ")"))

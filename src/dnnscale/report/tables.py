@@ -44,11 +44,23 @@ def workload_table(workload: Workload) -> Table:
     return table
 
 
-def prediction_table(prediction: Prediction, workload_name: str, cluster_name: str) -> Table:
+VALUE_WIDTH = 64
+"""The widest a summary table's value column gets: a long value (an error band's reason) wraps
+inside it instead of widening the table past the terminal."""
+
+
+def add_value_column(table: Table) -> None:
+    """The right-aligned value column of a summary table (predict's, optimize's)."""
+    table.add_column("value", justify="right", max_width=VALUE_WIDTH)
+
+
+def prediction_table(prediction: Prediction, workload_name: str, cluster_name: str,
+                     epoch: str | None = None) -> Table:
+    """The predict table; `epoch` says what an epoch is (explain.epoch_text)."""
     title = f"{workload_name} on {cluster_name}: {prediction.label()}"
     table = Table(title=title, title_justify="left", show_header=False, min_width=len(title))
     table.add_column("what")
-    table.add_column("value", justify="right")
+    add_value_column(table)
     table.add_row("throughput", f"{prediction.throughput_samples_per_s:,.1f} samples/s")
     if prediction.tokens_per_s is not None:
         table.add_row("tokens", f"{prediction.tokens_per_s:,.0f} tokens/s")
@@ -56,6 +68,8 @@ def prediction_table(prediction: Prediction, workload_name: str, cluster_name: s
         table.add_row("MFU", f"{100 * prediction.mfu:.1f} %")
     table.add_row("time per step", format_seconds(prediction.step_time_s))
     table.add_row("time per epoch", format_seconds(prediction.epoch_time_s))
+    if epoch:
+        table.add_row("  an epoch is", epoch)
     table.add_row("bottleneck", prediction.bottleneck)
     table.add_row("error band", band_text(prediction.error_band))
     add_breakdown_rows(table, prediction)
