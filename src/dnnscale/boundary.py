@@ -97,3 +97,17 @@ def require_bool(field: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InputError(field, f"must be true or false, got {short_repr(value)}")
     return value
+
+
+def require_switches(field: str, value: object) -> tuple[bool, ...] | None:
+    """A switch or the choices of it (true, false, or a non-empty list of them) as sorted
+    distinct choices (off first); None stays None; anything else is an InputError naming
+    `field`."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, bool) else value
+    if not isinstance(items, (list, tuple)) or not items or \
+            any(not isinstance(item, bool) for item in items):
+        raise InputError(field, f"must be true, false or a list of them, got "
+                         f"{short_repr(value)}")
+    return tuple(sorted(set(items)))

@@ -10,9 +10,10 @@ import typer
 from dnnscale.cli_errors import OneLineErrors
 from dnnscale.errors import InputError, user_errors
 from dnnscale.jsonout import print_json
-from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_OPTION,
-                                 INTER_NODE_LATENCY_OPTION, INTERCONNECT_OPTION, NICS_OPTION,
-                                 WORKLOAD_HELP)
+from dnnscale.plan.flags import WORKLOAD_HELP
+from dnnscale.system.commands import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_OPTION,
+                                      INTER_NODE_LATENCY_OPTION, INTERCONNECT_OPTION,
+                                      NICS_OPTION)
 
 app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, pretty_exceptions_enable=False,
                   context_settings={"help_option_names": ["-h", "--help"]},

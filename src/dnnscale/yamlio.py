@@ -39,3 +39,12 @@ def is_yaml_source(source: object, what: str) -> bool:
         if exc.errno == errno.ENAMETOOLONG:  # too long for a file: a name, then
             return False
         raise InputError(what, f"cannot use {short_repr(text)}: {exc.strerror}") from None
+
+
+def path_beside(value: object, source: str) -> Path:
+    """A path that a YAML file names (a cluster's `profile:`): `~` expanded, and a relative one
+    taken from the folder of the file `source` (when `source` is a file)."""
+    path = Path(str(value)).expanduser()
+    if not path.is_absolute() and source and Path(source).is_file():
+        path = Path(source).parent / path
+    return path

@@ -17,10 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dnnscale.errors import InputError, short_repr
+from dnnscale.errors import InputError
 from dnnscale.export.result import EngineExport, ExportFile
-
-ENGINES = ("megatron", "deepspeed", "torchtitan")
+from dnnscale.plan.engines import ENGINES, check_engine
 
 __all__ = ["ENGINES", "EngineExport", "ExportFile", "export_plan"]
 
@@ -32,9 +31,7 @@ def export_plan(source: "str | Path", engine: str, workload: "str | None" = None
     ('args' | 'torchrun') and `gpus_per_node`; deepspeed's `config_name`."""
     from dnnscale.export.plan_source import WORKLOAD_KEY, read_plan_source
 
-    if engine not in ENGINES:
-        raise InputError("--to", f"must be one of {', '.join(ENGINES)}, got "
-                         f"{short_repr(engine)}")
+    check_engine(engine, "--to")
     plan_source = read_plan_source(source, "plan")
     name = workload if workload is not None else plan_source.workload
     if name is None:
@@ -51,15 +48,12 @@ def export_plan(source: "str | Path", engine: str, workload: "str | None" = None
 
 def _export(plan_source: Any, name: str, workload: "str | None", engine: str,
             options: dict[str, Any]) -> EngineExport:
+    from dnnscale.plan.flags import check_plan_workload
     from dnnscale.workload import load_workload
 
     loaded = load_workload(name)
     in_file = plan_source.workload
-    # optimize's JSON names the workload by its name; -w may give the YAML file it came from.
-    if workload is not None and in_file is not None and in_file not in (workload, loaded.name):
-        raise InputError("--workload", f"{short_repr(workload)} is workload "
-                         f"{short_repr(loaded.name)}, but the plan file names "
-                         f"{short_repr(in_file)}; give the same or leave --workload out")
+    check_plan_workload(workload, in_file, loaded.name, "the plan file", "--workload")
     shape = loaded.transformer
     if engine == "megatron":
         from dnnscale.export.megatron import export_megatron

@@ -36,12 +36,10 @@ def register(app: typer.Typer) -> None:
             as_json: bool = typer.Option(False, "--json", help="print the files and notes as "
                                          "JSON")) -> None:
         """Write the launch flags or config file of an existing engine for a plan."""
-        from dnnscale.errors import InputError, short_repr
-        from dnnscale.export import ENGINES, export_plan
+        from dnnscale.export import export_plan
+        from dnnscale.plan.engines import check_engine
 
-        if to not in ENGINES:
-            raise InputError("--to", f"must be one of {', '.join(ENGINES)}, got "
-                             f"{short_repr(to)}")
+        check_engine(to, "--to")
         options = _engine_options(to, output, output_format, gpus_per_node)
         targets = _output_paths(output, to)
         from dnnscale.atomic import check_distinct

@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from dnnscale.errors import MAX_COUNT, InputError, require_int, short_repr
+from dnnscale.plan.flags import WORKLOAD_KEY, workload_name
 from dnnscale.plan.modern import MODERN_FIELDS, modern_plan_from_dict
 from dnnscale.plan.plan import ParallelPlan
-
-WORKLOAD_KEY = "workload"
-"""The top-level key of a plan file (and of optimize's JSON) that names the workload."""
 
 
 @dataclass(frozen=True)
@@ -90,18 +88,8 @@ def _strict_json(text: str, field: str, shown: str) -> Any:
             from None
 
 
-def _workload_name(data: dict[str, Any], field: str) -> str | None:
-    value = data.get(WORKLOAD_KEY)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(field, f"must name a workload (a zoo name, a YAML path or "
-                         f"hf:config.json), got {short_repr(value)}")
-    return value
-
-
 def _from_plan_file(data: dict[str, Any], field: str) -> PlanSource:
-    workload = _workload_name(data, f"{field}.{WORKLOAD_KEY}")
+    workload = workload_name(data, f"{field}.{WORKLOAD_KEY}")
     fields = {k: v for k, v in data.items() if k != WORKLOAD_KEY}
     if not any(key in fields for key in MODERN_FIELDS):
         raise InputError(field, f"holds no GPU plan fields (expected some of "
@@ -115,7 +103,7 @@ def _from_optimize(data: dict[str, Any], field: str) -> PlanSource:
     if not isinstance(best, dict):
         raise InputError(f"{field}.best", f"must be a mapping (the best plan of optimize "
                          f"--json), got {short_repr(best)}")
-    workload = _workload_name(data, f"{field}.{WORKLOAD_KEY}")
+    workload = workload_name(data, f"{field}.{WORKLOAD_KEY}")
     fields = best.get("plan_fields")
     if fields is not None:
         if not isinstance(fields, dict):

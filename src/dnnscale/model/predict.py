@@ -63,8 +63,7 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
     stage_memory: tuple[tuple[MemoryPart, ...], ...] = ()
     if step.record is not None and step.record.by_stage:
         stage_memory = accelerator_stage_memory(workload, plan, context)
-        memory = max(stage_memory, key=lambda parts: sum(part.bytes for part in parts))
-        capacity = {"worker": system.machine.memory_bytes}
+        memory, capacity = fullest_stage(stage_memory), {"worker": system.machine.memory_bytes}
     else:
         memory, capacity = memory_parts(workload, system, plan, stages[0])
     tokens = workload.transformer.seq if workload.transformer is not None else None
@@ -121,11 +120,13 @@ def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelP
                              context: StepContext) -> tuple[tuple[MemoryPart, ...], dict[str, float]]:
     """Memory parts of the device that needs the most (the fullest pipeline stage, the first of
     equals), and the device's capacity; `accelerator_stage_memory` gives every stage's."""
-    best: tuple[MemoryPart, ...] = ()
-    for parts in accelerator_stage_memory(workload, plan, context, distinct=True):
-        if sum(part.bytes for part in parts) > sum(part.bytes for part in best):
-            best = parts
-    return best, {"worker": system.machine.memory_bytes}
+    return (fullest_stage(accelerator_stage_memory(workload, plan, context, distinct=True)),
+            {"worker": system.machine.memory_bytes})
+
+
+def fullest_stage(stage_memory: tuple[tuple[MemoryPart, ...], ...]) -> tuple[MemoryPart, ...]:
+    """The memory parts of the stage that needs the most (the first of equals; () for none)."""
+    return max(stage_memory, key=lambda parts: sum(part.bytes for part in parts), default=())
 
 
 def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: StepContext,

@@ -41,9 +41,10 @@ HERE = {ADAM: "this search is over Adam's CPU configurations (not a transformer 
 
 def register(app: typer.Typer) -> None:
     """Add the `optimize` command to `app`."""
-    from dnnscale.plan.flags import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_OPTION,
-                                     INTER_NODE_LATENCY_OPTION, INTERCONNECT_OPTION, NICS_OPTION,
-                                     WORKLOAD_HELP)
+    from dnnscale.plan.flags import WORKLOAD_HELP
+    from dnnscale.system.commands import (CLUSTER_HELP, INTER_NODE_BANDWIDTH_OPTION,
+                                          INTER_NODE_LATENCY_OPTION, INTERCONNECT_OPTION,
+                                          NICS_OPTION)
     from dnnscale.errors import user_errors
 
     @app.command()
@@ -133,7 +134,7 @@ def register(app: typer.Typer) -> None:
             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
         """Find the configuration with the least predicted epoch time, rank the runners-up, and
         print the scalability curve (best epoch time and speedup per machine budget)."""
-        from dnnscale.atomic import check_output_path
+        from dnnscale.atomic import check_distinct, check_output_path
         from dnnscale.errors import InputError, require_positive
         from dnnscale.optimize.entry import is_gpu_space, optimize as run_optimize
         from dnnscale.optimize.modern_commands import print_gpu_result, strings, switches
@@ -149,8 +150,6 @@ def register(app: typer.Typer) -> None:
                            (None if csv == "-" else csv, "--csv")):
             if path is not None:
                 check_output_path(path, name)
-        from dnnscale.atomic import check_distinct
-
         check_distinct([("--plot", plot), ("--html", html),
                         ("--csv", None if csv == "-" else csv)],
                        (workload.removeprefix("hf:"), cluster))

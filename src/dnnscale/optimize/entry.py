@@ -12,7 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from dnnscale.boundary import check_prediction, finite_answers, require_bool
+from dnnscale.boundary import (check_prediction, finite_answers, require_bool,
+                               require_switches)
 from dnnscale.errors import InputError, require_int, require_positive, short_repr
 from dnnscale.optimize.result import OptimizeResult
 from dnnscale.plan.config import Config
@@ -65,15 +66,6 @@ def _counts(values: int | Iterable[int] | None, field: str) -> int | tuple[int, 
 
 def _optional_bool(field: str, value: object) -> bool | None:
     return None if value is None else require_bool(field, value)
-
-
-def _switches(field: str, value: object) -> bool | tuple[bool, ...] | None:
-    """A switch, or the choices of it (True, False or a list of them); None stays None."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, (list, tuple)) and value:
-        return tuple(require_bool(field, item) for item in value)
-    raise InputError(field, f"must be true, false or a list of them, got {short_repr(value)}")
 
 
 def _optional_name(field: str, value: object) -> str | None:
@@ -135,8 +127,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     require_bool("curve", curve)
     require_bool("choose_overlap", choose_overlap)
     method = _optional_name("method", method) or "fast"
-    sequence_parallel = _switches("sequence_parallel", sequence_parallel)
-    overlap_dp = _switches("overlap_dp", overlap_dp)
+    sequence_parallel = require_switches("sequence_parallel", sequence_parallel)
+    overlap_dp = require_switches("overlap_dp", overlap_dp)
     engine = _optional_name("engine", engine)
     pareto = _optional_bool("pareto", pareto)
     precision, objective = (_optional_name("precision", precision),

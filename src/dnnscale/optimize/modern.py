@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from dnnscale.boundary import require_switches
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.model.compose import StepContext, throughput
 from dnnscale.model.data_parallel import memory_zero_stage
@@ -206,8 +207,9 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     if precision not in PRECISION_PRESETS:
         raise InputError("precision", f"must be one of {', '.join(PRECISION_PRESETS)}")
     require(precision_on_device(precision, system), "")
-    sp = _switches(sequence_parallel, "sequence_parallel")
-    overlap = _switches(overlap_dp, "overlap_dp")
+    both = (False, True)  # None: search both
+    sp = require_switches("sequence_parallel", sequence_parallel) or both
+    overlap = require_switches("overlap_dp", overlap_dp) or both
     if engine is not None:
         engine = check_engine(engine)
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
@@ -219,18 +221,6 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
 
 SPACE_FIELDS = {"schedule": "schedules", "virtual_stages": "schedules", "grad_bytes": "precision"}
 """A rule's plan field -> the search's argument that chooses it (the rest share the name)."""
-
-
-def _switches(value: bool | Sequence[bool] | None, field_name: str) -> tuple[bool, ...]:
-    """One switch or the choices of it: None -> both (off first)."""
-    if value is None:
-        return (False, True)
-    items = [value] if isinstance(value, bool) else value
-    if not isinstance(items, (list, tuple)) or not items or \
-            any(not isinstance(item, bool) for item in items):
-        raise InputError(field_name, f"must be true, false or a list of them, got "
-                         f"{short_repr(value)}")
-    return tuple(sorted(set(items)))
 
 
 def _no_group(space: ModernSpace, workload: Workload, layers: int) -> None:

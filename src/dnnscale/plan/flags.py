@@ -2,17 +2,15 @@
 build a Config, the GPU flags (--tp --pp --dp ...) a Megatron-style plan.
 
 Below the CLI so that every command that takes plan flags (`predict`, `run`, ...) builds its plan
-the same way without importing `dnnscale.cli` (layering: plan < ... < cli). Also the help and
-options that predict and optimize share (workload, cluster, the network between GPU nodes),
-a plan file's `workload:`, and the notes a command prints on stderr."""
+the same way without importing `dnnscale.cli` (layering: plan < ... < cli). Also -w's help,
+a plan file's `workload:` (read here for predict and export alike), and the notes a command
+prints on stderr."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
-
-import typer
 
 from dnnscale.errors import InputError, short_repr, typed_options
 from dnnscale.plan.config import Config, config_from_dict
@@ -21,25 +19,10 @@ from dnnscale.plan.plan import ParallelPlan
 from dnnscale.yamlio import load_yaml_file
 
 
-# Help texts of the flags several commands share (cli.py, optimize/commands.py).
 WORKLOAD_HELP = ("zoo name, workload YAML, hf:config.json, or a PyTorch model as "
                  "package.module:factory (with --input-shape)")
-CLUSTER_HELP = ("CPU preset (adam-2014, local), GPU node preset as NAME:NODES (dgx-a100-80g:64; "
-                "a bare NAME is 1 node), or cluster YAML (CPU, or GPU with node: and nodes:)")
-INTERCONNECT_HELP = "GPU: the link between nodes, e.g. ib-ndr, roce-400 (docs/gpu-systems.md)"
-INTER_NODE_BANDWIDTH_HELP = ("GPU: line rate of one NIC port between nodes, per direction, "
-                             "e.g. 100Gbit/s (replaces the preset's)")
-INTER_NODE_LATENCY_HELP = "GPU: latency per hop between nodes, e.g. 5us (replaces the preset's)"
-NICS_HELP = "GPU: NIC ports per node (default: the node preset's)"
+"""The help of -w, which predict and optimize share (cli.py, optimize/commands.py)."""
 
-INTERCONNECT_OPTION: Any = typer.Option(None, "--interconnect", help=INTERCONNECT_HELP)
-INTER_NODE_BANDWIDTH_OPTION: Any = typer.Option(None, "--inter-node-bandwidth",
-                                                help=INTER_NODE_BANDWIDTH_HELP)
-INTER_NODE_LATENCY_OPTION: Any = typer.Option(None, "--inter-node-latency",
-                                              help=INTER_NODE_LATENCY_HELP)
-NICS_OPTION: Any = typer.Option(None, "--nics-per-node", help=NICS_HELP)
-"""The network between GPU nodes, the same options on predict and optimize
-(system/gpu_cluster.py INTER_NODE_FLAGS)."""
 
 def config_from_options(config_file: Path | None, **flags: Any) -> Config:
     """A Config from an optional YAML file, overridden by the flags that were given."""
@@ -53,18 +36,26 @@ def _config_from_data(data: dict[str, Any], flags: Mapping[str, Any]) -> Config:
 
 
 WORKLOAD_KEY = "workload"
-"""The key of a plan file that names its workload (as `export` reads it, docs/formats.md)."""
+"""The key of a plan file (and of optimize's JSON) that names its workload: `predict --config`
+and `export` read it (docs/formats.md)."""
+
+
+def workload_name(data: Mapping[str, Any], field: str) -> str | None:
+    """The workload a plan mapping names under WORKLOAD_KEY (None: none), checked to be a
+    name; an error names `field`."""
+    value = data.get(WORKLOAD_KEY)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(field, f"must name a workload (a zoo name, a YAML path or "
+                         f"hf:config.json), got {short_repr(value)}")
+    return value
 
 
 def read_plan_file(config_file: Path | None) -> tuple[dict[str, Any], str | None]:
     """A --config file's plan fields, and the workload it names (`workload:`, else None)."""
     data: dict[str, Any] = load_yaml_file(config_file, "config") if config_file else {}
-    if data.get(WORKLOAD_KEY) is None:
-        return {key: value for key, value in data.items() if key != WORKLOAD_KEY}, None
-    name = data[WORKLOAD_KEY]
-    if not isinstance(name, str) or not name.strip():
-        raise InputError(f"config.{WORKLOAD_KEY}", f"must name a workload (a zoo name, a YAML "
-                         f"path or hf:config.json), got {short_repr(name)}")
+    name = workload_name(data, f"config.{WORKLOAD_KEY}")
     return {key: value for key, value in data.items() if key != WORKLOAD_KEY}, name
 
 
@@ -78,12 +69,15 @@ def plan_workload(flag: str | None, in_file: str | None) -> str:
     return flag if flag is not None else str(in_file)
 
 
-def check_plan_workload(flag: str | None, in_file: str | None, loaded_name: str) -> None:
-    """A plan file's `workload:` agrees with -w (the rule `export` applies)."""
+def check_plan_workload(flag: str | None, in_file: str | None, loaded_name: str,
+                        the_file: str = "the --config plan file", flag_typed: str = "-w") -> None:
+    """A plan file's `workload:` agrees with the workload flag: the same text, or the name of
+    the workload the flag loaded (optimize's JSON names it by name; the flag may give the YAML
+    it came from). predict's and export's rule; `the_file` and `flag_typed` word the error."""
     if flag is not None and in_file is not None and in_file not in (flag, loaded_name):
         raise InputError("--workload", f"{short_repr(flag)} is workload {short_repr(loaded_name)}, "
-                         f"but the --config plan file names {short_repr(in_file)}; give the same "
-                         "or leave -w out")
+                         f"but {the_file} names {short_repr(in_file)}; give the same "
+                         f"or leave {flag_typed} out")
 
 
 def plan_from_options(data: dict[str, Any], adam: dict[str, Any],

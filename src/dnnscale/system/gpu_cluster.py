@@ -19,7 +19,6 @@ the presets' own links (system/gpu.py `_tier`, the one place).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from dnnscale.boundary import require_mapping
@@ -30,6 +29,7 @@ from dnnscale.system.gpu import gpu_system, inter_node_link_names, node_preset_n
 from dnnscale.system.gpu_profile import load_gpu_profile
 from dnnscale.system.system import System
 from dnnscale.units import parse_quantity
+from dnnscale.yamlio import path_beside
 
 GPU_CLUSTER_FIELDS = ("name", "node", "nodes", "inter_node", "profile")
 INTER_NODE_FIELDS = ("interconnect", "bandwidth", "latency", "nics_per_node")
@@ -99,9 +99,7 @@ def gpu_cluster_from_dict(data: dict[str, Any], source: str = "",
     if data.get("profile") is not None:
         if not isinstance(data["profile"], str):
             raise InputError("cluster.profile", f"must be a path, got {short_repr(data['profile'])}")
-        path = Path(data["profile"]).expanduser()
-        if not path.is_absolute() and source and Path(source).is_file():
-            path = Path(source).parent / path
+        path = path_beside(data["profile"], source)
         if not path.is_file():
             raise InputError("cluster.profile", f"no GPU profile file {short_repr(str(path))} "
                              "(make one with `dnnscale calibrate --gpu -o FILE`)")

@@ -51,7 +51,7 @@ from dnnscale.system.profile import (HardwareProfile, load_profile, machine_over
 from dnnscale.system.system import ProfileInfo, System
 from dnnscale.system.topology import LinkTier
 from dnnscale.units import parse_quantity
-from dnnscale.yamlio import is_yaml_source, load_yaml_file
+from dnnscale.yamlio import is_yaml_source, load_yaml_file, path_beside
 
 _MACHINE_FIELDS = {"cores", "memory", "memory_bandwidth", "flops_per_core", "update_time_per_param"}
 _NETWORK_FIELDS = {"bandwidth", "latency"}
@@ -180,9 +180,7 @@ def _profiled(data: dict[str, Any], source: str) -> tuple[dict[str, Any], Hardwa
     profile (None without a `profile` field)."""
     if not data.get("profile"):
         return data, None
-    path = Path(str(data["profile"])).expanduser()
-    if not path.is_absolute() and source and Path(source).is_file():
-        path = Path(source).parent / path
+    path = path_beside(data["profile"], source)
     if not path.is_file():
         raise InputError("cluster.profile", f"no profile file {short_repr(str(path))} (make one with "
                          f"`dnnscale calibrate --local -o {path.name}`)")
