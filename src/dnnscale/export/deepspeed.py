@@ -74,7 +74,7 @@ def megatron_deepspeed_flags(plan: ParallelPlan, shape: TransformerShape,
     """Megatron-DeepSpeed's options for the same plan (its megatron/arguments.py)."""
     flags: list[Flag] = [("--deepspeed", None), ("--deepspeed_config", config_path),
                          ("--zero-stage", str(zero_stage(plan)))]
-    flags += pipeline_flags(plan, shape, ENGINE)
+    flags += pipeline_flags(plan, shape)
     if plan.pipeline.stages == 1:
         flags.append(("--no-pipeline-parallel", None))
     if sequence_parallel(plan):

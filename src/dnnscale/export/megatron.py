@@ -67,7 +67,7 @@ TRAIN_ARGS = "--train-iters 50 --eval-iters 0 --lr 0.0001 --log-interval 1"
 --train-samples, and a learning rate): 50 steps timed one by one, no evaluation."""
 
 
-def pipeline_flags(plan: ParallelPlan, shape: TransformerShape, engine: str) -> list[Flag]:
+def pipeline_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
     """TP and PP sizes and the interleaved schedule's layers per virtual stage, shared by
     Megatron-LM and Megatron-DeepSpeed (same option names in both)."""
     pipeline = plan.pipeline
@@ -183,7 +183,7 @@ def _megatron_model_flags(shape: TransformerShape) -> list[Flag]:
 def megatron_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
     """Every option of the plan and the model, in the order parallelism, batch, data
     parallelism, recomputation, precision, model."""
-    flags = pipeline_flags(plan, shape, ENGINE)
+    flags = pipeline_flags(plan, shape)
     if sequence_parallel(plan):
         flags.append(("--sequence-parallel", None))
     return (flags + batch_flags(plan) + _data_parallel_flags(plan) + _recompute_flags(plan)

@@ -181,7 +181,8 @@ def stage_label(index: int, layers: Sequence[LayerCost], stages: int,
     return label
 
 
-NO_RESERVE = ("no reserve modelled: the capacity is the device's whole memory (the CUDA "
+NO_RESERVE_SHORT = "no reserve modelled"
+NO_RESERVE = (f"{NO_RESERVE_SHORT}: the capacity is the device's whole memory (the CUDA "
               "context, framework workspaces and allocator fragmentation are not subtracted)")
 """What the report says while the model has no memory-reserve term (a 'reserve' memory part)."""
 
@@ -225,13 +226,16 @@ def memory_rows(prediction: Prediction) -> list[MemoryRow]:
                       by_stage[i], i == fullest, i) for i in shown]
 
 
-def reserve_text(prediction: Prediction) -> str:
-    """The memory reserve the model counts ('reserve' memory parts), or NO_RESERVE."""
+def reserve_text(prediction: Prediction, short: bool = False) -> str:
+    """The memory reserve the model counts ('reserve' memory parts), or NO_RESERVE; `short`:
+    the words before the colon only."""
     from dnnscale.units import format_si
 
     reserve = [part for part in prediction.memory if part.name == "reserve"]
     if not reserve:
-        return NO_RESERVE
+        return NO_RESERVE_SHORT if short else NO_RESERVE
+    if short:
+        return "reserve included"
     return "reserve included: " + ", ".join(f"{part.role} {format_si(part.bytes, 'B')}"
                                             for part in reserve)
 

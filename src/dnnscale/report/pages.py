@@ -35,12 +35,16 @@ def _key_figures(prediction: Prediction, workload: Any, system: Any) -> list[tup
     return items
 
 
+def _on_accelerators(system: Any) -> bool:
+    machine = getattr(system, "machine", None)
+    return machine is not None and bool(machine.is_accelerator)
+
+
 def _devices_figure(prediction: Prediction, system: Any) -> tuple[str, str]:
     """GPUs and the nodes they fill on an accelerator system, else machines (workers and
     parameter-server shards)."""
     plan = prediction.plan
-    machine = getattr(system, "machine", None)
-    if machine is not None and machine.is_accelerator:
+    if _on_accelerators(system):
         per_node = max(1, system.devices_per_node)
         nodes = -(-plan.workers // per_node)
         return (f"GPUs ({nodes:,} node{'s' if nodes != 1 else ''} of {per_node})",
@@ -55,11 +59,10 @@ def _fit_figure(prediction: Prediction, system: Any) -> tuple[str, str]:
     """Fits or not, with the fullest device's need against its capacity and the reserve."""
     capacity = prediction.memory_capacity_bytes.get("worker")
     need = prediction.memory_of("worker")
-    machine = getattr(system, "machine", None)
-    device = "GPU" if machine is not None and machine.is_accelerator else "worker"
+    device = "GPU" if _on_accelerators(system) else "worker"
     of = (f"{format_si(need, 'B')} of {format_si(capacity, 'B')} per {device}, "
           if capacity else "")
-    reserve = reserve_text(prediction).split(":")[0]
+    reserve = reserve_text(prediction, short=True)
     return f"fits in memory ({of}{reserve})", "yes" if prediction.fits else "NO"
 
 
