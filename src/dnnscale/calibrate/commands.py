@@ -15,13 +15,14 @@ MAX_PEERS = 64
 """The largest all-reduce group calibrate measures (each peer is a process)."""
 
 MODE_FLAGS: dict[str, tuple[str, ...]] = {
-    "--free-core": ("testbed",),
+    "--free-core": ("testbed",), "--max-message": ("testbed",),
     **{flag: ("local", "testbed") for flag in ("--no-network", "--kinds", "--allreduce-peers")},
     **{flag: ("gpu",) for flag in ("--device", "--as", "--steps")},
 }
 """calibrate's flags by what it measures (plan/flags.py refuse_flags); the rest apply to all."""
-NETWORK_FLAGS: dict[str, tuple[str, ...]] = {"--allreduce-peers": ("network",)}
-"""--allreduce-peers sizes a network measurement."""
+NETWORK_FLAGS: dict[str, tuple[str, ...]] = {"--allreduce-peers": ("network",),
+                                             "--max-message": ("network",)}
+"""--allreduce-peers and --max-message size a network measurement."""
 WORDS = {"local": "with --local", "testbed": "with --testbed",
          "gpu": "with --gpu", "network": "when the network is measured (not with --no-network)"}
 
@@ -47,6 +48,10 @@ def register(app: typer.Typer) -> None:
                   allreduce_peers: Optional[str] = typer.Option(
                       None, "--allreduce-peers", help="all-reduce group sizes (default 2,4; on "
                       "a testbed every size from 2 to its worker hosts)"),
+                  max_message: Optional[str] = typer.Option(
+                      None, "--max-message", help="testbed: the largest message measured "
+                      "(point-to-point, all-reduce, held pulls), e.g. 16MiB; at least a "
+                      "workload's full gradient (default 4MiB)"),
                   free_core: bool = typer.Option(False, "--free-core", help="testbed: measure "
                                                  "compute on a free core of this machine, not "
                                                  "inside a host under its quota"),
@@ -85,9 +90,21 @@ def register(app: typer.Typer) -> None:
             return
         grid_kinds = _kinds(kinds)
         peers = _peers(allreduce_peers) if allreduce_peers is not None else None
+        cap = _max_message(max_message) if max_message is not None else None
         run_calibration(output, quick, not no_network, grid_kinds, peers,
                         str(testbed) if testbed is not None else None,
-                        under_quota=testbed is not None and not free_core)
+                        under_quota=testbed is not None and not free_core,
+                        max_message_bytes=cap)
+
+
+def _max_message(text: str) -> int:
+    from dnnscale.errors import InputError
+    from dnnscale.units import parse_quantity
+
+    value = parse_quantity(text, "bytes", "--max-message")
+    if not 4096 <= value <= 2**30:
+        raise InputError("--max-message", f"must be between 4KiB and 1GiB, got {text!r}")
+    return int(value)
 
 
 def _kinds(text: Optional[str]) -> Optional[tuple[str, ...]]:
@@ -123,7 +140,8 @@ def _peers(text: str) -> tuple[int, ...]:
 
 def run_calibration(output: Path, quick: bool, network: bool,
                     grid_kinds: Optional[tuple[str, ...]], peers: Optional[tuple[int, ...]],
-                    testbed: Optional[str], under_quota: bool = False) -> Any:
+                    testbed: Optional[str], under_quota: bool = False,
+                    max_message_bytes: Optional[int] = None) -> Any:
     """Calibrate with a rich progress bar, write the profile atomically, print a summary."""
     from dataclasses import replace
 
@@ -131,8 +149,8 @@ def run_calibration(output: Path, quick: bool, network: bool,
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dnnscale.system.profile import save_profile
-    from dnnscale.calibrate.run import (Plan, calibrate, testbed_network, testbed_placements,
-                                        testbed_steps)
+    from dnnscale.calibrate.run import (TESTBED_MAX_MESSAGE_BYTES, Plan, calibrate,
+                                        testbed_network, testbed_placements, testbed_steps)
 
     desc = None
     if testbed is not None:
@@ -142,7 +160,8 @@ def run_calibration(output: Path, quick: bool, network: bool,
         if peers is None:
             workers = len(desc.hosts_with_role("worker"))
             peers = tuple(range(2, min(workers, MAX_PEERS) + 1))
-    runner = testbed_network(testbed) if testbed is not None else None
+    runner = (testbed_network(testbed, max_message_bytes or TESTBED_MAX_MESSAGE_BYTES)
+              if testbed is not None else None)
     placements = testbed_placements(testbed) if testbed is not None else None
     plan = Plan.make(quick, network=network, grid_kinds=grid_kinds,
                      allreduce_peers=peers or (2, 4))

@@ -181,7 +181,27 @@ def local_network(plan: Plan, advance: Advance) -> dict[str, Any]:
 
 
 TESTBED_MAX_MESSAGE_BYTES = 4 * 2**20
-"""Testbed links are rate-limited (Mbit/s): messages up to 4 MiB keep calibration to minutes."""
+"""Testbed links are rate-limited (Mbit/s): messages up to 4 MiB keep calibration to minutes
+(the default of `calibrate --max-message`; a validation asks at least its full gradient)."""
+
+PULL_SIZES = (1024, 262_144, 2**20, 4 * 2**20)
+"""Bytes per worker of the held-pull benchmark (sizes below the cap, then the cap)."""
+
+
+def capped_sizes(sizes: Sequence[int], cap_bytes: int) -> list[int]:
+    """The message sizes a testbed measures: `sizes` below the cap, then a quarter of the cap
+    where that is larger than all of them, then the cap itself, so that the largest message
+    a plan sends is measured, not extrapolated to.
+
+    >>> capped_sizes([8, 4096, 262144, 4194304], 16 * 2**20)
+    [8, 4096, 262144, 4194304, 16777216]
+    >>> capped_sizes([4096, 1048576], 16 * 2**20)
+    [4096, 1048576, 4194304, 16777216]
+    """
+    below = sorted(s for s in set(sizes) if s < cap_bytes)
+    quarter = cap_bytes // 4
+    extra = [quarter] if quarter > (below[-1] if below else 0) and quarter not in below else []
+    return below + extra + [cap_bytes]
 
 
 def pull_groups(workers: int, ps_hosts: int, hosts: int) -> list[tuple[int, int]]:
@@ -206,7 +226,8 @@ def coupled_groups(workers: int) -> list[int]:
     return list(range(2, min(workers, 4) + 1))
 
 
-def testbed_network(testbed_file: str) -> NetworkRunner:
+def testbed_network(testbed_file: str,
+                    max_message_bytes: int = TESTBED_MAX_MESSAGE_BYTES) -> NetworkRunner:
     """A network runner that measures between the testbed's hosts, every rank in its host's
     namespace and cgroup (joined after torch is imported): point-to-point between two workers
     (and between a worker and a PS host), all-reduce at each group size asked, the wait a
@@ -228,8 +249,8 @@ def testbed_network(testbed_file: str) -> NetworkRunner:
         def place(count: int, roles: list[str] | None = None) -> list[Any]:
             return rank_placements(desc, count, roles=roles, join_late=True)
 
-        sizes = [size for size in plan.message_sizes if size <= TESTBED_MAX_MESSAGE_BYTES]
-        reduce_sizes = [s for s in plan.allreduce_sizes if s <= TESTBED_MAX_MESSAGE_BYTES]
+        sizes = capped_sizes(plan.message_sizes, max_message_bytes)
+        reduce_sizes = capped_sizes(plan.allreduce_sizes, max_message_bytes)
         fields: dict[str, Any] = {"network": measure_p2p(place(2), sizes, quick=plan.quick)}
         advance("point-to-point")
         workers = len(desc.hosts_with_role("worker"))
@@ -252,7 +273,7 @@ def testbed_network(testbed_file: str) -> NetworkRunner:
         for count, shards in pull_groups(workers, ps_hosts, len(desc.hosts)):
             roles = ["worker"] * count + ["ps"] * shards
             pulls.append(measure_ps_sync_pull(place(count + shards, roles), shards,
-                                              [1024, 262_144, 2**20, 4 * 2**20],
+                                              capped_sizes(PULL_SIZES, max_message_bytes),
                                               quick=plan.quick))
             advance(f"held pulls x{count} from {shards} shards")
         fields["ps_sync_pull"] = tuple(pulls)
