@@ -41,9 +41,9 @@ CALIBRATION = ({"partitions": 1, "replicas": 1, "ps_shards": 1, "sync": "ps-sync
                {"partitions": 2, "replicas": 1, "ps_shards": 1, "sync": "ps-async"})
 
 
-def synthetic_cluster(setting: Setting):  # type: ignore[no-untyped-def]
-    """The setting's System as `testbed up` would describe it (links and shares as asked)."""
-    from dnnscale.testbed.describe import cluster_from_description, description_from_dict
+def synthetic_description(setting: Setting) -> dict:  # type: ignore[type-arg]
+    """The setting's testbed description as `testbed up` would write it (links and shares as
+    asked, nothing measured), without building it."""
     from dnnscale.testbed.spec import make_spec
 
     spec = make_spec(setting.testbed, setting.hosts, setting.rate, cpu=setting.cpu,
@@ -55,9 +55,15 @@ def synthetic_cluster(setting: Setting):  # type: ignore[no-untyped-def]
               "rate_bytes_per_s": h.rate_bytes_per_s, "latency_s": h.latency_s,
               "cpu_cores": h.cpu_cores, "cpu_period_s": h.cpu_period_s}
              for i, h in enumerate(spec.hosts)]
-    return cluster_from_description(description_from_dict(
-        {"testbed": setting.testbed, "subnet": "198.18.200.0/24", "bridge": names.bridge,
-         "created": "design", "hosts": hosts}))
+    return {"testbed": setting.testbed, "subnet": "198.18.200.0/24", "bridge": names.bridge,
+            "created": "design", "hosts": hosts}
+
+
+def synthetic_cluster(setting: Setting):  # type: ignore[no-untyped-def]
+    """The setting's System as `testbed up` would describe it (links and shares as asked)."""
+    from dnnscale.testbed.describe import cluster_from_description, description_from_dict
+
+    return cluster_from_description(description_from_dict(synthetic_description(setting)))
 
 
 def valid(workload, cluster, fields: dict):  # type: ignore[no-untyped-def]
@@ -201,7 +207,7 @@ def main() -> int:
                         "committed before measuring.\n"
                         + yaml.safe_dump(plan.to_dict(), sort_keys=False, width=100))
         splits = {s: sum(r.split == s for r in plan.rows) for s in ("calibration", "dev", "test")}
-        print(f"{name}: {len(plan.rows)} rows {splits} -> {path.relative_to(ROOT)}")
+        print(f"{name}: {len(plan.rows)} rows {splits} -> {path}")
     return 0
 
 

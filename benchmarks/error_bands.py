@@ -1,6 +1,7 @@
 """Store the validated error distribution of each regime, the lookup behind `error_band`.
 
     .venv/bin/python benchmarks/error_bands.py [results/validation/wave1] [--vtrain results/vtrain]
+    .venv/bin/python benchmarks/error_bands.py --corpus results/validation/rows.json   # rescore.py
 
 A cheap re-scoring, no timing run: it reads the rows the validations recorded and groups their
 relative throughput errors by regime (model/error_band.py: device, precision, calibrated or not,
@@ -68,6 +69,17 @@ def cpu_rows(folder: Path) -> tuple[list[tuple[Regime, float]], list[str], str]:
     return rows, settings, source
 
 
+def corpus_rows(path: Path) -> tuple[list[tuple[Regime, float]], list[str], str]:
+    """(regime, relative error) of the corpus's evaluated rows (dev, test and the optimizer's
+    choices; calibration rows fit the baselines and are left out) as benchmarks/rescore.py
+    scored them at HEAD, the settings, and the source text."""
+    scored = json.loads(path.read_text())
+    rows = [(Regime.from_dict(r["regime_key"]), float(r["relative_error"])) for r in scored
+            if r["split"] != "calibration" and r.get("regime_key")]
+    settings = sorted({f"testbed setting {r['setting']} (calibrated, corpus)" for r in scored})
+    return rows, settings, f"{_shown(path)} (benchmarks/rescore.py)"
+
+
 def vtrain_rows(folder: Path) -> tuple[list[tuple[Regime, float]], str]:
     """(regime, relative error) of vTrain's multi-node rows, and the source text."""
     from dnnscale.system.gpu_profile import load_gpu_profile
@@ -105,14 +117,21 @@ def main() -> None:
     parser.add_argument("folder", nargs="?", default=str(ROOT / "results" / "validation" / "wave1"))
     parser.add_argument("--vtrain", default=str(ROOT / "results" / "vtrain"),
                         help="folder of benchmarks/vtrain.py's results (skipped when absent)")
+    parser.add_argument("--corpus", help="rows.json of benchmarks/rescore.py: the measurement "
+                        "corpus re-scored at HEAD (instead of FOLDER)")
     parser.add_argument("-o", "--output", default=str(DATA_FILE))
     args = parser.parse_args()
     folder = Path(args.folder)
-    rows, settings, source = cpu_rows(folder)
+    if args.corpus:
+        rows, settings, source = corpus_rows(Path(args.corpus))
+        name = "the testbed measurement corpus"
+    else:
+        rows, settings, source = cpu_rows(folder)
+        name = f"the testbed validation ({folder.name})"
     if not rows:
-        raise SystemExit(f"no validated rows under {folder}/*/results.json")
+        raise SystemExit(f"no validated rows in {args.corpus or folder}")
     data = {"format": FORMAT, "source": source, "settings": settings,
-            "regimes": bands(rows, source, f"the testbed validation ({folder.name})")}
+            "regimes": bands(rows, source, name)}
     vtrain = Path(args.vtrain)
     if (vtrain / "multi_node_rows.json").exists():
         gpu, gpu_source = vtrain_rows(vtrain)

@@ -163,8 +163,7 @@ def run_calibration(output: Path, quick: bool, network: bool,
     runner = (testbed_network(testbed, max_message_bytes or TESTBED_MAX_MESSAGE_BYTES)
               if testbed is not None else None)
     placements = testbed_placements(testbed) if testbed is not None else None
-    plan = Plan.make(quick, network=network, grid_kinds=grid_kinds,
-                     allreduce_peers=peers or (2, 4))
+    plan = Plan.make(quick, network=network, grid_kinds=grid_kinds, allreduce_peers=peers)
     total = plan.steps()
     if desc is not None and network:
         total += testbed_steps(desc, plan) - (1 + len(plan.allreduce_peers))

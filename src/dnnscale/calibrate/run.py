@@ -44,14 +44,16 @@ class Plan:
 
     @classmethod
     def make(cls, quick: bool, network: bool = True, grid_kinds: tuple[str, ...] | None = None,
-             allreduce_peers: tuple[int, ...] = (2, 4)) -> "Plan":
+             allreduce_peers: tuple[int, ...] | None = None) -> "Plan":
+        """`allreduce_peers`: the group sizes asked (a testbed asks every size it has, quick
+        or not: a fit for 2 peers says nothing about 4); by default (2, 4), or (2,) quick."""
         if quick:
-            return cls(True, 3, 0.005, grid_kinds, (8, 4096, 262_144, 4 * 2**20), (2,),
-                       (4096, 2**20), network)
+            return cls(True, 3, 0.005, grid_kinds, (8, 4096, 262_144, 4 * 2**20),
+                       allreduce_peers or (2,), (4096, 2**20), network)
         return cls(False, 7, 0.03, grid_kinds,
                    (1, 64, 1024, 16_384, 131_072, 2**20, 4 * 2**20, 16 * 2**20, 64 * 2**20),
-                   allreduce_peers, (1024, 65_536, 2**20, 8 * 2**20, 32 * 2**20), network,
-                   (2**16, 2**19, 2**22), 60)
+                   allreduce_peers or (2, 4), (1024, 65_536, 2**20, 8 * 2**20, 32 * 2**20),
+                   network, (2**16, 2**19, 2**22), 60)
 
     def steps(self) -> int:
         from dnnscale.calibrate.compute import calibration_grid

@@ -21,7 +21,10 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None) -> Syst
     - network: the links' bandwidth stays the cluster's (the testbed's measured links); the
       per-message latency is at least the calibrated point-to-point α between two ranks (gloo
       and Python, under the quota); all-reduce fits per group size and the held-pull fits
-      ride on the workers' tier (model/collectives.py reads them); a collective's wait under
+      ride on the workers' tier (model/collectives.py reads them), each fit's bandwidth bounded
+      by physics: an all-reduce's by the link's rate (a ring moves its bytes over each
+      member's link), held pulls from S shards by S shard links (a fit from latency-bound
+      points came out at 16x the link, docs/testbed.md); a collective's wait under
       the quota (the median over the group sizes measured) is the system's per-call cost.
     """
     from dnnscale.system.load import profile_machine
@@ -37,14 +40,19 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None) -> Syst
             cores = statistics.fmean(h.cpu_cores for h in hosts) if hosts else cores
         return profile_machine(profile, cores=cores, memory_bytes=machine.memory_bytes)
 
+    link_bytes_per_s = cluster.network.bandwidth_bytes_per_s
+    shard_link_bytes_per_s = (cluster.ps_network or cluster.network).bandwidth_bytes_per_s
     network = dataclasses.replace(
         cluster.network,
         latency_s=max(cluster.network.latency_s,
                       profile.network.latency_s if profile.network else 0.0),
-        allreduce_fits=tuple((link.peers, link.bandwidth_bytes_per_s, link.latency_s)
+        allreduce_fits=tuple((link.peers, min(link.bandwidth_bytes_per_s, link_bytes_per_s),
+                              link.latency_s)
                              for link in profile.allreduce) or cluster.network.allreduce_fits,
         fits=cluster.network.fits + tuple(
-            ("ps_sync_pull", link.peers, link.bandwidth_bytes_per_s, link.latency_s)
+            ("ps_sync_pull", link.peers,
+             min(link.bandwidth_bytes_per_s, (link.shards or 1) * shard_link_bytes_per_s),
+             link.latency_s)
             for link in profile.ps_sync_pull))
     ps_network = cluster.ps_network
     if ps_network is not None and profile.ps_network is not None:
