@@ -28,11 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from dnnscale.validate.corpus import Plan, Row, Setting, load_settings  # noqa: E402
-
-WORKLOADS = {"cifar10": "adam-cifar10",
-             "in22k": "benchmarks/validation/adam-imagenet22k-small.yaml",
-             "mnist": "adam-mnist"}
+from dnnscale.validate.corpus import (WORKLOADS, Plan, Row, Setting, load_settings,  # noqa: E402
+                                      workload_path)
 EVALUATED_PER_WORKLOAD = 9
 TEST_SHARE = 0.6
 SEED = 22
@@ -160,7 +157,7 @@ def design(setting: Setting) -> Plan:
     rng = random.Random(f"{SEED}-{setting.name}")
     cluster = synthetic_cluster(setting)
     hosts = setting.hosts + setting.ps_hosts
-    workloads = {short: load_workload(str(ROOT / ref) if ref.endswith(".yaml") else ref)
+    workloads = {short: load_workload(workload_path(ref, ROOT))
                  for short, ref in WORKLOADS.items()}
     rows: list[Row] = []
     taken: set = set()

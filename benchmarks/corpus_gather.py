@@ -21,6 +21,7 @@ Nothing else may run on the machine meanwhile: no tests, no builds, no helpers.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -34,13 +35,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from dnnscale.validate.corpus import (RUN_FORMAT, ForeignLoad, Row, append_run,  # noqa: E402
-                                      load_plan, load_settings, pending, read_runs)
+from dnnscale.validate.corpus import (RUN_FORMAT, WORKLOADS, ForeignLoad, Row,  # noqa: E402
+                                      append_run, attempts, load_plan, load_settings, pending,
+                                      read_runs, workload_path)
 
 BIN = ROOT / ".venv" / "bin"
 CORPUS = ROOT / "results" / "validation" / "corpus"
-SHORT = {"adam-cifar10": "cifar10", "benchmarks/validation/adam-imagenet22k-small.yaml": "in22k",
-         "adam-mnist": "mnist"}
 
 
 def now() -> str:
@@ -76,13 +76,9 @@ def max_message_bytes() -> int:
     """The largest full gradient among the corpus's workloads, rounded up to a power of two."""
     from dnnscale.workload import load_workload
 
-    largest = max(load_workload(str(ROOT / ref) if ref.endswith(".yaml") else ref).params * 4
-                  for ref in SHORT)
+    largest = max(load_workload(workload_path(ref, ROOT)).params * 4
+                  for ref in WORKLOADS.values())
     return 1 << (int(largest) - 1).bit_length()
-
-
-def workload_ref(ref: str) -> str:
-    return str(ROOT / ref) if ref.endswith(".yaml") else ref
 
 
 def optimizer_rows(plan, cluster, folder: Path, log: Log) -> list[Row]:  # type: ignore[no-untyped-def]
@@ -97,12 +93,12 @@ def optimizer_rows(plan, cluster, folder: Path, log: Log) -> list[Row]:  # type:
         chosen = json.loads(path.read_text())
     else:
         chosen = {}
-        for ref, short in SHORT.items():
+        for short, ref in WORKLOADS.items():
             rows = [r for r in plan.rows if r.workload == ref]
             if not rows:
                 continue
             base = rows[0].config
-            result = optimize(load_workload(workload_ref(ref)), cluster, machines=cluster.machines,
+            result = optimize(load_workload(workload_path(ref, ROOT)), cluster, machines=cluster.machines,
                               top=1, minibatch=base.minibatch, base=base, curve=False)
             config = result.best.config
             in_plan = [r.id for r in rows if r.config == config]
@@ -125,18 +121,18 @@ def run_one(row: Row, repeat: int, sitting: int, plan, cluster, desc, folder: Pa
     from dnnscale.validate.pipeline import conv_split_for
     from dnnscale.workload import load_workload
 
-    ref = workload_ref(row.workload)
+    ref = workload_path(row.workload, ROOT)
     split = conv_split_for(load_workload(ref), cluster, row.config)
     roles = [role.kind for role in rank_roles(row.config)]
     record = {"format": RUN_FORMAT, "setting": plan.setting, "sitting": sitting, "id": row.id,
               "workload": row.workload, "split": row.split, "config": row.config.to_dict(),
               "repeat": repeat, "attempt": previous + 1, "steps": plan.steps,
               "warmup": plan.warmup, "conv_split": split, "started": now()}
-    with_scratch = folder / "scratch"
-    with_scratch.mkdir(exist_ok=True)
+    scratch = folder / "scratch"
+    scratch.mkdir(exist_ok=True)
     spec = RunSpec(workload=ref, config=row.config.to_dict(), steps=plan.steps,
                    warmup=plan.warmup, timeout_s=plan.timeout_s,
-                   output=str(with_scratch / f"{row.id}-r{repeat}.jsonl"), lr=plan.lr,
+                   output=str(scratch / f"{row.id}-r{repeat}.jsonl"), lr=plan.lr,
                    seed=repeat - 1, conv_split=dict(split))
     placements = list(rank_placements(desc, len(roles), roles=roles, join_late=True))
     meter = ForeignLoad.start()
@@ -175,7 +171,7 @@ def main() -> int:
     setting = settings[args.setting]
     plan = load_plan(args.settings.parent / f"{setting.name}.yaml")
     if args.repeats:
-        plan = type(plan)(**{**plan.__dict__, "repeats": args.repeats})
+        plan = dataclasses.replace(plan, repeats=args.repeats)
     folder = args.corpus / setting.name
     folder.mkdir(parents=True, exist_ok=True)
     log = Log(folder / "gather.log")
@@ -213,11 +209,10 @@ def main() -> int:
         desc = load_description(folder / f"testbed-s{sitting}.json")
         cluster = apply_profile(cluster_from_description(desc), profile, desc)
         rows = list(plan.rows) + optimizer_rows(plan, cluster, folder, log)
-        plan = type(plan)(**{**plan.__dict__, "rows": tuple(rows)})
+        plan = dataclasses.replace(plan, rows=tuple(rows))
         if args.only:
             wanted = set(args.only.split(","))
-            plan = type(plan)(**{**plan.__dict__,
-                                 "rows": tuple(r for r in plan.rows if r.id in wanted)})
+            plan = dataclasses.replace(plan, rows=tuple(r for r in plan.rows if r.id in wanted))
         total = len(list(pending(plan, read_runs(folder))))
         number = 0
         while True:
@@ -230,8 +225,8 @@ def main() -> int:
                 log(f"budget of {args.budget_min:g} min spent; {len(todo)} runs left")
                 break
             row, repeat = todo[0]
-            previous = sum(1 for r in records if r["id"] == row.id and r["repeat"] == repeat)
-            record = run_one(row, repeat, sitting, plan, cluster, desc, folder, previous)
+            record = run_one(row, repeat, sitting, plan, cluster, desc, folder,
+                             attempts(records, row.id, repeat))
             append_run(folder, record)
             number += 1
             what = (f"{record['measured_throughput_samples_per_s']:.2f} samples/s"

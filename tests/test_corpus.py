@@ -20,7 +20,7 @@ from dnnscale.errors import InputError
 from dnnscale.plan import config_from_dict
 from dnnscale.validate.corpus import (FOREIGN_CPU_LIMIT_CORES, ForeignLoad, Plan, Row,
                                       append_run, done_repeats, load_plan, load_settings,
-                                      pending, plan_from_dict, read_runs)
+                                      pending, plan_from_dict, read_runs, workload_path)
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANS = ROOT / "benchmarks" / "corpus"
@@ -179,8 +179,8 @@ def _synthetic_corpus(tmp_path: Path, factors: dict[str, float]) -> tuple[Path, 
     for row in plan.rows:
         if row.id not in factors:
             continue
-        ref = str(ROOT / row.workload) if row.workload.endswith(".yaml") else row.workload
-        predicted = predict_config(load_workload(ref), cluster, row.config)
+        predicted = predict_config(load_workload(workload_path(row.workload, ROOT)), cluster,
+                                   row.config)
         for repeat in (1, 2, 3):
             append_run(folder, {
                 "id": row.id, "repeat": repeat, "sitting": 1, "status": "ok", "busy": False,

@@ -35,6 +35,12 @@ their quotas (about 1.5 cores together), so 0.3 core more is a machine shared wi
 else, not noise (idle, the machine's daemons use about 0.01 core)."""
 
 RUNS_FILE = "runs.jsonl"
+WORKLOADS = {"cifar10": "adam-cifar10",
+             "in22k": "benchmarks/validation/adam-imagenet22k-small.yaml",
+             "mnist": "adam-mnist"}
+"""The corpus's workloads by short name (row ids start with it): a zoo name, or a YAML path
+relative to the repository (see `workload_path`)."""
+
 PLAN_FORMAT = "dnnscale-corpus-plan/1"
 RUN_FORMAT = "dnnscale-corpus-run/1"
 
@@ -151,6 +157,12 @@ def plan_from_dict(data: dict[str, Any], where: str = "plan") -> Plan:
 
 def load_plan(path: Path) -> Plan:
     return plan_from_dict(load_yaml_file(path, "plan"), str(path))
+
+
+def workload_path(ref: str, root: Path) -> str:
+    """What load_workload and the ranks get for a plan's workload: a YAML path made absolute
+    against the repository `root` (ranks may start in another folder), a zoo name as it is."""
+    return str(root / ref) if ref.endswith(".yaml") else ref
 
 
 # --- run records -------------------------------------------------------------------------------

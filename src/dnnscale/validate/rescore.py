@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dnnscale.plan import Config, config_from_dict
+from dnnscale.plan import config_from_dict
 from dnnscale.system import System
-from dnnscale.validate.corpus import (Plan, load_plan, read_runs, usable)
+from dnnscale.validate.corpus import Plan, load_plan, read_runs, usable, workload_path
 from dnnscale.validate.metrics import error_summary, kendall_tau, regret
 from dnnscale.validate.reasons import REASON_THRESHOLD, phase_reason
 from dnnscale.workload import Workload
@@ -60,7 +60,7 @@ def _workload_loader(root: Path) -> Callable[[str], Workload]:
 
     def load(ref: str) -> Workload:
         if ref not in cache:
-            cache[ref] = load_workload(str(root / ref) if ref.endswith(".yaml") else ref)
+            cache[ref] = load_workload(workload_path(ref, root))
         return cache[ref]
 
     return load
