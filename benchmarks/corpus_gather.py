@@ -139,7 +139,9 @@ def run_one(row: Row, repeat: int, sitting: int, plan, cluster, desc, folder: Pa
     try:
         summary = launch(spec, placements)
     except Exception as exc:  # a failed run is recorded and retried later
-        record.update(meter.stop(), status="failed", error=str(exc).splitlines()[0][:300])
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        record.update(meter.stop(), status="failed", error=lines[0][:300],
+                      error_log=[line[:300] for line in lines[1:]][-8:])
         return record
     record.update(meter.stop(), status="ok")
     record["measured_throughput_samples_per_s"] = summary["measured_throughput_samples_per_s"]
@@ -213,11 +215,24 @@ def main() -> int:
         if args.only:
             wanted = set(args.only.split(","))
             plan = dataclasses.replace(plan, rows=tuple(r for r in plan.rows if r.id in wanted))
-        total = len(list(pending(plan, read_runs(folder))))
+        splits: dict[str, dict[str, str]] = {}
+
+        def split_of(row: Row) -> dict[str, str]:
+            """The row's conv split as the model picks it now (failures under another count
+            not against it: validate/corpus.attempts)."""
+            if row.id not in splits:
+                from dnnscale.validate.pipeline import conv_split_for
+                from dnnscale.workload import load_workload
+
+                splits[row.id] = conv_split_for(load_workload(workload_path(row.workload, ROOT)),
+                                                cluster, row.config)
+            return splits[row.id]
+
+        total = len(list(pending(plan, read_runs(folder), split_of=split_of)))
         number = 0
         while True:
             records = read_runs(folder)
-            todo = list(pending(plan, records))
+            todo = list(pending(plan, records, split_of=split_of))
             if not todo:
                 log("setting complete")
                 break
@@ -226,7 +241,7 @@ def main() -> int:
                 break
             row, repeat = todo[0]
             record = run_one(row, repeat, sitting, plan, cluster, desc, folder,
-                             attempts(records, row.id, repeat))
+                             attempts(records, row.id, repeat, split_of(row)))
             append_run(folder, record)
             number += 1
             what = (f"{record['measured_throughput_samples_per_s']:.2f} samples/s"

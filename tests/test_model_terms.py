@@ -15,6 +15,9 @@ from tests.tiny import tiny_cluster, tiny_machine, tiny_workload
 
 N = 10  # minibatch
 REL = 1e-12
+PS_WORKER_UPDATE_S = 119 * 4 * 12 / 1e12
+"""A worker's passes over its W = 119 fp32 parameters under a PS (model/bookkeeping.py): 12
+values each at the tiny machine's 1 TB/s."""
 
 
 def costs(partitions: int, fc_protocol: str = "weights"):
@@ -159,7 +162,7 @@ def test_ps_async_worker_bound() -> None:
     cfg = Config(partitions=1, replicas=2, ps_shards=2, sync="ps-async", minibatch=N)
     p = predict_config(tiny_workload(), tiny_cluster(), cfg)
     push_s = 476 / 1e6 + 2 * 1e-4        # W·b = 119·4 bytes, one message per shard
-    worker_step_s = 1.728e-5 + 2 * push_s
+    worker_step_s = 1.728e-5 + PS_WORKER_UPDATE_S + 2 * push_s
     assert p.breakdown_s["ps_push"] == pytest.approx(push_s, rel=REL)
     assert p.throughput_samples_per_s == pytest.approx(2 * N / worker_step_s, rel=REL)
     # PS capacities: busiest shard holds ceil(119/2) = 60 of 119 parameters; it serves pushes
@@ -178,6 +181,7 @@ def test_ps_async_replica_waits_for_its_shard() -> None:
     cfg = Config(partitions=2, replicas=1, ps_shards=1, sync="ps-async", minibatch=N)
     p = predict_config(tiny_workload(), tiny_cluster(), cfg)
     busy_s = 10 * (576 + 384) / 1e9 + 1920 / 1e6 + 3e-4   # compute + FC partition traffic
+    busy_s += PS_WORKER_UPDATE_S / 2                      # each worker's update of its half
     assert p.breakdown_s["ps_push"] == pytest.approx(238 / 1e6 + 1e-4, rel=REL)
     assert p.step_time_s == pytest.approx(busy_s + 952 / 1e6, rel=REL)
     assert p.breakdown_s["ps_serve_wait"] == pytest.approx(952 / 1e6 - 2 * (238 / 1e6 + 1e-4))
@@ -209,7 +213,7 @@ def test_ps_async_overlap() -> None:
     assert full.throughput_samples_per_s == pytest.approx(N / (2 * push_s), rel=REL)
     half = predict_config(tiny_workload(), tiny_cluster(gamma=2.0), cfg)
     assert half.throughput_samples_per_s == pytest.approx(
-        N / math.hypot(1.728e-5, 2 * push_s), rel=1e-9)
+        N / math.hypot(1.728e-5 + PS_WORKER_UPDATE_S, 2 * push_s), rel=1e-9)
 
 
 def test_ps_sync() -> None:
@@ -218,7 +222,7 @@ def test_ps_sync() -> None:
     # push: max(worker NIC 476/1e6, busiest PS NIC 2 · 60/119 · 476 / 1e6) + 2 messages · 1e-4
     push_s = max(476 / 1e6, 2 * 60 / 119 * 476 / 1e6) + 2e-4
     apply_s = 2 * 60 / 119 * 119 * 1e-6
-    step_s = 1.728e-5 + push_s + apply_s + push_s
+    step_s = 1.728e-5 + PS_WORKER_UPDATE_S + push_s + apply_s + push_s
     assert p.breakdown_s["ps_push"] == pytest.approx(push_s, rel=REL)
     assert p.breakdown_s["ps_apply"] == pytest.approx(apply_s, rel=REL)
     assert p.step_time_s == pytest.approx(step_s, rel=REL)
@@ -230,7 +234,7 @@ def test_allreduce() -> None:
     cfg = Config(partitions=1, replicas=2, ps_shards=0, sync="allreduce", minibatch=N)
     p = predict_config(tiny_workload(), tiny_cluster(), cfg)
     ring_s = 2 * (1 / 2) * 476 / 1e6 + 2 * 1 * 1e-4
-    update_s = 119 * 1e-6
+    update_s = 119 * 4 * 9 / 1e12         # 9 passes over W·b at 1 TB/s (model/bookkeeping.py)
     step_s = 1.728e-5 + ring_s + update_s
     assert p.breakdown_s["allreduce"] == pytest.approx(ring_s, rel=REL)
     assert p.step_time_s == pytest.approx(step_s, rel=REL)

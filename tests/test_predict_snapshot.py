@@ -27,6 +27,11 @@ Note: that sum is the split objective, not the step: in 172 of the 340 the whole
 slower (up to 32 %, PS- or all-reduce-bound cases), because a 'rows' split keeps the kernel on
 every worker and W + (P−1)·W_rep then moves to the PS — a cost the split objective does not
 see (it did not see it before either).
+
+The fourth (issue 22): a CPU worker's update is its passes over the parameters at the memory
+bandwidth (model/bookkeeping.py), also under a PS, where it was W/P · t_upd after an
+all-reduce and nothing under a PS; the comparison prices it the old way
+(_update_before_issue_22) and tests/test_quota_terms.py checks the new term by hand.
 """
 
 from __future__ import annotations
@@ -94,8 +99,17 @@ def test_snapshot_covers_the_grid(snapshot: list[dict]) -> None:
     assert len(snapshot) == 6 * len(CLUSTERS) * len(cases()) == 984
 
 
-def test_every_prediction_is_unchanged(snapshot: list[dict]) -> None:
+def _update_before_issue_22(params, bytes_per_value, parameter_server, machine):  # type: ignore[no-untyped-def]
+    """The worker's update as priced before issue 22: W/P · t_upd after an all-reduce, nothing
+    under a PS."""
+    return 0.0 if parameter_server else params * machine.update_s_per_param
+
+
+def test_every_prediction_is_unchanged(snapshot: list[dict], monkeypatch) -> None:
+    import dnnscale.model.compose as compose
     from dnnscale.system import load_system
+
+    monkeypatch.setattr(compose, "worker_bookkeeping_s", _update_before_issue_22)
     from dnnscale.plan import config_from_dict
     from dnnscale.model import predict_config, stage_costs
     from dnnscale.workload import load_workload

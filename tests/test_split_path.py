@@ -6,7 +6,8 @@ choice (each conv layer's cheapest scheme for its own compute, blind to the part
 forces on the next layer), twice the cores switched the first conv from rows to channels, the
 channels-to-rows transition before conv2d3 cost 3.4 ms of partition communication per step
 instead of 0.5 ms, and the throughput fell from 25,042 to 9,909 samples/s. The shortest path
-keeps rows for both convs on 14 and on 28 cores: 25,042 and 28,380 samples/s.
+keeps rows for both convs on 14 and on 28 cores: 25,042 and 28,380 samples/s (25,019 and 28,365
+since issue 22 prices the worker's passes over its parameters, model/bookkeeping.py).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def _throughput(cores: float) -> float:
 
 
 def test_more_cores_never_slower_on_the_pinned_case() -> None:
-    assert _throughput(14.0) == pytest.approx(25041.992, rel=1e-6)
-    assert _throughput(28.0) == pytest.approx(28380.310, rel=1e-6)
+    assert _throughput(14.0) == pytest.approx(25018.738, rel=1e-6)
+    assert _throughput(28.0) == pytest.approx(28365.370, rel=1e-6)
     for cores in (14.0, 28.0):
         workload, system, config = _pinned_case(cores)
         stage = stage_costs(workload, system, config.partitions, config.minibatch)
@@ -102,10 +103,14 @@ def test_the_shortest_path_is_the_cheapest_chain(data: st.DataObject) -> None:
                for layer in weighted]
     totals = []
     for assignment in itertools.product(*options):
-        pinned = stage_costs(workload, system, p, n, config.fc_protocol,
-                             schemes={layer.name: s for layer, s in zip(weighted, assignment)})
+        try:
+            pinned = stage_costs(workload, system, p, n, config.fc_protocol,
+                                 schemes={layer.name: s for layer, s in zip(weighted, assignment)})
+        except ValueError:  # stripes through a pooling layer with fewer rows than members
+            continue
         names = {layer.name for layer in weighted}
         assert [c.scheme for c in pinned.layers if c.name in names] == list(assignment)
         totals.append(pinned.compute_s + pinned.partition_s)
+    assert totals  # max_partitions leaves at least one runnable chain
     best = stage_costs(workload, system, p, n, config.fc_protocol)
     assert best.compute_s + best.partition_s == pytest.approx(min(totals), rel=1e-12, abs=1e-18)

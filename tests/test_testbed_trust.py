@@ -210,8 +210,21 @@ def test_apply_profile_wires_the_calibrated_fits_and_the_quota_cores(tmp_path: P
     assert applied.network.allreduce_fit(3) == (1.0e8, 3e-4)
     assert applied.network.fit("ps_sync_pull", 2) == (2e8, 1e-4)
     assert applied.collective_call_s == pytest.approx(0.002)        # median of 1, 2, 4 ms
+    assert applied.call_s(3) == pytest.approx(0.002)                # per group size
+    assert applied.call_s(4) == pytest.approx(0.004)
     free = apply_profile(cluster, _profile_file(tmp_path, False), desc)
     assert free.machine.cores == pytest.approx(0.2)                 # a free core x the share
+    assert applied.network.fit("allgather", 3) is None              # no exchanges measured
+    # a setting's supplement adds the runtime's layer exchanges, bounded by the link's rate
+    from dnnscale.system.profile import LinkFit, supplement_to_dict
+
+    supplement = tmp_path / "supplement.yaml"
+    supplement.write_text(yaml.safe_dump(supplement_to_dict((
+        LinkFit(5e8, 5e-3, peers=3, operation="allgather"),
+        LinkFit(2e7, 1e-2, peers=3, operation="reduce_scatter")))))
+    with_exchanges = apply_profile(cluster, _profile_file(tmp_path, True), desc, supplement)
+    assert with_exchanges.network.fit("allgather", 3) == (1.19e8, 5e-3)   # min(5e8, link)
+    assert with_exchanges.network.fit("reduce_scatter", 3) == (2e7, 1e-2)
 
 
 # --- the held-pull convoy -----------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """One rank of the network microbenchmark (run as ``python -m dnnscale.calibrate.netbench``).
 
 Environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (and GLOO_SOCKET_IFNAME); arguments:
-``p2p|allreduce|coupled|pspull SIZE,SIZE,... REPEATS [CHUNK_CPU_S | SHARDS]``. Rank 0 prints
-one JSON line {"points": [[bytes, s]]}:
+``p2p|allreduce|exchange|coupled|coupled-allgather|coupled-layer|pspull SIZE,... REPEATS
+[CHUNK_CPU_S | SHARDS]``. Rank 0 prints one JSON line {"points": [[bytes, s]]}:
 
 - p2p: the one-way time of a message (half a ping-pong round trip);
 - allreduce: the time of one all-reduce of SIZE bytes of float32;
@@ -12,6 +12,15 @@ one JSON line {"points": [[bytes, s]]}:
   iteration of the chunk alone (no meeting) minus the median all-reduce alone. Under a CPU
   quota a rank that spent its period's quota cannot answer until the next period, and the
   group waits for its slowest member; the points also carry the three raw times;
+- coupled-allgather: the same with an all-gather that assembles SIZE bytes (SIZE / WORLD from
+  each rank), the forward exchange of a model-parallel layer;
+- exchange: a feature-split layer's exchanges as the runtime makes them
+  (runtime/network.GatherSplit on a SIZE-byte activation, SIZE / WORLD from each rank): the
+  forward all-gather and the backward reduce-scatter, each call timed alone; points
+  [bytes, forward s, backward s];
+- coupled-layer: a feature-split layer's exchanges as the runtime makes them
+  (runtime/network.GatherSplit on a SIZE-byte activation): chunk, forward all-gather, chunk,
+  backward reduce-scatter, against the two chunks alone and the two exchanges alone;
 - pspull: a synchronous parameter server's reply round: the last SHARDS ranks are shards, the
   others workers; every worker asks every shard (in rank order) for its SIZE/SHARDS bytes, and
   each shard answers the requests one after another in the order they arrived, as
@@ -87,25 +96,100 @@ def _pspull(size: int, shards: int, calls: int) -> list[float]:
     return timed
 
 
-def _coupled(size: int, chunk, calls: int, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
-    """[bytes, extra s, iteration s, chunk-alone s, all-reduce-alone s] (see the docstring)."""
+def _layer_tensors(size: int):  # type: ignore[no-untyped-def]
+    """This rank's part of a feature-split activation of `size` bytes and a function that runs
+    the runtime's forward exchange of it (runtime/network.GatherSplit), returning the whole."""
     import torch
     import torch.distributed as dist
 
-    buffer = torch.ones(max(1, size // 4), dtype=torch.float32)
+    from dnnscale.runtime.network import GatherSplit, PartitionComm
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    width = max(1, size // 4 // world)
+    comm = PartitionComm(group=None, index=rank, parts=world, ranks=list(range(world)))
+    local = torch.ones(1, width, requires_grad=True)
+    return local, lambda: GatherSplit.apply(local, [width] * world, 1, comm)
+
+
+def _gradient_like(full):  # type: ignore[no-untyped-def]
+    import torch
+
+    return torch.ones_like(full)
+
+
+def _layer_exchange(size: int):  # type: ignore[no-untyped-def]
+    """The runtime's own exchanges of a feature-split layer on an activation of `size` bytes:
+    its forward all-gather, `between()`, its backward reduce-scatter."""
+    _, forward = _layer_tensors(size)
+
+    def exchange(between=lambda: None) -> None:  # type: ignore[no-untyped-def]
+        full = forward()
+        between()
+        full.backward(_gradient_like(full))
+
+    return exchange
+
+
+def _exchange(size: int, calls: int) -> list[float]:
+    """[bytes, forward s, backward s]: a feature-split layer's exchanges as the runtime makes
+    them (runtime/network.GatherSplit on a SIZE-byte activation), each call timed alone, the
+    median of `calls` after a warm-up batch."""
+    import torch.distributed as dist
+
+    _, forward = _layer_tensors(size)
+    ahead, back = [], []
+    for attempt in range(2):
+        dist.barrier()
+        for _ in range(calls):
+            start = time.perf_counter()
+            full = forward()
+            middle = time.perf_counter()
+            full.backward(_gradient_like(full))
+            end = time.perf_counter()
+            if attempt:
+                ahead.append(middle - start)
+                back.append(end - middle)
+    return [size, statistics.median(ahead), statistics.median(back)]
+
+
+def _coupled(size: int, chunk, calls: int, repeats: int,  # type: ignore[no-untyped-def]
+             kind: str = "allreduce") -> list[float]:
+    """[bytes, extra s, iteration s, chunk-alone s, collective-alone s] (see the docstring)."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    if kind == "layer":
+        exchange = _layer_exchange(size)
+        collective = exchange
+        body = lambda: (chunk(), exchange(chunk))  # noqa: E731
+        own = lambda: (chunk(), chunk())  # noqa: E731
+    elif kind == "allgather":
+        mine = torch.ones(max(1, size // 4 // world), dtype=torch.float32)
+        parts = [torch.empty_like(mine) for _ in range(world)]
+
+        def collective() -> None:
+            dist.all_gather(parts, mine)
+    else:
+        buffer = torch.ones(max(1, size // 4), dtype=torch.float32)
+
+        def collective() -> None:
+            dist.all_reduce(buffer)
+    if kind != "layer":
+        body = lambda: (chunk(), collective())  # noqa: E731
+        own = chunk
     together, alone, bare = [], [], []
     for attempt in range(repeats + 1):
-        for target, body in ((together, lambda: (chunk(), dist.all_reduce(buffer))),
-                             (alone, chunk), (bare, lambda: dist.all_reduce(buffer))):
+        for target, run in ((together, body), (alone, own), (bare, collective)):
             dist.barrier()
             start = time.perf_counter()
             for _ in range(calls):
-                body()
+                run()
             if attempt:  # the first round warms up
                 target.append((time.perf_counter() - start) / calls)
-    iteration, own, collective = (statistics.fmean(together), statistics.fmean(alone),
-                                  statistics.median(bare))
-    return [buffer.numel() * 4, iteration - own - collective, iteration, own, collective]
+    iteration, own, alone_s = (statistics.fmean(together), statistics.fmean(alone),
+                               statistics.median(bare))
+    return [size, iteration - own - alone_s, iteration, own, alone_s]
 
 
 def main(argv: list[str]) -> int:
@@ -117,7 +201,7 @@ def main(argv: list[str]) -> int:
     repeats = int(repeats_text)
     torch, dist = start_rank(timeout_s=60.0)
     rank, world = dist.get_rank(), dist.get_world_size()
-    chunk = _matmul_chunk(extra) if mode == "coupled" else None
+    chunk = _matmul_chunk(extra) if mode.startswith("coupled") else None
     points = []
     try:
         for size in sizes:
@@ -125,8 +209,12 @@ def main(argv: list[str]) -> int:
                 timed = _pspull(size, int(extra), repeats * _batch_calls(size))
                 points.append([size, statistics.median(timed)])
                 continue
-            if mode == "coupled":
-                points.append(_coupled(size, chunk, 10, repeats))
+            if mode == "exchange":
+                points.append(_exchange(size, repeats * _batch_calls(size)))
+                continue
+            if mode.startswith("coupled"):
+                points.append(_coupled(size, chunk, 10, repeats, mode.partition("-")[2]
+                                       or "allreduce"))
                 continue
             if mode == "p2p":
                 buffer = torch.zeros(size, dtype=torch.uint8)

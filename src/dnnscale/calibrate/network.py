@@ -120,6 +120,41 @@ def measure_allreduce(placements: Sequence[RankPlacement], sizes: Sequence[int],
                    points=tuple((p[0], p[1]) for p in points), peers=peers)
 
 
+EXCHANGE_SIZES = (1024, 262_144, 1_048_576, 4_194_304)
+"""Activation bytes of the exchange measurement: a small one for the latency, and the
+partition activations of the testbed's workloads (64 KB to 3.7 MB per layer and step)."""
+
+
+def measure_partition_exchange(placements: Sequence[RankPlacement],
+                               sizes: Sequence[int] = EXCHANGE_SIZES,
+                               quick: bool = False) -> tuple[LinkFit, LinkFit]:
+    """A feature-split layer's exchanges among the placements as the runtime makes them
+    (netbench `exchange`: runtime/network.GatherSplit's forward all-gather and backward
+    reduce-scatter, padding and concatenation included), each fitted to t = a + x·b over the
+    activation's x bytes and written as the registry's (B, α) of its operation.
+
+    Formula: the registry prices an operation on x bytes among N as c_b·x / B + c_m·α
+    (collectives.collective_transfer: all-gather (N−1)/N·x in N−1 messages; gloo's
+    reduce-scatter, an all-reduce, 2(N−1)/N·x in 2(N−1)), so B = c_b / b and α = a / c_m.
+    Measured on a 1 Gbit/s testbed at 0.25 core (benchmarks/coupling_bench.py): 17-27 ms per
+    layer at N = 2, 32-56 ms at 3 and 71-80 ms at 4 for 64 KB and 1 MB alike, where the link
+    would move 1 MB in 8 ms.
+    """
+    from dnnscale.model.collectives import collective_transfer
+
+    members = len(placements)
+    points = run_ranks(placements, "exchange", sizes, 2 if quick else 4, timeout_s=600)
+    fits = []
+    for column, operation in ((1, "allgather"), (2, "reduce_scatter")):
+        series = [(p[0], p[column]) for p in points]
+        a, b = fit_alpha_beta(series)
+        unit = collective_transfer(operation, "gloo", 1.0, members)
+        fits.append(LinkFit(bandwidth_bytes_per_s=unit.bytes / b,
+                            latency_s=a / max(unit.messages, 1), points=tuple(series),
+                            peers=members, operation=operation))
+    return fits[0], fits[1]
+
+
 COUPLED_CHUNK_CPU_S = 0.01
 """CPU seconds each member computes before the coupled collective: a few periods of a small
 quota (40 ms of wall time at 0.25 core), like a layer's compute between two partition

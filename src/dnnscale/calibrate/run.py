@@ -218,7 +218,7 @@ def pull_groups(workers: int, ps_hosts: int, hosts: int) -> list[tuple[int, int]
 def testbed_steps(desc: Any, plan: Plan) -> int:
     """Network steps a testbed calibration reports: p2p, PS p2p, all-reduces, waits, pulls."""
     workers, ps_hosts = len(desc.hosts_with_role("worker")), len(desc.hosts_with_role("ps"))
-    return (1 + bool(ps_hosts) + len(plan.allreduce_peers) + len(coupled_groups(workers))
+    return (1 + bool(ps_hosts) + len(plan.allreduce_peers) + 2 * len(coupled_groups(workers))
             + len(pull_groups(workers, ps_hosts, len(desc.hosts))))
 
 
@@ -233,7 +233,8 @@ def testbed_network(testbed_file: str,
     """A network runner that measures between the testbed's hosts, every rank in its host's
     namespace and cgroup (joined after torch is imported): point-to-point between two workers
     (and between a worker and a PS host), all-reduce at each group size asked, the wait a
-    collective costs after compute under the quota, and a synchronous PS's held pulls."""
+    collective costs after compute under the quota, the runtime's layer exchanges per group
+    size, and a synchronous PS's held pulls."""
     from dnnscale.errors import InputError
 
     try:
@@ -246,7 +247,8 @@ def testbed_network(testbed_file: str,
 
     def run(plan: Plan, advance: Advance) -> dict[str, Any]:
         from dnnscale.calibrate.network import (measure_allreduce, measure_call_wait,
-                                                measure_p2p, measure_ps_sync_pull)
+                                                measure_p2p, measure_partition_exchange,
+                                                measure_ps_sync_pull)
 
         def place(count: int, roles: list[str] | None = None) -> list[Any]:
             return rank_placements(desc, count, roles=roles, join_late=True)
@@ -271,6 +273,11 @@ def testbed_network(testbed_file: str,
             waits.append((peers, measure_call_wait(place(peers), quick=plan.quick)))
             advance(f"collective wait under the quota x{peers}")
         fields["collective_call_wait"] = tuple(waits)
+        exchanges = []
+        for peers in coupled_groups(workers):
+            exchanges += measure_partition_exchange(place(peers), quick=plan.quick)
+            advance(f"partition exchanges x{peers}")
+        fields["partition_exchange"] = tuple(exchanges)
         pulls = []
         for count, shards in pull_groups(workers, ps_hosts, len(desc.hosts)):
             roles = ["worker"] * count + ["ps"] * shards

@@ -197,13 +197,17 @@ def collective_transfer(operation: str, library: str, payload_bytes: float, memb
 def collective_time_s(operation: str, library: str, payload_bytes: float, members: int,
                       tier: LinkTier, algorithm: str = DEFAULT_ALGORITHM) -> float:
     """Seconds one member spends in the collective on `tier`: bytes / B + messages · α, with a
-    calibrated fit of the operation (FIT_OF: or the one it runs as) for this group size
-    replacing (B, α) where the tier has one. A calibrated fit measured a ring: it prices the
-    ring algorithms only."""
+    calibrated fit for this group size replacing (B, α) where the tier has one: the
+    operation's own (a testbed's partition exchanges, validate/profile.apply_profile), else
+    the one it runs as (FIT_OF). A calibrated fit measured a ring: it prices the ring
+    algorithms only."""
     transfer = collective_transfer(operation, library, payload_bytes, members, algorithm)
     bandwidth, latency = tier.bandwidth_bytes_per_s, tier.latency_s
-    fit = (tier.fit(FIT_OF.get((operation, library), operation), members)
-           if algorithm in RINGS else None)
+    fit = None
+    if algorithm in RINGS:
+        fit = tier.fit(operation, members)
+        if fit is None and (operation, library) in FIT_OF:
+            fit = tier.fit(FIT_OF[(operation, library)], members)
     if fit is not None:
         bandwidth, latency = fit
     return transfer_time_s(transfer.bytes, transfer.messages, bandwidth, latency)

@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from dnnscale.model.bookkeeping import worker_bookkeeping_s
 from dnnscale.model.collectives import collective_time_s, group_collective_time_s
 from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
                                           exposed_after_backward_s, optimizer_step_bytes,
@@ -96,7 +97,11 @@ class StepContext:
         self.ps_bandwidth = system.ps_net.bandwidth_bytes_per_s
         aggregation = plan.data.aggregation
         if isinstance(aggregation, ParameterServer):
-            self.busy_s = stage.compute_s + stage.partition_s
+            # A worker's own step on its weights (local SGD and the push accumulator) beside
+            # forward and backward; an accelerator's is not modelled under a PS.
+            self.worker_update_s = (0.0 if system.machine.is_accelerator else worker_bookkeeping_s(
+                self.params / self.P, self.workload.bytes_per_value, True, system.machine))
+            self.busy_s = stage.compute_s + stage.partition_s + self.worker_update_s
             self.mode = MODE_PS_ASYNC if aggregation.asynchronous else MODE_PS_SYNC
             self.push_every, self.pull_every = aggregation.push_every, aggregation.pull_every
             terms = ps_terms(self.workload, system, plan, self.params)
@@ -186,12 +191,14 @@ class StepContext:
         return tuple(out)
 
     def update_time_s(self, replicas: int) -> float:
-        """The slowest stage's optimizer step: on a CPU t_upd per parameter the worker holds;
-        on an accelerator the memory-bound step over the optimizer's shard (1/d under ZeRO)."""
+        """The slowest stage's optimizer step: on a CPU the worker's passes over the
+        parameters it holds (model/bookkeeping.py); on an accelerator the memory-bound step over
+        the optimizer's shard (1/d under ZeRO)."""
         device = self.system.machine
         shard = replicas if self.collective.zero_stage >= 1 else 1
         if not device.is_accelerator:
-            return self.params_on_worker * device.update_s_per_param
+            return worker_bookkeeping_s(self.params_on_worker, self.workload.bytes_per_value,
+                                        False, device)
         seconds = 0.0
         for params in self.member_params:
             moved = optimizer_step_bytes(params / shard, self.grad_bytes_per_value,
@@ -207,7 +214,7 @@ class StepContext:
         if replicas <= 1:
             return 0.0
         span = self.placement[MeshDim.DP].span_of(replicas)
-        library, call_s = self.system.collective_library, self.system.collective_call_s
+        library, call_s = self.system.collective_library, self.system.call_s(span.size)
         slowest = 0.0
         for stage, params in zip(self.stages, self.member_params):
             seconds = 0.0
@@ -552,6 +559,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
         else:
             bottleneck = Bottleneck.PS_NETWORK if x == x_net else Bottleneck.PS_CPU
         parts = _stage_parts(stage) + [
+            StepPart(Part.UPDATE, ctx.worker_update_s, PartKind.UPDATE),
             StepPart(Part.PS_PUSH, push_w_s, PartKind.COMMUNICATION),
             StepPart(Part.PS_PULL, pull_w_s, PartKind.COMMUNICATION),
             StepPart(Part.PS_SERVE_WAIT, max(0.0, serve_s - push_w_s - pull_w_s), PartKind.WAIT),
@@ -574,6 +582,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                                Bottleneck.PS_NETWORK: push_s + pull_s,
                                Bottleneck.PS_CPU: apply_s})
         parts = _stage_parts(stage) + [
+            StepPart(Part.UPDATE, ctx.worker_update_s, PartKind.UPDATE),
             StepPart(Part.PS_PUSH, push_s, PartKind.COMMUNICATION),
             StepPart(Part.PS_APPLY, apply_s, PartKind.UPDATE),
             StepPart(Part.PS_PULL, pull_s, PartKind.COMMUNICATION),

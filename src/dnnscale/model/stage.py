@@ -18,6 +18,7 @@ from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.gpu_compute import gpu_phase_times_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
 from dnnscale.plan.mesh import DeviceMesh, Placement, placement
+from dnnscale.plan.rules import layer_splits_into
 from dnnscale.system.system import System
 from dnnscale.workload.kind_record import Recompute, layer_kind, record_of
 from dnnscale.workload.layer import Layer
@@ -199,7 +200,7 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         comm_messages += transfer.messages
         span = placed[event.dimension].span_of(event.members)
         seconds = group_collective_time_s(event.operation, library, event.payload_bytes, span,
-                                          topology, system.collective_call_s)
+                                          topology, system.call_s(span.size))
         comm_s += seconds
         if event.phase == PHASE_FORWARD:
             comm_forward_s += seconds
@@ -239,6 +240,9 @@ def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, m
         if (layer.has_weights and split_extent(layer, scheme) < partitions and partitions > 1
                 and len(valid) > 1):
             continue  # invalid split: some worker would get nothing
+        if (not layer.has_weights and scheme == "rows" and partitions > 1
+                and layer_splits_into(layer, "rows", partitions) is not None):
+            continue  # a pooling layer on stripes with fewer rows than workers (runtime/netplan)
         shard = shard_layer(rules, layer, scheme, partitions, context)
         cost = _layer_cost(layer, shard, minibatch, system, placed, skip_weight_grad,
                            precision, bytes_scale)

@@ -36,7 +36,7 @@ from dnnscale.errors import InputError
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.system.system import System
 from dnnscale.workload.layer import Layer
-from dnnscale.workload.splits import max_split, split_extent
+from dnnscale.workload.splits import max_split, split_extent, split_schemes
 from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
@@ -237,9 +237,35 @@ def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) ->
 
 # --- Project Adam's plans ----------------------------------------------------------------------
 
+POOLING_KINDS = ("maxpool2d", "avgpool2d")
+
+
+def split_limits(workload: Workload, rules: str = "adam") -> list[tuple[Layer, int]]:
+    """(weighted layer, the widest split it allows): one unit per member under its widest
+    scheme, where a conv split into row stripes also needs a row per member in every pooling
+    layer it feeds before the next weighted layer (the stripes run through them;
+    runtime/netplan.check_runnable refuses fewer, model/stage.py prices no such path)."""
+    layers = workload.layers
+    limits = []
+    for index, layer in enumerate(layers):
+        if not layer.has_weights:
+            continue
+        if rules != "adam" or "rows" not in split_schemes(layer, rules):
+            limits.append((layer, max_split(layer, rules)))
+            continue
+        rows = split_extent(layer, "rows")
+        for following in layers[index + 1:]:
+            if following.has_weights or len(following.output_shape) != 3:
+                break
+            if following.kind in POOLING_KINDS:
+                rows = min(rows, split_extent(following, "rows"))
+        limits.append((layer, max(split_extent(layer, "channels"), rows)))
+    return limits
+
+
 def max_partitions(workload: Workload, rules: str = "adam") -> int:
-    """The largest tensor degree every weighted layer can be split into (one unit per member)."""
-    limits = [max_split(layer, rules) for layer in workload.layers if layer.has_weights]
+    """The largest tensor degree every weighted layer can be split into (split_limits)."""
+    limits = [limit for _, limit in split_limits(workload, rules)]
     return min(limits) if limits else 1
 
 
@@ -322,10 +348,9 @@ def check_config(config: AdamFlags, workload: Workload, system: System) -> None:
         raise InputError("config", f"needs {config.machines} machines (P·R + S = "
                          f"{config.partitions}·{config.replicas} + {config.ps_shards}) but cluster "
                          f"{system.name!r} has {system.machines}")
-    weighted = [layer for layer in workload.layers if layer.has_weights]
-    if weighted:
-        narrow = min(weighted, key=max_split)
-        limit = max_split(narrow)
+    limits = split_limits(workload)
+    if limits:
+        narrow, limit = min(limits, key=lambda item: item[1])
         if config.partitions > limit:
             raise InputError("config.partitions", f"{config.partitions} is more than layer "
                              f"{narrow.name!r} can be split into (at most {limit})")

@@ -172,9 +172,24 @@ class WorkerContext:
     epoch: EpochCutoff | None = None
 
 
-def _flat_grad(net: PartitionedNet) -> torch.Tensor:
+def flat_gradient(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The gradients of `params` as one vector (a parameter without one contributes zeros)."""
     return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                      for p in net.parameters()])
+                      for p in params])
+
+
+def local_update(params: list[torch.nn.Parameter], grad: torch.Tensor, lr: float,
+                 accumulated: torch.Tensor | None) -> torch.Tensor:
+    """The worker's own step on its weights: the flattened weights after w -= lr·grad, and with
+    parameter servers `grad` added to the gradient accumulated for the next push. The caller
+    writes the vector back (vector_to_parameters) once the exchange has run. What these passes
+    over the parameters cost is model/bookkeeping.py's; benchmarks/bookkeeping_bench.py times
+    this function."""
+    flat = parameters_to_vector(params)
+    flat.add_(grad, alpha=-lr)
+    if accumulated is not None:
+        accumulated += grad
+    return flat
 
 
 def _stacked(steps: list[Vectors]) -> Vectors:
@@ -211,7 +226,7 @@ def train(net: PartitionedNet, data: TeacherData, ctx: WorkerContext, steps: int
             loss = torch.nn.functional.cross_entropy(net(x), y)
             loss.backward()
             net.sync_shared_grads()
-            grad = _flat_grad(net)
+            grad = flat_gradient(params)
             if cfg.sync == "allreduce" and ctx.replica_group is not None:
                 t0 = time.perf_counter()
                 dist.all_reduce(grad, group=ctx.replica_group)
@@ -219,10 +234,8 @@ def train(net: PartitionedNet, data: TeacherData, ctx: WorkerContext, steps: int
                 phase["allreduce"] = time.perf_counter() - t0
             extra: dict[str, Any] = {}
             with torch.no_grad():
-                flat = parameters_to_vector(params)
-                flat.add_(grad, alpha=-ctx.lr)
+                flat = local_update(params, grad, ctx.lr, accumulated)
                 if ps is not None and accumulated is not None:
-                    accumulated += grad
                     if vectors_on:
                         pending.append(net.vectors())
                     push_now = (step + 1) % cfg.push_every == 0

@@ -21,6 +21,9 @@ Written by machines, so plain SI numbers (FLOP, FLOP/s, bytes, bytes/s, seconds)
     ps_sync_pull: [{peers: 3, shards: 3, bandwidth_bytes_per_s: ..., latency_s: ..., points: [...]}]
                                       # optional: held pulls answered in turn (testbed)
     collective_call_wait: [[peers, seconds], ...]   # optional: a collective's wait under a quota
+    partition_exchange: [{operation: allgather, peers: 3, bandwidth_bytes_per_s: ...,
+                          latency_s: ..., points: [[bytes, s], ...]}, ...]
+                                      # optional: the runtime's layer exchanges (testbed)
     calibration: {...}                # how it was measured (grid, timings); informative
 
 No torch here: the predictor loads profiles. `load_profile` raises InputError naming the first
@@ -55,6 +58,9 @@ class LinkFit:
     peers: int = 2
     shards: int = 0
     """ps_sync_pull fits: the shards that served the `peers` workers."""
+    operation: str = ""
+    """partition_exchange fits: the registry operation (model/collectives.py) whose transfer
+    the fit's (B, α) prices: 'allgather' (a layer's forward) or 'reduce_scatter' (backward)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,11 @@ class HardwareProfile:
     collective_call_wait: tuple[tuple[int, float], ...] = ()
     """(group size, seconds): what a collective costs beyond its own time when the members
     compute under a CPU quota right before it (calibrate/netbench.py coupled)."""
+    partition_exchange: tuple[LinkFit, ...] = ()
+    """The exchanges of a feature-split layer as the runtime makes them (runtime/network.
+    GatherSplit: padding, gloo's all-gather or reduce-scatter, concatenation), per operation
+    and group size, as the registry's α-β of that operation (calibrate/network.
+    measure_partition_exchange)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,8 @@ def _link_data(link: LinkFit) -> dict[str, Any]:
             "latency_s": link.latency_s, "points": [list(p) for p in link.points]}
     if link.shards:
         data["shards"] = link.shards
+    if link.operation:
+        data = {"operation": link.operation, **data}
     return data
 
 
@@ -160,6 +173,8 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
         data["ps_sync_pull"] = [_link_data(link) for link in profile.ps_sync_pull]
     if profile.collective_call_wait:
         data["collective_call_wait"] = [[int(p), float(s)] for p, s in profile.collective_call_wait]
+    if profile.partition_exchange:
+        data["partition_exchange"] = [_link_data(link) for link in profile.partition_exchange]
     if profile.calibration:
         data["calibration"] = profile.calibration
     return data
@@ -238,7 +253,8 @@ def _link(value: Any, where: str) -> LinkFit:
                                                  f"{where}.bandwidth_bytes_per_s"),
                    latency_s=_number(_get(value, "latency_s", where), f"{where}.latency_s", None),
                    points=tuple((float(p[0]), float(p[1])) for p in points),
-                   peers=int(value.get("peers", 2)), shards=int(value.get("shards", 0)))
+                   peers=int(value.get("peers", 2)), shards=int(value.get("shards", 0)),
+                   operation=str(value.get("operation", "")))
 
 
 def _links(value: Any, where: str) -> tuple[LinkFit, ...]:
@@ -312,7 +328,47 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
                     if data.get("ps_network") else None),
         ps_sync_pull=_links(data.get("ps_sync_pull"), f"{where}.ps_sync_pull"),
         collective_call_wait=_call_waits(data.get("collective_call_wait"),
-                                         f"{where}.collective_call_wait"))
+                                         f"{where}.collective_call_wait"),
+        partition_exchange=_exchange_fits(data.get("partition_exchange"),
+                                          f"{where}.partition_exchange"))
+
+
+EXCHANGE_OPERATIONS = ("allgather", "reduce_scatter")
+
+
+def _exchange_fits(value: Any, where: str) -> tuple[LinkFit, ...]:
+    fits = _links(value, where)
+    for i, fit in enumerate(fits):
+        if fit.operation not in EXCHANGE_OPERATIONS:
+            raise InputError(f"{where}[{i}].operation", f"must be one of "
+                             f"{', '.join(EXCHANGE_OPERATIONS)}, got {fit.operation!r}")
+    return fits
+
+
+SUPPLEMENT_FORMAT = "dnnscale-profile-supplement/1"
+
+
+def supplement_to_dict(fits: tuple[LinkFit, ...], **info: Any) -> dict[str, Any]:
+    """Plain data of a supplementary calibration: its format, `info` (date, setting, load),
+    and the partition-exchange fits as a profile writes them."""
+    return {"format": SUPPLEMENT_FORMAT, **info,
+            "partition_exchange": [_link_data(link) for link in fits]}
+
+
+def load_supplement(path: Path) -> tuple[LinkFit, ...]:
+    """The partition-exchange fits of a supplementary calibration (a testbed setting's
+    measurement taken after its sittings, benchmarks/corpus_supplement.py)::
+
+        format: dnnscale-profile-supplement/1
+        date: ...
+        partition_exchange: [...]     # as in a profile
+    """
+    from dnnscale.yamlio import load_yaml_file
+
+    data = load_yaml_file(Path(path), "supplement")
+    if data.get("format") != SUPPLEMENT_FORMAT:
+        raise InputError("supplement.format", f"must be {SUPPLEMENT_FORMAT!r}")
+    return _exchange_fits(data.get("partition_exchange"), "supplement.partition_exchange")
 
 
 # ---------------------------------------------------------------- files

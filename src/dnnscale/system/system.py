@@ -48,6 +48,10 @@ class System:
     collective_call_s: float = 0.0
     """Fixed cost of one collective call (NCCL's launch and synchronisation), on top of its
     per-message latency."""
+    collective_call_waits: tuple[tuple[int, float], ...] = ()
+    """(members, seconds): what a collective of that many members costs beyond its own time
+    when they meet after computing under a CPU quota (a testbed's calibration, netbench
+    `coupled`); `call_s(members)` reads it, and without it every group pays collective_call_s."""
     overlap_gamma: float = math.inf
     """γ of the γ-norm (a^γ + b^γ)^(1/γ) that combines overlapped phases; ∞ = perfect overlap."""
     straggler_spread: float = 0.0
@@ -91,6 +95,24 @@ class System:
         return (f"{machines} ranks share {self.name}'s {self.host_cores:g} cores, but each is "
                 f"priced at {self.machine.cores:g} core (as if {held} did): the prediction is "
                 f"optimistic")
+
+    def call_s(self, members: int) -> float:
+        """The fixed cost of one collective among `members`: collective_call_s, or where
+        collective_call_waits were measured, those waits interpolated linearly in the group
+        size (the nearest measured size below the smallest; beyond the largest, the line
+        through the last two, never below the last: an extrapolation, docs/accuracy.md)."""
+        waits = sorted(self.collective_call_waits)
+        if not waits or members <= 1:
+            return self.collective_call_s if members > 1 else 0.0
+        if members <= waits[0][0]:
+            return waits[0][1]
+        for (m0, s0), (m1, s1) in zip(waits, waits[1:]):
+            if members <= m1:
+                return s0 + (s1 - s0) * (members - m0) / (m1 - m0)
+        if len(waits) == 1:
+            return waits[0][1]
+        (m0, s0), (m1, s1) = waits[-2], waits[-1]
+        return max(s1, s1 + (s1 - s0) * (members - m1) / (m1 - m0))
 
     @property
     def ps(self) -> Device:

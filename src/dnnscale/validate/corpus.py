@@ -16,7 +16,7 @@ import json
 import os
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,8 +205,12 @@ def done_repeats(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[st
     return done
 
 
-def attempts(records: list[dict[str, Any]], row_id: str, repeat: int) -> int:
-    return sum(1 for r in records if r.get("id") == row_id and int(r.get("repeat", 0)) == repeat)
+def attempts(records: list[dict[str, Any]], row_id: str, repeat: int,
+             conv_split: dict[str, str] | None = None) -> int:
+    """How often (row, repeat) was run; with `conv_split`, only the runs with that split count
+    (a failure under a split the model no longer picks says nothing about the one it picks)."""
+    return sum(1 for r in records if r.get("id") == row_id and int(r.get("repeat", 0)) == repeat
+               and (conv_split is None or r.get("conv_split", {}) == conv_split))
 
 
 # --- how busy the machine was ------------------------------------------------------------------
@@ -251,14 +255,22 @@ class ForeignLoad:
                 "busy": foreign > FOREIGN_CPU_LIMIT_CORES}
 
 
-def pending(plan: Plan, records: list[dict[str, Any]], max_attempts: int = 3
+def pending(plan: Plan, records: list[dict[str, Any]], max_attempts: int = 3,
+            split_of: Callable[[Row], dict[str, str]] | None = None
             ) -> Iterator[tuple[Row, int]]:
     """(row, repeat) still to run, repeat by repeat (every row's first repeat, then every
     row's second, ...), so that a chunk cut short has every row at least once and the repeats
-    of a row are spread over the sitting; a repeat that failed or was busy `max_attempts`
-    times is given up."""
+    of a row are spread over the sitting; within a repeat the rows tried fewest times come
+    first, so a busy or failed run is tried again after the others, not at once; a repeat
+    that failed or was busy `max_attempts` times is given up (with `split_of`, the row's conv
+    split now: times under that split)."""
     done = done_repeats(records)
     for repeat in range(1, plan.repeats + 1):
+        tries = []
         for row in plan.rows:
-            if (row.id, repeat) not in done and attempts(records, row.id, repeat) < max_attempts:
-                yield row, repeat
+            split = split_of(row) if split_of is not None else None
+            count = attempts(records, row.id, repeat, split)
+            if (row.id, repeat) not in done and count < max_attempts:
+                tries.append((count, row))
+        for _, row in sorted(tries, key=lambda item: item[0]):
+            yield row, repeat

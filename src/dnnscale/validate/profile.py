@@ -10,8 +10,11 @@ from typing import Any
 from dnnscale.system import System
 
 
-def apply_profile(cluster: System, profile_path: Path, desc: Any = None) -> System:
-    """`cluster` with what the profile measured.
+def apply_profile(cluster: System, profile_path: Path, desc: Any = None,
+                  supplement_path: Path | None = None) -> System:
+    """`cluster` with what the profile measured (and where the profile has no partition
+    exchanges, those of `supplement_path`, a later calibration of the same testbed setting:
+    system/profile.load_supplement).
 
     - compute: every machine's curves, memory rates and update cost from the profile (per
       core, scaled by each machine's cores). A profile measured inside a testbed host under
@@ -25,12 +28,17 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None) -> Syst
       by physics: an all-reduce's by the link's rate (a ring moves its bytes over each
       member's link), held pulls from S shards by S shard links (a fit from latency-bound
       points came out at 16x the link, docs/testbed.md); a collective's wait under
-      the quota (the median over the group sizes measured) is the system's per-call cost.
+      the quota is the system's per-call cost for its group size (System.call_s), the median
+      over the sizes measured where a system asks for one figure; the runtime's layer
+      exchanges (partition_exchange: all-gather and reduce-scatter per group size) ride on the
+      workers' tier as those operations' fits, bandwidth bounded by the link's rate.
     """
     from dnnscale.system.load import profile_machine
-    from dnnscale.system.profile import load_profile
+    from dnnscale.system.profile import load_profile, load_supplement
 
     profile = load_profile(profile_path)
+    exchanges = profile.partition_exchange or (
+        load_supplement(supplement_path) if supplement_path is not None else ())
     under_quota = bool(profile.calibration.get("under_quota")) and desc is not None
 
     def calibrated(machine, role: str):  # type: ignore[no-untyped-def]
@@ -53,7 +61,10 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None) -> Syst
             ("ps_sync_pull", link.peers,
              min(link.bandwidth_bytes_per_s, (link.shards or 1) * shard_link_bytes_per_s),
              link.latency_s)
-            for link in profile.ps_sync_pull))
+            for link in profile.ps_sync_pull) + tuple(
+            (link.operation, link.peers, min(link.bandwidth_bytes_per_s, link_bytes_per_s),
+             link.latency_s)
+            for link in exchanges))
     ps_network = cluster.ps_network
     if ps_network is not None and profile.ps_network is not None:
         ps_network = dataclasses.replace(
@@ -64,4 +75,5 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None) -> Syst
         ps_machine=calibrated(cluster.ps_machine, "ps") if cluster.ps_machine else None,
         network=network, ps_network=ps_network,
         collective_call_s=statistics.median(waits) if waits else cluster.collective_call_s,
+        collective_call_waits=tuple((int(m), float(w)) for m, w in profile.collective_call_wait),
         calibrated=True, profile_source=str(profile_path))

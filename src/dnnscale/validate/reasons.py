@@ -3,9 +3,10 @@
 The runtime times each worker step in phases (compute, partition_comm, ps_push, ps_pull,
 allreduce; runtime/records.py); the model's parts are finer (waits, the PS's apply, the
 update). `PHASES` maps each measured phase to the parts that land in it: a worker waiting for
-the PS (ps_serve_wait, ps_wait, a synchronous shard's apply) is inside its pull, the update
-after an all-reduce is timed with the all-reduce. The phase whose measured seconds differ most
-from the predicted is the row's reason.
+the PS (ps_serve_wait, ps_wait, a synchronous shard's apply) is inside its pull, and the
+worker's own update (its passes over the parameters, model/bookkeeping.py) is inside compute,
+which the runtime times as the rest of the step (runtime/worker.py). The phase whose measured
+seconds differ most from the predicted is the row's reason.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ REASON_THRESHOLD = 0.15
 """Rows whose relative error exceeds this get a per-phase reason (the validation protocol)."""
 
 PHASES: dict[str, tuple[Part, ...]] = {
-    "compute": (Part.COMPUTE,),
+    "compute": (Part.COMPUTE, Part.UPDATE),
     "partition_comm": (Part.PARTITION_COMM,),
     "ps_push": (Part.PS_PUSH,),
     "ps_pull": (Part.PS_PULL, Part.PS_APPLY, Part.PS_SERVE_WAIT, Part.PS_WAIT),
-    "allreduce": (Part.ALLREDUCE, Part.UPDATE),
+    "allreduce": (Part.ALLREDUCE,),
 }
 """{runtime phase (runtime/records.py): the model's parts timed inside it}."""
 

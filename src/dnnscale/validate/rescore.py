@@ -35,9 +35,15 @@ from dnnscale.workload import Workload
 EVALUATED = ("dev", "test")
 
 
+SUPPLEMENT = "supplement.yaml"
+"""A setting's supplementary calibration (benchmarks/corpus_supplement.py): what its sittings'
+profiles did not measure yet, taken later on the same testbed setting and machine."""
+
+
 @dataclass
 class Sittings:
-    """The System of each sitting of a setting: its description with the calibration profile."""
+    """The System of each sitting of a setting: its description with the calibration profile
+    (and the setting's supplement where the profile lacks what it holds)."""
 
     folder: Path
     systems: dict[int, System] = field(default_factory=dict)
@@ -48,8 +54,10 @@ class Sittings:
             from dnnscale.validate.profile import apply_profile
 
             desc = load_description(self.folder / f"testbed-s{sitting}.json")
-            self.systems[sitting] = apply_profile(cluster_from_description(desc),
-                                                  self.folder / f"profile-s{sitting}.yaml", desc)
+            supplement = self.folder / SUPPLEMENT
+            self.systems[sitting] = apply_profile(
+                cluster_from_description(desc), self.folder / f"profile-s{sitting}.yaml", desc,
+                supplement if supplement.exists() else None)
         return self.systems[sitting]
 
 

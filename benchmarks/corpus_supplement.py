@@ -1,0 +1,97 @@
+"""A supplementary calibration of corpus settings (issue 22): what their sittings' profiles did
+not measure yet, taken later on the same testbed setting and machine, as
+results/validation/corpus/<setting>/supplement.yaml (validate/rescore.SUPPLEMENT).
+
+    .venv/bin/python benchmarks/corpus_supplement.py 1gbit 4h2g ...     # as root, machine quiet
+
+Today: the runtime's layer exchanges per group size (calibrate/network.
+measure_partition_exchange), which calibration measures in a sitting since 2026-12-02 and the
+first sittings did not. Each setting: wait for a quiet machine, `testbed up`, measure for every
+group size a sitting's calibration measures (calibrate/run.coupled_groups), `testbed down`.
+A setting whose supplement exists is skipped (delete it to measure again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from dnnscale.validate.corpus import load_settings  # noqa: E402
+from dnnscale.validate.rescore import SUPPLEMENT  # noqa: E402
+
+BIN = ROOT / ".venv" / "bin"
+CORPUS = ROOT / "results" / "validation" / "corpus"
+
+
+def supplement(setting, quick: bool) -> dict:  # type: ignore[no-untyped-def]
+    from dnnscale.calibrate.network import measure_partition_exchange
+    from dnnscale.calibrate.run import coupled_groups
+    from dnnscale.system.profile import supplement_to_dict
+    from dnnscale.testbed.describe import description_path, load_description, rank_placements
+
+    load_before = list(os.getloadavg())
+    started = time.monotonic()
+    subprocess.run([str(BIN / "dnnscale"), "testbed", "down", "--name", setting.testbed],
+                   stdout=subprocess.DEVNULL)
+    try:
+        subprocess.run([str(BIN / "dnnscale"), "testbed", "up", *setting.up_flags()],
+                       check=True, stdout=subprocess.DEVNULL)
+        desc = load_description(description_path(setting.testbed))
+        fits = []
+        for peers in coupled_groups(len(desc.hosts_with_role("worker"))):
+            fits += measure_partition_exchange(rank_placements(desc, peers, join_late=True),
+                                               quick=quick)
+            for fit in fits[-2:]:
+                print(f"{setting.name}: {fit.operation} x{peers}: "
+                      + ", ".join(f"{x / 1024:.0f} KiB {t * 1e3:.1f} ms" for x, t in fit.points),
+                      flush=True)
+    finally:
+        subprocess.run([str(BIN / "dnnscale"), "testbed", "down", "--name", setting.testbed],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return supplement_to_dict(
+        tuple(fits), setting=setting.name, description=setting.description,
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        measured="calibrate/network.measure_partition_exchange" + (" (quick)" if quick else ""),
+        seconds=round(time.monotonic() - started, 1),
+        load_average_before=load_before, load_average_after=list(os.getloadavg()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("settings", nargs="+")
+    parser.add_argument("--max-load", type=float, default=1.0)
+    parser.add_argument("--full", action="store_true", help="4 repeats instead of 2")
+    args = parser.parse_args()
+    settings = load_settings(ROOT / "benchmarks/corpus/settings.yaml")
+    unknown = [name for name in args.settings if name not in settings]
+    if unknown:
+        print(f"settings: unknown {', '.join(unknown)} (known: {', '.join(settings)})",
+              file=sys.stderr)
+        return 2
+    for name in args.settings:
+        out = CORPUS / name / SUPPLEMENT
+        if out.exists():
+            print(f"{name}: {out.relative_to(ROOT)} exists; skipped")
+            continue
+        while os.getloadavg()[0] > args.max_load:
+            print(f"waiting for a quiet machine (load {os.getloadavg()[0]:.2f})", flush=True)
+            time.sleep(20)
+        data = supplement(settings[name], quick=not args.full)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(yaml.safe_dump(data, sort_keys=False))
+        print(f"{name}: wrote {out.relative_to(ROOT)} in {data['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
