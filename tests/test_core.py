@@ -47,7 +47,7 @@ def test_typed_parts_carry_the_wave1_keys() -> None:
                                                                ps_shards=1, minibatch=10))
     kinds = {part.name: part.kind for part in p.parts}
     assert kinds == {"forward": "compute", "input_grad": "compute", "weight_grad": "compute",
-                     "compute": "sum", "partition_comm": "communication",
+                     "compute": "sum", "partition_comm": "communication", "update": "update",
                      "ps_push": "communication", "ps_pull": "communication",
                      "ps_serve_wait": "wait", "ps_wait": "wait", "step": "total"}
     compute = next(part for part in p.parts if part.name == "compute")
@@ -111,20 +111,20 @@ def test_a_cost_term_added_in_one_place_changes_predict_and_optimize(monkeypatch
     """Doubling the gloo all-reduce in the collective registry moves predict's all-reduce part
     and optimize's choice together (optimize re-checks every reported plan against predict).
 
-    Tiny workload, n = 32: compute C = 32·1728 FLOP / 2.7648e8 FLOP/s = 200 µs, update
-    U = 119 params · 1 µs = 119 µs, a latency-bound ring A(R) ≈ 2·(R−1)·α with α = 100 µs on a
+    Tiny workload, n = 32: compute C = 32·1728 FLOP / 1.7334e8 FLOP/s = 319 µs, update
+    U = 119 params · 4 B · 9 / 1 TB/s ≈ 4 ns (model/bookkeeping.py), a latency-bound ring A(R) ≈ 2·(R−1)·α with α = 100 µs on a
     1 GB/s NIC. X(R) = R·n / (C + U − 2α + 2α·R) grows with R while C + U = 319 µs > 2α and
     falls once the ring doubles (4α = 400 µs > C + U): the best R goes from 8 to 1.
     """
     w = tiny_workload()
     c = dataclasses.replace(tiny_cluster(machines=8, bandwidth_bytes_per_s=1e9),
-                            machine=tiny_machine(flops_per_s=2.7648e8))
+                            machine=tiny_machine(flops_per_s=32 * 1728 / 319e-6))
     config = Config(partitions=1, replicas=8, ps_shards=0, sync="allreduce", minibatch=32)
     before = predict_config(w, c, config)
     best_before = optimize(w, c, modes="allreduce", curve=False).best
     ring_s = 2 * 7 / 8 * 119 * 4 / 1e9 + 2 * 7 * LATENCY_S     # W = 119 parameters, b = 4
     assert before.breakdown_s["allreduce"] == pytest.approx(ring_s)
-    assert before.breakdown_s["compute"] == pytest.approx(200e-6)
+    assert before.breakdown_s["compute"] == pytest.approx(319e-6)
     assert best_before.config.replicas == 8
 
     original = COLLECTIVE_COSTS[("allreduce", "gloo", "ring")]

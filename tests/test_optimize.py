@@ -111,19 +111,20 @@ def test_async_plan_is_the_ps_bound_with_the_fewest_machines() -> None:
 
 def test_latency_bound_ring_leaves_machines_idle() -> None:
     """All-reduce throughput is not monotone in R. Tiny workload, P = 1, n = 32: compute
-    1,728 FLOP·32 / 1 GFLOP/s = 55.3 µs, update 119 · 1 µs = 119 µs, so one replica steps in
-    174.3 µs (183,596 samples/s). Two replicas add a ring of 2·(1/2)·476 B / 1 MB/s + 2·100 µs =
-    676 µs: 64 samples per 850.3 µs = 75,270 samples/s. Every larger ring is slower than one
-    replica too (32R / (1,126 µs + 200 µs·R) < 160,000), so the plan is one machine."""
+    1,728 FLOP·32 / 1 GFLOP/s = 55.3 µs, update U = 119 · 4 B · 9 / 1 TB/s ≈ 4 ns
+    (model/bookkeeping.py), so one replica steps in 55.3 µs (578,700 samples/s). Two replicas
+    add a ring of 2·(1/2)·476 B / 1 MB/s + 2·100 µs = 676 µs: 64 samples per 731.3 µs = 87,500
+    samples/s. Every larger ring is slower than one replica too, so the plan is one machine."""
+    update_s = 119 * 4 * 9 / 1e12
     result = optimize(tiny_workload(), tiny_cluster(), machines=16, modes="allreduce")
     best = result.best
     assert (best.config.partitions, best.config.replicas) == (1, 1)
-    assert best.step_time_s == pytest.approx(1728 * 32 / 1e9 + 119e-6, rel=1e-9)
+    assert best.step_time_s == pytest.approx(1728 * 32 / 1e9 + update_s, rel=1e-9)
     from dnnscale.model import predict_config
 
     two = predict_config(tiny_workload(), tiny_cluster(), dataclasses.replace(best.config, replicas=2))
-    assert two.throughput_samples_per_s == pytest.approx(64 / (1728 * 32 / 1e9 + 676e-6 + 119e-6),
-                                                         rel=1e-9)
+    assert two.throughput_samples_per_s == pytest.approx(
+        64 / (1728 * 32 / 1e9 + 676e-6 + update_s), rel=1e-9)
     assert all(point.prediction.config.machines == 1 for point in result.curve)
 
 

@@ -178,5 +178,5 @@ def test_json_keeps_plain_strings() -> None:
                    and all(type(n) is str for n in p["of"]) for p in data["parts"])
         assert json.loads(json.dumps(data))["breakdown_s"] == data["breakdown_s"]
     assert list(_adam("ps-async").breakdown_s) == [
-        "forward", "input_grad", "weight_grad", "compute", "partition_comm", "ps_push",
-        "ps_pull", "ps_serve_wait", "ps_wait", "step"]
+        "forward", "input_grad", "weight_grad", "compute", "partition_comm", "update",
+        "ps_push", "ps_pull", "ps_serve_wait", "ps_wait", "step"]

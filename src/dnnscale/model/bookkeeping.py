@@ -42,6 +42,7 @@ def worker_bookkeeping_s(params: float, bytes_per_value: float, parameter_server
 
     Formula: worker_bookkeeping_bytes / (B_mem · cores).
     Units: parameters, bytes per value, B/s, cores -> s.
+    Source: as worker_bookkeeping_bytes; B_mem is calibrate/memory.memory_bandwidth_bytes_per_s.
     """
     rate = machine.memory_bandwidth_bytes_per_s * machine.cores
     return worker_bookkeeping_bytes(params, bytes_per_value, parameter_server) / rate

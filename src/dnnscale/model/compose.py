@@ -549,7 +549,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
          x_cpu) = _ps_async(ctx, replicas, shards, shards)
         step_s = replicas * ctx.n / x
         transfer_s = max(push_w_s + pull_w_s, serve_s)
-        record = step_record(ctx, ctx.busy_s, _adam_collectives(
+        record = step_record(ctx, ctx.busy_s - ctx.worker_update_s, _adam_collectives(
             ctx, (Part.PS_PUSH, push_w_s), (Part.PS_PULL, pull_w_s)))
         stage = record.slowest_stage
         if x == x_replicas:
@@ -574,7 +574,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                            _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu), record)
     if ctx.mode == MODE_PS_SYNC:
         x, step_s, push_s, apply_s, pull_s = _ps_sync(ctx, replicas, shards, shards)
-        record = step_record(ctx, ctx.busy_s, _adam_collectives(
+        record = step_record(ctx, ctx.busy_s - ctx.worker_update_s, _adam_collectives(
             ctx, (Part.PS_PUSH, push_s), (Part.PS_PULL, pull_s)))
         stage = record.slowest_stage
         bottleneck = _largest({Bottleneck.WORKER_COMPUTE: stage.compute_s,
