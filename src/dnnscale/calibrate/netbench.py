@@ -111,21 +111,17 @@ def _layer_tensors(size: int):  # type: ignore[no-untyped-def]
     return local, lambda: GatherSplit.apply(local, [width] * world, 1, comm)
 
 
-def _gradient_like(full):  # type: ignore[no-untyped-def]
-    import torch
-
-    return torch.ones_like(full)
-
-
 def _layer_exchange(size: int):  # type: ignore[no-untyped-def]
     """The runtime's own exchanges of a feature-split layer on an activation of `size` bytes:
     its forward all-gather, `between()`, its backward reduce-scatter."""
+    import torch
+
     _, forward = _layer_tensors(size)
 
     def exchange(between=lambda: None) -> None:  # type: ignore[no-untyped-def]
         full = forward()
         between()
-        full.backward(_gradient_like(full))
+        full.backward(torch.ones_like(full))
 
     return exchange
 
@@ -134,6 +130,7 @@ def _exchange(size: int, calls: int) -> list[float]:
     """[bytes, forward s, backward s]: a feature-split layer's exchanges as the runtime makes
     them (runtime/network.GatherSplit on a SIZE-byte activation), each call timed alone, the
     median of `calls` after a warm-up batch."""
+    import torch
     import torch.distributed as dist
 
     _, forward = _layer_tensors(size)
@@ -144,7 +141,7 @@ def _exchange(size: int, calls: int) -> list[float]:
             start = time.perf_counter()
             full = forward()
             middle = time.perf_counter()
-            full.backward(_gradient_like(full))
+            full.backward(torch.ones_like(full))
             end = time.perf_counter()
             if attempt:
                 ahead.append(middle - start)
