@@ -32,6 +32,11 @@ The fourth (issue 22): a CPU worker's update is its passes over the parameters a
 bandwidth (model/bookkeeping.py), also under a PS, where it was W/P · t_upd after an
 all-reduce and nothing under a PS; the comparison prices it the old way
 (_update_before_issue_22) and tests/test_quota_terms.py checks the new term by hand.
+
+The fifth (issue 22): asynchronous replicas queue at the busiest shard (model/ps.
+ps_queueing_cycle_s, mean value analysis), where the step was the bound max(T_w, R·D); the
+comparison takes the bound (_bound_before_issue_22) and tests/test_ps_queueing.py checks the
+queue by hand.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ from tests.snapshots.make_predict_snapshot import CLUSTERS, cases
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "predict_v1.json.gz"
 RELATIVE = 1e-9
+ABSOLUTE = 1e-15
+"""Seconds or samples/s this close are equal whatever their ratio (a part that is 0 in one and
+1e-17 in the other, the rounding of two routes to the same step)."""
 CHANGED_SPLITS = {("adam-mnist", 2): 56, ("vgg16", 2): 56, ("adam-cifar10", 3): 42,
                   ("alexnet", 3): 42, ("adam-cifar10", 2): 36, ("alexnet", 2): 28,
                   ("adam-imagenet22k", 3): 24, ("adam-mnist", 3): 18, ("adam-imagenet22k", 2): 16,
@@ -78,7 +86,7 @@ def _compare(expected: object, actual: object, path: str) -> list[str]:
         e, a = float(expected), float(actual)
         if math.isinf(e) or math.isinf(a):
             return [] if e == a else [f"{path}: {e!r} != {a!r}"]
-        if abs(e - a) > RELATIVE * max(abs(e), abs(a)):
+        if abs(e - a) > RELATIVE * max(abs(e), abs(a)) and abs(e - a) > ABSOLUTE:
             return [f"{path}: {e!r} != {a!r} (relative {abs(e - a) / max(abs(e), abs(a)):.2e})"]
         return []
     return [] if expected == actual else [f"{path}: {expected!r} != {actual!r}"]
@@ -105,11 +113,17 @@ def _update_before_issue_22(params, bytes_per_value, parameter_server, machine):
     return 0.0 if parameter_server else params * machine.update_s_per_param
 
 
+def _bound_before_issue_22(replicas, own_s, service_s):  # type: ignore[no-untyped-def]
+    """The asynchronous step as priced before the queue: max(T_w, R·D), T_w = Z + D."""
+    return max(own_s + service_s, replicas * service_s)
+
+
 def test_every_prediction_is_unchanged(snapshot: list[dict], monkeypatch) -> None:
     import dnnscale.model.compose as compose
     from dnnscale.system import load_system
 
     monkeypatch.setattr(compose, "worker_bookkeeping_s", _update_before_issue_22)
+    monkeypatch.setattr(compose, "ps_queueing_cycle_s", _bound_before_issue_22)
     from dnnscale.plan import config_from_dict
     from dnnscale.model import predict_config, stage_costs
     from dnnscale.workload import load_workload

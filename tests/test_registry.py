@@ -19,8 +19,9 @@ MODEL = Path(dnnscale.model.__file__).parent
 NAMED = {"phase_time_s", "imbalance_fraction", "transfer_time_s", "overlapped_time_s",
          "ring_allgather", "ring_reduce_scatter", "ring_allreduce", "tree_allreduce",
          "gloo_reduce_scatter", "halo_exchange", "ps_network_capacity_samples_per_s",
-         "ps_cpu_capacity_samples_per_s", "worker_memory_parts", "ps_memory_parts",
-         "kernel_time_s", "transformer_block_activation_bytes", "sharded_state_parts"}
+         "ps_cpu_capacity_samples_per_s", "ps_queueing_cycle_s", "worker_memory_parts",
+         "ps_memory_parts", "kernel_time_s", "transformer_block_activation_bytes",
+         "sharded_state_parts"}
 
 
 def _formulas() -> dict[str, str]:

@@ -46,16 +46,16 @@ def cases() -> list[dict[str, object]]:
 
 
 def main() -> None:
-    from dnnscale.cluster import load_cluster
-    from dnnscale.config import config_from_dict
     from dnnscale.model import predict_config
+    from dnnscale.plan import config_from_dict
+    from dnnscale.system import load_system
     from dnnscale.workload import load_workload
 
     out = []
     for workload_name in WORKLOADS:
         workload = load_workload(workload_name)
         for cluster_ref in CLUSTERS:
-            cluster = load_cluster(cluster_ref)
+            cluster = load_system(cluster_ref)
             for case in cases():
                 config = config_from_dict(dict(case))
                 prediction = predict_config(workload, cluster, config)

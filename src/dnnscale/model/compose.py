@@ -9,12 +9,18 @@ them, `compose` all of them, and `bound` calls the same arithmetic with relaxed 
 
 The structure the exact search relies on, read off these formulas (performance-model.md §4, §6):
 
-- ps-async: X = min(R·n / T_w(S), X_ps(share(S))). T_w, the worker step (compute + partition
-  traffic combined with the longer of its own push/pull, S messages each, and the busiest
-  shard's service of the replica, share·(push + pull)/B_ps), does not depend on R; its own part
-  grows with S and the service part falls with the share; X_ps = min(X_ps,net, X_ps,cpu) grows
-  as the busiest shard's share ceil(W/S)/W falls. Over S in [lo, hi], T_w >= its value with the
-  latency of lo shards and the share of hi shards.
+- ps-async: X = R·n / T(R, Z, D), T the mean step of R replicas queueing at the busiest shard
+  (ps.ps_queueing_cycle_s: mean value analysis), D = n / X_ps(share(S)) the shard's time per
+  replica step and Z = T_w(S) − D the rest of the worker step. T_w, the worker step (compute +
+  partition traffic combined with the longer of its own push/pull, S messages each, and the
+  busiest shard's service of the replica, share·(push + pull)/B_ps), does not depend on R; its
+  own part grows with S and the service part falls with the share; X_ps = min(X_ps,net,
+  X_ps,cpu) grows as the busiest shard's share ceil(W/S)/W falls. X <= min(R·n / T_w, X_ps)
+  (the queue's asymptotes), X is nondecreasing in R (a closed network's throughput grows with
+  its population) and falls as T_w or D grows (at a fixed T_w, moving work from the replicas
+  to the shard only adds queueing; tests/test_ps_queueing.py checks both). Over S in
+  [lo, hi], T_w >= its value with the latency of lo shards and the share of hi shards, and the
+  bound evaluates the queue at those relaxed Z and D.
 - ps-sync: X = R·n / T(R, share, S) with T = combine(T_comp + T_mp, push + apply + pull), where
   push = max(W_push/P/B, R·share·W_push/B_ps) + S/k_push·α, pull alike but at least the
   held-pull convoy R·W_pull/B + R·P·α (collectives.held_pull_convoy) on systems whose PS
@@ -43,6 +49,7 @@ The structure the exact search relies on, read off these formulas (performance-m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -57,7 +64,8 @@ from dnnscale.model.records import (Bottleneck, CollectiveTime, Part, PartKind,
                                     StageRecord, StepRecord)
 from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_s,
                                ps_network_capacity_samples_per_s, ps_outer_product_s,
-                               ps_pull_bytes_per_step, ps_push_bytes_per_step)
+                               ps_pull_bytes_per_step, ps_push_bytes_per_step,
+                               ps_queueing_cycle_s)
 from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
 from dnnscale.model.stragglers import straggler_factor
@@ -403,7 +411,14 @@ def _ps_async(ctx: StepContext, replicas: int, share_shards: int,
     serve_s = terms.serve_bytes / ctx.ps_bandwidth
     worker_step_s = ctx.combine(ctx.busy_s, max(push_w_s + pull_w_s, serve_s))
     x_replicas = replicas * ctx.n / worker_step_s
-    throughput = min(x_replicas, x_net, x_cpu)
+    # The R replicas queue at the busiest shard, D = n / X_ps of its time per replica step,
+    # spending the rest of their step on their own (ps.ps_queueing_cycle_s).
+    x_ps = min(x_net, x_cpu)
+    service_s = ctx.n / x_ps if x_ps < math.inf else 0.0
+    # (at least the worker step itself, as it is in exact arithmetic: Z + D rounds)
+    step_s = max(worker_step_s, ps_queueing_cycle_s(replicas, max(0.0, worker_step_s
+                                                                   - service_s), service_s))
+    throughput = replicas * ctx.n / step_s
     return throughput, worker_step_s, push_w_s, pull_w_s, serve_s, x_replicas, x_net, x_cpu
 
 
@@ -552,12 +567,12 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
         record = step_record(ctx, ctx.busy_s - ctx.worker_update_s, _adam_collectives(
             ctx, (Part.PS_PUSH, push_w_s), (Part.PS_PULL, pull_w_s)))
         stage = record.slowest_stage
-        if x == x_replicas:
+        if x_replicas <= min(x_net, x_cpu):
             bottleneck = _largest({Bottleneck.WORKER_COMPUTE: stage.compute_s,
                                    Bottleneck.PARTITION_COMM: stage.tp_comm_s,
                                    Bottleneck.WORKER_PS_TRANSFER: transfer_s})
         else:
-            bottleneck = Bottleneck.PS_NETWORK if x == x_net else Bottleneck.PS_CPU
+            bottleneck = Bottleneck.PS_NETWORK if x_net <= x_cpu else Bottleneck.PS_CPU
         parts = _stage_parts(stage) + [
             StepPart(Part.UPDATE, ctx.worker_update_s, PartKind.UPDATE),
             StepPart(Part.PS_PUSH, push_w_s, PartKind.COMMUNICATION),

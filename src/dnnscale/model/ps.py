@@ -80,6 +80,41 @@ def ps_cpu_capacity_samples_per_s(shard_share: float, update_s_per_sample: float
     return math.inf if busiest <= 0 else 1.0 / busiest
 
 
+def ps_queueing_cycle_s(replicas: int, own_s: float, service_s: float) -> float:
+    """Mean step of each of R asynchronous replicas that share one parameter-server shard: a
+    replica does `own_s` of its own work (compute, its share of the transfers), then waits for
+    the shard to serve its request, `service_s`, one request at a time.
+
+    Formula: exact mean value analysis of a closed network of R customers, one delay station
+    Z = own_s and one queueing station D = service_s: r_0 = 0, Q_0 = 0, and for k = 1..R
+    r_k = D·(1 + Q_(k−1)), X_k = k / (Z + r_k), Q_k = X_k·r_k; the step is R / X_R = Z + r_R.
+    It lies between the asymptotes, max(Z + D, R·D) <= step <= Z + R·D: below the knee
+    R·D ≈ Z + D replicas already queue at the shard (the bound max(Z + D, R·D) says they do
+    not), far beyond it the shard is busy all the time (step → R·D). Once X_k·D is 1 to 1e-12
+    the remaining populations are R·D exactly (the shard never idles).
+    Units: replicas, seconds, seconds -> seconds per step of one replica.
+    Source: Reiser & Lavenberg, "Mean-value analysis of closed multichain queuing networks",
+    JACM 27(2), 1980; Lazowska et al., Quantitative System Performance (1984) §6.3. Measured
+    (benchmarks/ps_queue_bench.py 1gbit, results/validation/ps_queue/1gbit.json: the runtime's
+    shards, R = 2-4, S = 1-2): two shards near the knee took 1.10-1.37x the bound's step and
+    1.00-1.11x this one's; a saturated single shard 0.84-0.96x both (its pushes and replies
+    overlap a little in the socket buffers, which the half-duplex D leaves out).
+    """
+    if replicas < 1:
+        raise ValueError(f"replicas must be >= 1, got {replicas}")
+    if service_s <= 0.0:
+        return own_s
+    queue = 0.0
+    residence_s = service_s
+    for k in range(1, replicas + 1):
+        residence_s = service_s * (1.0 + queue)
+        throughput = k / (own_s + residence_s)
+        if throughput * service_s >= 1.0 - 1e-12:
+            return max(own_s + residence_s, replicas * service_s)
+        queue = throughput * residence_s
+    return own_s + residence_s
+
+
 def ps_outer_product_s(rows: int, columns: int, samples: int, bytes_per_value: int,
                        ps_machine: Device) -> float:
     """Seconds a parameter-server machine takes for one FC block of Adam's vector protocol.
