@@ -11,9 +11,10 @@ at R = 1 (T_1) and the busiest shard's service per replica step as the model pri
 (D = ceil(W/S)/W · (push + pull bytes) / B, B the links' rate `testbed check` measured):
 
 - bound: max(T_1, R·D), the step before issue 22 (a shard below capacity delays nobody);
-- queue: model/ps.ps_queueing_cycle_s(R, T_1 − D, D), mean value analysis.
+- queue: model/ps.ps_queueing_cycle_s(R, T_1 − D, D), the queue the model prices.
 
-Writes results/validation/ps_queue/<setting>.json (with the load average before and after).
+Writes results/validation/ps_queue/<setting>.json (with the load average before and after);
+`--rescore` re-predicts a committed file's measurements with the current formula.
 """
 
 from __future__ import annotations
@@ -46,10 +47,17 @@ def main() -> int:
     parser.add_argument("--shards", default="1,2")
     parser.add_argument("--max-replicas", type=int, default=4)
     parser.add_argument("--window-s", type=int, default=6)
+    parser.add_argument("--rescore", action="store_true",
+                        help="re-predict the committed measurements (no testbed, no timing)")
     args = parser.parse_args()
+    if args.rescore:
+        result = score(json.loads((OUT / f"{args.setting}.json").read_text()))
+        for point in result["points"]:
+            print(line(point))
+        return write(result)
     setting = load_settings(args.settings)[args.setting]
     from dnnscale.calibrate.network import run_ranks
-    from dnnscale.model.ps import busiest_shard_share, ps_queueing_cycle_s
+    from dnnscale.model.ps import busiest_shard_share
     from dnnscale.testbed.describe import (cluster_from_description, description_path,
                                            load_description, rank_placements)
 
@@ -73,7 +81,6 @@ def main() -> int:
         hosts = len(desc.hosts)
         for shards in [int(s) for s in args.shards.split(",")]:
             for chunk in chunks:
-                at_one: dict[int, float] = {}
                 for replicas in range(1, args.max_replicas + 1):
                     if replicas + shards > hosts:
                         break
@@ -84,29 +91,36 @@ def main() -> int:
                                        timeout_s=600, extra=chunk,
                                        module="dnnscale.calibrate.psqueue")
                     for size, mean_s, slowest_s, chunk_s in points:
-                        at_one.setdefault(int(size), mean_s)
-                        t_one = at_one[int(size)]
                         values = int(size) // 4
-                        service_s = busiest_shard_share(values, shards) * 2 * size / bandwidth
-                        bound_s = max(t_one, replicas * service_s)
-                        queue_s = ps_queueing_cycle_s(replicas, max(0.0, t_one - service_s),
-                                                      service_s)
                         item = {"shards": shards, "replicas": replicas, "chunk_cpu_s": chunk,
                                 "bytes": int(size), "step_s": mean_s, "slowest_step_s": slowest_s,
-                                "chunk_alone_s": chunk_s, "service_s": service_s,
-                                "bound_s": bound_s, "queue_s": queue_s}
+                                "chunk_alone_s": chunk_s, "service_s": busiest_shard_share(
+                                    values, shards) * 2 * size / bandwidth}
                         result["points"].append(item)
-                        print(f"S={shards} R={replicas} chunk {chunk * 1e3:4.1f} ms cpu "
-                              f"({chunk_s * 1e3:5.1f} ms wall), {size / 2**20:.1f} MiB: step "
-                              f"{mean_s * 1e3:7.1f} ms (slowest {slowest_s * 1e3:7.1f}); D "
-                              f"{service_s * 1e3:6.1f} ms; bound {bound_s * 1e3:7.1f} "
-                              f"({mean_s / bound_s:4.2f}x), queue {queue_s * 1e3:7.1f} "
-                              f"({mean_s / queue_s:4.2f}x)", flush=True)
+                        score(result)
+                        print(line(item), flush=True)
     finally:
         subprocess.run([str(BIN / "dnnscale"), "testbed", "down", "--name", setting.testbed],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     result["load_after"] = list(os.getloadavg())
     result["seconds"] = round(time.monotonic() - started, 1)
+    return write(result)
+
+
+def score(result: dict) -> dict:
+    """The model's two steps for every measured point, from the step measured at R = 1 of the
+    same (S, chunk, size) and D; and measured/model over the points with R > 1. Run again on a
+    committed file (--rescore) whenever the formula changes."""
+    from dnnscale.model.ps import ps_queueing_cycle_s
+
+    at_one: dict[tuple, float] = {}
+    for point in result["points"]:
+        key = (point["shards"], point["chunk_cpu_s"], point["bytes"])
+        t_one = at_one.setdefault(key, point["step_s"])
+        replicas, service_s = point["replicas"], point["service_s"]
+        point["bound_s"] = max(t_one, replicas * service_s)
+        point["queue_s"] = max(t_one, ps_queueing_cycle_s(replicas, max(0.0, t_one - service_s),
+                                                          service_s))
     many = [p for p in result["points"] if p["replicas"] > 1]
     for name in ("bound_s", "queue_s"):
         ratios = sorted(p["step_s"] / p[name] for p in many)
@@ -114,10 +128,24 @@ def main() -> int:
             result[f"measured_over_{name[:-2]}"] = {
                 "min": ratios[0], "median": ratios[len(ratios) // 2], "max": ratios[-1],
                 "geomean": math.exp(sum(math.log(r) for r in ratios) / len(ratios))}
+    return result
+
+
+def line(point: dict) -> str:
+    return (f"S={point['shards']} R={point['replicas']} chunk {point['chunk_cpu_s'] * 1e3:4.1f} "
+            f"ms cpu ({point['chunk_alone_s'] * 1e3:5.1f} ms wall), {point['bytes'] / 2**20:.1f} "
+            f"MiB: step {point['step_s'] * 1e3:7.1f} ms (slowest "
+            f"{point['slowest_step_s'] * 1e3:7.1f}); D {point['service_s'] * 1e3:6.1f} ms; bound "
+            f"{point['bound_s'] * 1e3:7.1f} ({point['step_s'] / point['bound_s']:4.2f}x), queue "
+            f"{point['queue_s'] * 1e3:7.1f} ({point['step_s'] / point['queue_s']:4.2f}x)")
+
+
+def write(result: dict) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{setting.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    path = OUT / f"{result['setting']}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k.startswith("measured_over")}))
-    print(f"wrote {OUT / (setting.name + '.json')} in {result['seconds']} s")
+    print(f"wrote {path}" + (f" in {result['seconds']} s" if "seconds" in result else ""))
     return 0
 
 

@@ -34,9 +34,9 @@ all-reduce and nothing under a PS; the comparison prices it the old way
 (_update_before_issue_22) and tests/test_quota_terms.py checks the new term by hand.
 
 The fifth (issue 22): asynchronous replicas queue at the busiest shard (model/ps.
-ps_queueing_cycle_s, mean value analysis), where the step was the bound max(T_w, R·D); the
-comparison takes the bound (_bound_before_issue_22) and tests/test_ps_queueing.py checks the
-queue by hand.
+ps_queueing_cycle_s, Bard-Schweitzer mean value analysis), where the step was the bound
+max(T_w, R·D); the comparison takes the bound (_bound_before_issue_22) and
+tests/test_ps_queueing.py checks the queue by hand.
 """
 
 from __future__ import annotations

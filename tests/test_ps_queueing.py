@@ -1,5 +1,5 @@
 """Asynchronous replicas queueing at the busiest shard (model/ps.ps_queueing_cycle_s, issue 22):
-mean value analysis by hand, its invariants, and what it does to a ps-async prediction."""
+Bard-Schweitzer mean value analysis by hand, its invariants, and what it does to a ps-async prediction."""
 
 from __future__ import annotations
 
@@ -21,25 +21,24 @@ def test_one_replica_never_queues() -> None:
 
 
 def test_two_replicas_by_hand() -> None:
-    # Z = 3, D = 1. k = 1: r = 1, X = 1/4, Q = 1/4. k = 2: r = 1.25, X = 2/4.25: step 4.25,
-    # a quarter of a service more than the bound max(Z + D, 2·D) = 4.
-    assert ps_queueing_cycle_s(2, 3.0, 1.0) == pytest.approx(4.25)
+    # Z = 3, D = 1, R = 2: R·D − Z = −1, r = (−1 + sqrt(1 + 4·1·3)) / 2 = (−1 + 3.60555) / 2
+    # = 1.30278: step 4.30278, 0.3 of a service more than the bound max(Z + D, 2·D) = 4.
+    assert ps_queueing_cycle_s(2, 3.0, 1.0) == pytest.approx(4.30278, abs=1e-5)
 
 
 def test_three_replicas_at_the_knee_by_hand() -> None:
     # The 100mbit corpus rows mnist-m3a/b (P=1 R=3 S=3 ps-async n=8): worker step 2.257 s,
-    # the busiest shard 0.727 s of it. k = 1: r = 0.727, X = 1/2.257 = 0.44307, Q = 0.32211;
-    # k = 2: r = 0.727·1.32211 = 0.96117, X = 2/2.49117 = 0.80283, Q = 0.77166;
-    # k = 3: r = 0.727·1.77166 = 1.28800: step 1.53 + 1.28800 = 2.81800 s (the bound: 2.257 s;
-    # measured: 3.27 and 3.44 s).
-    assert ps_queueing_cycle_s(3, 1.53, 0.727) == pytest.approx(2.81800, abs=1e-5)
+    # the busiest shard 0.727 s of it, Z = 1.53 s. R·D − Z = 0.651, sqrt(0.651² + 4·0.727·1.53)
+    # = sqrt(0.42380 + 4.44924) = 2.20750, r = (0.651 + 2.20750) / 2 = 1.42925: step 2.95925 s
+    # (the bound: 2.257 s; measured: 3.27 and 3.44 s).
+    assert ps_queueing_cycle_s(3, 1.53, 0.727) == pytest.approx(2.95925, abs=1e-5)
 
 
 def test_a_saturated_shard_is_busy_all_the_time() -> None:
     # Z = 0: every replica is always at the shard, so R requests take R·D.
     assert ps_queueing_cycle_s(4, 0.0, 1.0) == pytest.approx(4.0)
-    # Far past the knee the step is R·D to within the early exit's 1e-12.
-    assert ps_queueing_cycle_s(200, 1.0, 1.0) == pytest.approx(200.0, rel=1e-9)
+    # Far past the knee r ≈ R·D − Z + D·Z/(R·D − Z): 199 + 1/199 -> step 200.005.
+    assert ps_queueing_cycle_s(200, 1.0, 1.0) == pytest.approx(200.005, abs=1e-4)
 
 
 def test_refuses_no_replicas() -> None:

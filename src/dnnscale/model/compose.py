@@ -10,17 +10,16 @@ them, `compose` all of them, and `bound` calls the same arithmetic with relaxed 
 The structure the exact search relies on, read off these formulas (performance-model.md §4, §6):
 
 - ps-async: X = R·n / T(R, Z, D), T the mean step of R replicas queueing at the busiest shard
-  (ps.ps_queueing_cycle_s: mean value analysis), D = n / X_ps(share(S)) the shard's time per
+  (ps.ps_queueing_cycle_s, Bard-Schweitzer), D = n / X_ps(share(S)) the shard's time per
   replica step and Z = T_w(S) − D the rest of the worker step. T_w, the worker step (compute +
   partition traffic combined with the longer of its own push/pull, S messages each, and the
   busiest shard's service of the replica, share·(push + pull)/B_ps), does not depend on R; its
   own part grows with S and the service part falls with the share; X_ps = min(X_ps,net,
   X_ps,cpu) grows as the busiest shard's share ceil(W/S)/W falls. X <= min(R·n / T_w, X_ps)
-  (the queue's asymptotes), X is nondecreasing in R (a closed network's throughput grows with
-  its population) and falls as T_w or D grows (at a fixed T_w, moving work from the replicas
-  to the shard only adds queueing; tests/test_ps_queueing.py checks both). Over S in
-  [lo, hi], T_w >= its value with the latency of lo shards and the share of hi shards, and the
-  bound evaluates the queue at those relaxed Z and D.
+  (the queue's asymptotes), X is nondecreasing in R, and falls as T_w or D grows (at a fixed
+  T_w, moving work from the replicas to the shard only adds queueing); tests/test_ps_queueing.py
+  checks these. Over S in [lo, hi], T_w >= its value with the latency of lo shards and the
+  share of hi shards, and the bound evaluates the queue at those relaxed Z and D.
 - ps-sync: X = R·n / T(R, share, S) with T = combine(T_comp + T_mp, push + apply + pull), where
   push = max(W_push/P/B, R·share·W_push/B_ps) + S/k_push·α, pull alike but at least the
   held-pull convoy R·W_pull/B + R·P·α (collectives.held_pull_convoy) on systems whose PS
