@@ -164,7 +164,14 @@ def test_ps_async_worker_bound() -> None:
     push_s = 476 / 1e6 + 2 * 1e-4        # W·b = 119·4 bytes, one message per shard
     worker_step_s = 1.728e-5 + PS_WORKER_UPDATE_S + 2 * push_s
     assert p.breakdown_s["ps_push"] == pytest.approx(push_s, rel=REL)
-    assert p.throughput_samples_per_s == pytest.approx(2 * N / worker_step_s, rel=REL)
+    # The two replicas queue at the busiest shard (model/ps.ps_queueing_cycle_s): D = n / X_ps
+    # = 10 / (1e6/48) = 0.48 ms, Z = 1.36929 − 0.48 = 0.88929 ms, R·D − Z = 0.07071 ms,
+    # r = (0.07071 + sqrt(0.07071² + 4·0.48·0.88929)) / 2 = 0.68966 ms: step 1.57894 ms, 15 %
+    # more than the worker step (the bound had it at 1.36929 ms).
+    assert worker_step_s == pytest.approx(1.3692857e-3, rel=1e-7)
+    assert p.step_time_s == pytest.approx(1.5789419e-3, rel=1e-7)
+    assert p.throughput_samples_per_s == pytest.approx(2 * N / 1.5789419e-3, rel=1e-7)
+    assert p.breakdown_s["ps_wait"] == pytest.approx(1.5789419e-3 - worker_step_s, rel=1e-6)
     # PS capacities: busiest shard holds ceil(119/2) = 60 of 119 parameters; it serves pushes
     # and pulls one at a time: network 1e6 / (60/119 · (476 + 476)/10) = 1e6 / 48;
     # cpu 1 / (60/119 · 119·1e-6/10) = 1/6e-6
@@ -191,10 +198,14 @@ def test_ps_async_replica_waits_for_its_shard() -> None:
 def test_ps_async_network_bound() -> None:
     cfg = Config(partitions=1, replicas=10, ps_shards=2, sync="ps-async", minibatch=N)
     p = predict_config(tiny_workload(), tiny_cluster(), cfg)
-    assert p.throughput_samples_per_s == pytest.approx(1e6 / 48, rel=REL)
+    # Ten replicas queue at the shard: D = 0.48 ms, Z = 0.88929 ms (test_ps_async_worker_bound),
+    # R·D − Z = 3.91071 ms, r = (3.91071 + sqrt(3.91071² + 4·0.48·0.88929)) / 2 = 4.01698 ms:
+    # step 4.90626 ms, 2 % above R·D = 4.8 ms, so 20,382 of the 20,833 samples/s the PS NIC
+    # allows (1e6/48).
+    assert p.step_time_s == pytest.approx(4.9062633e-3, rel=1e-7)
+    assert p.throughput_samples_per_s == pytest.approx(20_382.11, rel=1e-6)
     assert p.bottleneck == "ps network"
-    assert p.utilization["ps_network"] == pytest.approx(1.0)
-    assert p.step_time_s == pytest.approx(10 * N / (1e6 / 48), rel=REL)
+    assert p.utilization["ps_network"] == pytest.approx(20_382.11 / (1e6 / 48), rel=1e-6)
 
 
 def test_ps_async_cpu_bound() -> None:
