@@ -295,7 +295,10 @@ def test_interrupted_optimize_json_is_whole_or_empty(delay_s: float) -> None:
 
 ENTRY = ("import os, sys; import dnnscale.entry as entry; os.write({fd}, b'.'); "
          "sys.argv = ['dnnscale', *sys.argv[1:]]; entry.main()")
-LONG = ["optimize", "-w", "adam-imagenet22k", "-c", "adam-2014", "-M", "120", "--json"]
+# exhaustive: about 7 s of work, far past the longest delay even on a quiet machine (the
+# fast search at M = 120 finishes in about 0.3 s, so a 400 ms signal could arrive after it)
+LONG = ["optimize", "-w", "adam-imagenet22k", "-c", "adam-2014", "-M", "120", "--exhaustive",
+        "--json"]
 
 
 def _interrupt(delay_s: float, after_entry: bool) -> tuple[int, bytes, bytes, bool]:
