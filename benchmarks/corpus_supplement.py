@@ -4,11 +4,16 @@ results/validation/corpus/<setting>/supplement.yaml (validate/rescore.SUPPLEMENT
 
     .venv/bin/python benchmarks/corpus_supplement.py 1gbit 4h2g ...     # as root, machine quiet
 
-Today: the runtime's layer exchanges per group size (calibrate/network.
-measure_partition_exchange), which calibration measures in a sitting since 2026-12-02 and the
-first sittings did not. Each setting: wait for a quiet machine, `testbed up`, measure for every
-group size a sitting's calibration measures (calibrate/run.coupled_groups), `testbed down`.
-A setting whose supplement exists is skipped (delete it to measure again).
+What (`--what`):
+- exchange (supplement.yaml): the runtime's layer exchanges per group size (calibrate/network.
+  measure_partition_exchange), which calibration measures in a sitting since 2026-12-02 and the
+  first sittings did not, for every group size a sitting's calibration measures
+  (calibrate/run.coupled_groups);
+- halo (supplement-halo.yaml): a stripe's halo exchanges with one and two neighbours
+  (calibrate/network.measure_halo_exchange, calibrate/run.halo_groups), which calibration
+  measures since 2026-12-03.
+Each setting: wait for a quiet machine, `testbed up`, measure, `testbed down`. A setting whose
+supplement exists is skipped (delete it to measure again).
 """
 
 from __future__ import annotations
@@ -33,11 +38,35 @@ BIN = ROOT / ".venv" / "bin"
 CORPUS = ROOT / "results" / "validation" / "corpus"
 
 
-def supplement(setting, quick: bool) -> dict:  # type: ignore[no-untyped-def]
-    from dnnscale.calibrate.network import measure_partition_exchange
-    from dnnscale.calibrate.run import coupled_groups
+WHAT = {"exchange": SUPPLEMENT, "halo": "supplement-halo.yaml"}
+
+
+def _measure(what: str, desc, quick: bool, name: str) -> list:  # type: ignore[no-untyped-def]
+    from dnnscale.calibrate.network import measure_halo_exchange, measure_partition_exchange
+    from dnnscale.calibrate.run import coupled_groups, halo_groups
+    from dnnscale.testbed.describe import rank_placements
+
+    workers = len(desc.hosts_with_role("worker"))
+    fits = []
+    if what == "halo":
+        for peers in halo_groups(workers):
+            fits.append(measure_halo_exchange(rank_placements(desc, peers, join_late=True),
+                                              quick=quick))
+    else:
+        for peers in coupled_groups(workers):
+            fits += measure_partition_exchange(rank_placements(desc, peers, join_late=True),
+                                               quick=quick)
+    for fit in fits:
+        print(f"{name}: {fit.operation} x{fit.peers}: "
+              + ", ".join(f"{x / 1024:.0f} KiB {t * 1e3:.1f} ms" for x, t in fit.points),
+              flush=True)
+    return fits
+
+
+def supplement(setting, quick: bool, what: str) -> dict:  # type: ignore[no-untyped-def]
+    from dnnscale.calibrate.network import measure_halo_exchange, measure_partition_exchange
     from dnnscale.system.profile import supplement_to_dict
-    from dnnscale.testbed.describe import description_path, load_description, rank_placements
+    from dnnscale.testbed.describe import description_path, load_description
 
     load_before = list(os.getloadavg())
     started = time.monotonic()
@@ -47,21 +76,16 @@ def supplement(setting, quick: bool) -> dict:  # type: ignore[no-untyped-def]
         subprocess.run([str(BIN / "dnnscale"), "testbed", "up", *setting.up_flags()],
                        check=True, stdout=subprocess.DEVNULL)
         desc = load_description(description_path(setting.testbed))
-        fits = []
-        for peers in coupled_groups(len(desc.hosts_with_role("worker"))):
-            fits += measure_partition_exchange(rank_placements(desc, peers, join_late=True),
-                                               quick=quick)
-            for fit in fits[-2:]:
-                print(f"{setting.name}: {fit.operation} x{peers}: "
-                      + ", ".join(f"{x / 1024:.0f} KiB {t * 1e3:.1f} ms" for x, t in fit.points),
-                      flush=True)
+        fits = _measure(what, desc, quick, setting.name)
     finally:
         subprocess.run([str(BIN / "dnnscale"), "testbed", "down", "--name", setting.testbed],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return supplement_to_dict(
         tuple(fits), setting=setting.name, description=setting.description,
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        measured="calibrate/network.measure_partition_exchange" + (" (quick)" if quick else ""),
+        measured="calibrate/network." + (measure_halo_exchange if what == "halo"
+                                         else measure_partition_exchange).__name__
+        + (" (quick)" if quick else ""),
         seconds=round(time.monotonic() - started, 1),
         load_average_before=load_before, load_average_after=list(os.getloadavg()))
 
@@ -71,6 +95,8 @@ def main() -> int:
     parser.add_argument("settings", nargs="+")
     parser.add_argument("--max-load", type=float, default=1.0)
     parser.add_argument("--full", action="store_true", help="4 repeats instead of 2")
+    parser.add_argument("--what", choices=sorted(WHAT), default="exchange",
+                        help="what to measure (the module docstring)")
     args = parser.parse_args()
     settings = load_settings(ROOT / "benchmarks/corpus/settings.yaml")
     unknown = [name for name in args.settings if name not in settings]
@@ -79,14 +105,14 @@ def main() -> int:
               file=sys.stderr)
         return 2
     for name in args.settings:
-        out = CORPUS / name / SUPPLEMENT
+        out = CORPUS / name / WHAT[args.what]
         if out.exists():
             print(f"{name}: {out.relative_to(ROOT)} exists; skipped")
             continue
         while os.getloadavg()[0] > args.max_load:
             print(f"waiting for a quiet machine (load {os.getloadavg()[0]:.2f})", flush=True)
             time.sleep(20)
-        data = supplement(settings[name], quick=not args.full)
+        data = supplement(settings[name], quick=not args.full, what=args.what)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(yaml.safe_dump(data, sort_keys=False))
         print(f"{name}: wrote {out.relative_to(ROOT)} in {data['seconds']} s")

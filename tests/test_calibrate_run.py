@@ -67,6 +67,21 @@ def test_local_network_measurement_over_loopback() -> None:
     assert reduce.peers == 2 and reduce.bandwidth_bytes_per_s > 1e7
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_halo_exchange_over_loopback_moves_the_runtimes_rows() -> None:
+    """netbench `halo` runs runtime/network.HaloExchange among 3 ranks (the middle one has two
+    neighbours): the points carry the bytes each neighbour gets, and the fit is the registry's
+    'halo' for two neighbours."""
+    from dnnscale.calibrate.network import measure_halo_exchange
+
+    fit = measure_halo_exchange(local_placements(3), sizes=[1024, 262_144], quick=True)
+    assert (fit.operation, fit.peers) == ("halo", 2)
+    assert sorted({x for x, _ in fit.points}) == [1024.0, 262_144.0]
+    assert len(fit.points) == 4 and all(t > 0 for _, t in fit.points)   # forward and backward
+    assert fit.bandwidth_bytes_per_s > 1e6 and fit.latency_s >= 0
+
+
 @pytest.mark.timeout(60)
 def test_network_rank_failure_is_reported_and_cleaned_up() -> None:
     from dnnscale.calibrate import network

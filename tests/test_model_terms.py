@@ -156,6 +156,34 @@ def test_stripes_after_channels_pay_the_regather() -> None:
     assert best.layers[0].comm_bytes == pytest.approx(2 * (1 / 2) * 80 * 4)
     assert best.layers[1].comm_bytes == pytest.approx(2 * 1 * 16 * 8 * 4 * N + 2 * (1 / 2) * 584 * 4)
     assert best.compute_s + best.partition_s < c.compute_s + c.partition_s
+    # ...and its seconds: the halo goes to the one neighbour over the link (1e6 B/s, 0.1 ms a
+    # message), forward and backward, 2·(16·8·4·n / 1e6 + 1e-4), and the kernel's all-reduce
+    # between the two members is 2·(1/2)·584·4 / 1e6 + 2·1e-4. Before issue 22 a halo with
+    # one neighbour spanned one member and cost nothing.
+    assert best.layers[1].comm_s == pytest.approx(
+        2 * (16 * 8 * 4 * N / 1e6 + 1e-4) + (2 * (1 / 2) * 584 * 4 / 1e6 + 2 * 1e-4), rel=REL)
+
+
+def test_halo_prices_by_neighbours_on_the_tier_its_span_lies_on() -> None:
+    from dnnscale.model.collectives import group_collective_time_s, span_members
+    from dnnscale.system.topology import GroupSpan, LinkTier, Topology
+
+    nvlink, nic = LinkTier(1e9, 1e-6), LinkTier(1e8, 1e-5)
+    topology = Topology(devices_per_node=8, inter_node=nic, intra_node=nvlink)
+    assert span_members("halo", 1) == 2 and span_members("halo", 2) == 3
+    assert span_members("allgather", 2) == 2
+    # one neighbour inside a node: 1e6 B over NVLink, one message, plus the call cost
+    inside = GroupSpan(size=2, per_node=2)
+    assert group_collective_time_s("halo", "gloo", 1e6, inside, topology, call_s=1e-3) == \
+        pytest.approx(1e6 / 1e9 + 1e-6 + 1e-3, rel=REL)
+    # two neighbours across nodes: 2·1e6 B over the NIC, two messages
+    across = GroupSpan(size=3, per_node=1)
+    assert group_collective_time_s("halo", "gloo", 1e6, across, topology) == pytest.approx(
+        2e6 / 1e8 + 2e-5, rel=REL)
+    # a fitted halo (B, α) for one neighbour replaces the tier's own
+    fitted = Topology(1, LinkTier(1e8, 1e-5, fits=(("halo", 1, 5e7, 4e-3),)))
+    assert group_collective_time_s("halo", "gloo", 1e6, GroupSpan(size=2, per_node=1),
+                                   fitted) == pytest.approx(1e6 / 5e7 + 4e-3, rel=REL)
 
 
 def test_ps_async_worker_bound() -> None:

@@ -37,6 +37,11 @@ The fifth (issue 22): asynchronous replicas queue at the busiest shard (model/ps
 ps_queueing_cycle_s, Bard-Schweitzer mean value analysis), where the step was the bound
 max(T_w, R·D); the comparison takes the bound (_bound_before_issue_22) and
 tests/test_ps_queueing.py checks the queue by hand.
+
+The sixth (issue 22, a bug fix): a stripe's halo with its one neighbour (P = 2) crosses the link
+to it (model/collectives.span_members), where it spanned one member and cost nothing; the
+comparison prices it at nothing again (_halo_before_issue_22) and tests/test_model_terms.py
+checks the halo by hand.
 """
 
 from __future__ import annotations
@@ -118,12 +123,26 @@ def _bound_before_issue_22(replicas, own_s, service_s):  # type: ignore[no-untyp
     return max(own_s + service_s, replicas * service_s)
 
 
+def _halo_before_issue_22(operation, library, payload_bytes, span, topology, call_s=0.0,  # type: ignore[no-untyped-def]
+                          algorithm="ring"):
+    """Partition collectives as priced before issue 22's halo fix: a halo with one neighbour
+    (a span of the member and that neighbour) cost nothing."""
+    from dnnscale.model.collectives import group_collective_time_s
+
+    if operation == "halo" and span.size <= 2:
+        return 0.0
+    return group_collective_time_s(operation, library, payload_bytes, span, topology, call_s,
+                                   algorithm)
+
+
 def test_every_prediction_is_unchanged(snapshot: list[dict], monkeypatch) -> None:
     import dnnscale.model.compose as compose
+    import dnnscale.model.stage as stage
     from dnnscale.system import load_system
 
     monkeypatch.setattr(compose, "worker_bookkeeping_s", _update_before_issue_22)
     monkeypatch.setattr(compose, "ps_queueing_cycle_s", _bound_before_issue_22)
+    monkeypatch.setattr(stage, "group_collective_time_s", _halo_before_issue_22)
     from dnnscale.plan import config_from_dict
     from dnnscale.model import predict_config, stage_costs
     from dnnscale.workload import load_workload

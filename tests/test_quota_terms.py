@@ -5,6 +5,7 @@ per group size (System.call_s)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -127,6 +128,50 @@ def test_exchange_fits_become_the_registry_alpha_beta(monkeypatch) -> None:
         x * x for x in sizes)
     assert scatter.latency_s == pytest.approx(0.060 / 4)
     assert scatter.bandwidth_bytes_per_s == pytest.approx((4 / 3) / scatter_slope)
+
+
+def test_halo_fit_becomes_the_registry_alpha_beta(monkeypatch) -> None:
+    from dnnscale.calibrate import network
+
+    # [bytes, forward s, backward s] among 3 ranks: the middle member's two neighbours, so the
+    # registry's halo is 2·x / B + 2·α; forward and backward points are fitted together
+    points = [[1024, 0.004, 0.006], [262_144, 0.010, 0.012], [1_048_576, 0.030, 0.034]]
+    monkeypatch.setattr(network, "run_ranks", lambda *args, **kwargs: points)
+    fit = network.measure_halo_exchange([object()] * 3)
+    assert (fit.operation, fit.peers) == ("halo", 2)
+    a = 0.005                                   # the median of the two 1 KiB times
+    large = [(262_144, 0.010), (262_144, 0.012), (1_048_576, 0.030), (1_048_576, 0.034)]
+    slope = sum(x * (t - a) for x, t in large) / sum(x * x for x, _ in large)
+    assert fit.latency_s == pytest.approx(a / 2)
+    assert fit.bandwidth_bytes_per_s == pytest.approx(2 / slope)
+    # two ranks: one neighbour
+    assert network.measure_halo_exchange([object()] * 2).peers == 1
+
+
+def test_a_profiles_own_exchanges_win_and_supplements_fill_the_rest(tmp_path) -> None:
+    import yaml
+
+    from dnnscale.system.profile import LinkFit, supplement_to_dict
+    from dnnscale.testbed.describe import cluster_from_description, load_description
+    from dnnscale.validate.profile import apply_profile
+
+    folder = Path(__file__).parent.parent / "results/validation/corpus/100mbit"
+    desc = load_description(folder / "testbed-s2.json")       # its profile has the exchanges
+    cluster = cluster_from_description(desc)
+    profile = folder / "profile-s2.yaml"
+    first, second = tmp_path / "supplement.yaml", tmp_path / "supplement-halo.yaml"
+    first.write_text(yaml.safe_dump(supplement_to_dict((
+        LinkFit(1e9, 1.0, peers=2, operation="allgather"),))))
+    second.write_text(yaml.safe_dump(supplement_to_dict((
+        LinkFit(1e9, 2.0, peers=2, operation="allgather"),
+        LinkFit(5e6, 3e-3, peers=1, operation="halo")))))
+    system = apply_profile(cluster, profile, desc, [first, second])
+    own = apply_profile(cluster, profile, desc)
+    # the profile measured its all-gathers: they stay; nobody measured halos but the second
+    assert system.network.fit("allgather", 2) == own.network.fit("allgather", 2)
+    assert own.network.fit("allgather", 2) is not None
+    assert system.network.fit("halo", 1) == (5e6, 3e-3)
+    assert own.network.fit("halo", 1) is None
 
 
 def test_an_operations_own_fit_prices_it_before_the_one_it_runs_as() -> None:

@@ -222,7 +222,7 @@ def test_apply_profile_wires_the_calibrated_fits_and_the_quota_cores(tmp_path: P
     supplement.write_text(yaml.safe_dump(supplement_to_dict((
         LinkFit(5e8, 5e-3, peers=3, operation="allgather"),
         LinkFit(2e7, 1e-2, peers=3, operation="reduce_scatter")))))
-    with_exchanges = apply_profile(cluster, _profile_file(tmp_path, True), desc, supplement)
+    with_exchanges = apply_profile(cluster, _profile_file(tmp_path, True), desc, [supplement])
     assert with_exchanges.network.fit("allgather", 3) == (1.19e8, 5e-3)   # min(5e8, link)
     assert with_exchanges.network.fit("reduce_scatter", 3) == (2e7, 1e-2)
 

@@ -1,7 +1,7 @@
 """One rank of the network microbenchmark (run as ``python -m dnnscale.calibrate.netbench``).
 
 Environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (and GLOO_SOCKET_IFNAME); arguments:
-``p2p|allreduce|exchange|coupled|coupled-allgather|coupled-layer|pspull SIZE,... REPEATS
+``p2p|allreduce|exchange|halo|coupled|coupled-allgather|coupled-layer|pspull SIZE,... REPEATS
 [CHUNK_CPU_S | SHARDS]``. Rank 0 prints one JSON line {"points": [[bytes, s]]}:
 
 - p2p: the one-way time of a message (half a ping-pong round trip);
@@ -18,6 +18,12 @@ Environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (and GLOO_SOCKET_IFNAME)
   (runtime/network.GatherSplit on a SIZE-byte activation, SIZE / WORLD from each rank): the
   forward all-gather and the backward reduce-scatter, each call timed alone; points
   [bytes, forward s, backward s];
+- halo: a stripe-split conv's halo exchanges as the runtime makes them
+  (runtime/network.HaloExchange: every rank holds HALO_ROWS_HELD rows of a row-split
+  activation and needs one more row from each neighbour, SIZE bytes per neighbour): the
+  forward exchange and the backward return of the borrowed rows' gradients, each call timed
+  alone; points [bytes, forward s, backward s], the slowest rank's medians (a middle rank has
+  two neighbours);
 - coupled-layer: a feature-split layer's exchanges as the runtime makes them
   (runtime/network.GatherSplit on a SIZE-byte activation): chunk, forward all-gather, chunk,
   backward reduce-scatter, against the two chunks alone and the two exchanges alone;
@@ -126,27 +132,60 @@ def _layer_exchange(size: int):  # type: ignore[no-untyped-def]
     return exchange
 
 
-def _exchange(size: int, calls: int) -> list[float]:
-    """[bytes, forward s, backward s]: a feature-split layer's exchanges as the runtime makes
-    them (runtime/network.GatherSplit on a SIZE-byte activation), each call timed alone, the
-    median of `calls` after a warm-up batch."""
+def _forward_backward_medians(forward, calls: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """The medians of `calls` forward exchanges (`forward()` returns the output) and of the
+    backward passes through them, each call timed alone, after a warm-up batch."""
     import torch
     import torch.distributed as dist
 
-    _, forward = _layer_tensors(size)
     ahead, back = [], []
     for attempt in range(2):
         dist.barrier()
         for _ in range(calls):
             start = time.perf_counter()
-            full = forward()
+            out = forward()
             middle = time.perf_counter()
-            full.backward(torch.ones_like(full))
+            out.backward(torch.ones_like(out))
             end = time.perf_counter()
             if attempt:
                 ahead.append(middle - start)
                 back.append(end - middle)
-    return [size, statistics.median(ahead), statistics.median(back)]
+    return statistics.median(ahead), statistics.median(back)
+
+
+def _exchange(size: int, calls: int) -> list[float]:
+    """[bytes, forward s, backward s]: a feature-split layer's exchanges as the runtime makes
+    them (runtime/network.GatherSplit on a SIZE-byte activation), each call timed alone, the
+    median of `calls` after a warm-up batch."""
+    _, forward = _layer_tensors(size)
+    return [size, *_forward_backward_medians(forward, calls)]
+
+
+HALO_ROWS_HELD = 4
+"""Rows of the stripe-split activation each rank of the halo microbenchmark holds."""
+
+
+def _halo(size: int, calls: int) -> list[float]:
+    """[bytes, forward s, backward s]: a stripe-split conv's halo exchanges as the runtime
+    makes them (runtime/network.HaloExchange; see the module docstring), the slowest rank's
+    median of `calls` after a warm-up batch."""
+    import torch
+    import torch.distributed as dist
+
+    from dnnscale.runtime.network import HaloExchange, PartitionComm
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    width = 64
+    channels = max(1, size // 4 // width)
+    rows = HALO_ROWS_HELD
+    held = [(q * rows, (q + 1) * rows) for q in range(world)]
+    needed = [(max(0, lo - 1), min(world * rows, hi + 1)) for lo, hi in held]
+    comm = PartitionComm(group=None, index=rank, parts=world, ranks=list(range(world)))
+    local = torch.ones(1, channels, rows, width, requires_grad=True)
+    mine = torch.tensor(_forward_backward_medians(
+        lambda: HaloExchange.apply(local, held, needed, comm), calls))
+    dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+    return [channels * width * 4, float(mine[0]), float(mine[1])]
 
 
 def _coupled(size: int, chunk, calls: int, repeats: int,  # type: ignore[no-untyped-def]
@@ -208,6 +247,9 @@ def main(argv: list[str]) -> int:
                 continue
             if mode == "exchange":
                 points.append(_exchange(size, repeats * _batch_calls(size)))
+                continue
+            if mode == "halo":
+                points.append(_halo(size, repeats * _batch_calls(size)))
                 continue
             if mode.startswith("coupled"):
                 points.append(_coupled(size, chunk, 10, repeats, mode.partition("-")[2]

@@ -155,6 +155,32 @@ def measure_partition_exchange(placements: Sequence[RankPlacement],
     return fits[0], fits[1]
 
 
+HALO_GROUPS = (2, 3)
+"""Group sizes of the halo measurement: a stripe's member has min(2, P − 1) neighbours, so P = 2
+(one) and P = 3 (two, the middle member) cover every group size."""
+
+
+def measure_halo_exchange(placements: Sequence[RankPlacement],
+                          sizes: Sequence[int] = EXCHANGE_SIZES, quick: bool = False) -> LinkFit:
+    """A stripe-split conv's halo exchanges among the placements as the runtime makes them
+    (netbench `halo`: runtime/network.HaloExchange forward and backward, the slowest rank's
+    times), fitted to t = a + x·b over the x bytes sent to each neighbour and written as the
+    registry's (B, α) of 'halo' for m = min(2, N − 1) neighbours.
+
+    Formula: the registry prices a halo as m·x / B + m·α (collectives.halo_exchange), so with
+    the forward and backward points fitted together B = m / b and α = a / m.
+    """
+    from dnnscale.model.collectives import collective_transfer
+
+    neighbours = min(2, len(placements) - 1)
+    points = run_ranks(placements, "halo", sizes, 2 if quick else 4, timeout_s=600)
+    series = [(p[0], p[1]) for p in points] + [(p[0], p[2]) for p in points]
+    a, b = fit_alpha_beta(series)
+    unit = collective_transfer("halo", "gloo", 1.0, neighbours)
+    return LinkFit(bandwidth_bytes_per_s=unit.bytes / b, latency_s=a / unit.messages,
+                   points=tuple(sorted(series)), peers=neighbours, operation="halo")
+
+
 COUPLED_CHUNK_CPU_S = 0.01
 """CPU seconds each member computes before the coupled collective: a few periods of a small
 quota (40 ms of wall time at 0.25 core), like a layer's compute between two partition

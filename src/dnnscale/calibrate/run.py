@@ -219,7 +219,15 @@ def testbed_steps(desc: Any, plan: Plan) -> int:
     """Network steps a testbed calibration reports: p2p, PS p2p, all-reduces, waits, pulls."""
     workers, ps_hosts = len(desc.hosts_with_role("worker")), len(desc.hosts_with_role("ps"))
     return (1 + bool(ps_hosts) + len(plan.allreduce_peers) + 2 * len(coupled_groups(workers))
-            + len(pull_groups(workers, ps_hosts, len(desc.hosts))))
+            + len(halo_groups(workers)) + len(pull_groups(workers, ps_hosts, len(desc.hosts))))
+
+
+def halo_groups(workers: int) -> list[int]:
+    """Group sizes whose halo exchanges are measured (calibrate/network.HALO_GROUPS) that the
+    testbed's workers can form."""
+    from dnnscale.calibrate.network import HALO_GROUPS
+
+    return [g for g in HALO_GROUPS if g <= workers]
 
 
 def coupled_groups(workers: int) -> list[int]:
@@ -234,7 +242,8 @@ def testbed_network(testbed_file: str,
     namespace and cgroup (joined after torch is imported): point-to-point between two workers
     (and between a worker and a PS host), all-reduce at each group size asked, the wait a
     collective costs after compute under the quota, the runtime's layer exchanges per group
-    size, and a synchronous PS's held pulls."""
+    size, a stripe's halo exchanges with one and two neighbours, and a synchronous PS's held
+    pulls."""
     from dnnscale.errors import InputError
 
     try:
@@ -247,7 +256,8 @@ def testbed_network(testbed_file: str,
 
     def run(plan: Plan, advance: Advance) -> dict[str, Any]:
         from dnnscale.calibrate.network import (measure_allreduce, measure_call_wait,
-                                                measure_p2p, measure_partition_exchange,
+                                                measure_halo_exchange, measure_p2p,
+                                                measure_partition_exchange,
                                                 measure_ps_sync_pull)
 
         def place(count: int, roles: list[str] | None = None) -> list[Any]:
@@ -277,6 +287,9 @@ def testbed_network(testbed_file: str,
         for peers in coupled_groups(workers):
             exchanges += measure_partition_exchange(place(peers), quick=plan.quick)
             advance(f"partition exchanges x{peers}")
+        for peers in halo_groups(workers):
+            exchanges.append(measure_halo_exchange(place(peers), quick=plan.quick))
+            advance(f"halo exchanges x{peers}")
         fields["partition_exchange"] = tuple(exchanges)
         pulls = []
         for count, shards in pull_groups(workers, ps_hosts, len(desc.hosts)):

@@ -213,6 +213,17 @@ def collective_time_s(operation: str, library: str, payload_bytes: float, member
     return transfer_time_s(transfer.bytes, transfer.messages, bandwidth, latency)
 
 
+def span_members(operation: str, members: int) -> int:
+    """How many members of its group a collective's span holds: its `members`, and for a halo
+    exchange (whose `members` counts neighbours, halo_exchange) the member and its neighbours.
+
+    A halo with one neighbour (P = 2) crosses the link to that neighbour like any exchange
+    between two members; sized by its neighbour count alone it spanned one member and cost
+    nothing (issue 22: the stripe-split convs of every P = 2 row were priced without halos).
+    """
+    return members + 1 if operation == "halo" else members
+
+
 def group_collective_time_s(operation: str, library: str, payload_bytes: float,
                             span: GroupSpan, topology: Topology, call_s: float = 0.0,
                             algorithm: str = DEFAULT_ALGORITHM) -> float:
@@ -220,7 +231,8 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     members, `span.per_node` of them in each node) spends in the collective, on the tiers the
     group spans, plus a fixed `call_s`.
 
-    Formula: inside one node, or one member per node: the operation on that tier. A group of
+    Formula: a halo exchange: to the span's size − 1 neighbours, on the tier the span lies on.
+    Inside one node, or one member per node: the operation on that tier. A group of
     k members in each of N > 1 nodes runs hierarchically (NCCL's inter-node rings use every
     GPU's NIC): all-reduce = reduce-scatter inside the node (k) + all-reduce across nodes (N) of
     x/k + all-gather inside the node (k); all-gather = across nodes (N) of x/k + inside (k);
@@ -234,15 +246,19 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     its trees across nodes: src/graph/tuning.cc).
     """
     members = span.size
-    if members <= 1 or payload_bytes <= 0:
+    if payload_bytes <= 0 or members <= 1:
         return 0.0
     per_node, nodes = span.per_node, span.nodes
     intra = topology.intra_node or topology.inter_node
+    if operation == "halo":  # the span holds a member and its neighbours (span_members)
+        tier = intra if nodes == 1 else topology.inter_node
+        return collective_time_s(operation, library, payload_bytes, members - 1, tier,
+                                 algorithm) + call_s
     if nodes == 1:
         return collective_time_s(operation, library, payload_bytes, members, intra,
                                  algorithm) + call_s
     inter = topology.inter_node
-    if per_node == 1 or operation == "halo":
+    if per_node == 1:
         return collective_time_s(operation, library, payload_bytes, members, inter,
                                  algorithm) + call_s
     shard = payload_bytes / per_node

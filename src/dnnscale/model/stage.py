@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import dnnscale.model.megatron_rules  # noqa: F401  (registers Megatron's sharding rules)
-from dnnscale.model.collectives import collective_transfer, group_collective_time_s
+from dnnscale.model.collectives import (collective_transfer, group_collective_time_s,
+                                        span_members)
 from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.gpu_compute import gpu_phase_times_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
@@ -198,7 +199,7 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
                                        event.members)
         comm_bytes += transfer.bytes
         comm_messages += transfer.messages
-        span = placed[event.dimension].span_of(event.members)
+        span = placed[event.dimension].span_of(span_members(event.operation, event.members))
         seconds = group_collective_time_s(event.operation, library, event.payload_bytes, span,
                                           topology, system.call_s(span.size))
         comm_s += seconds

@@ -60,7 +60,8 @@ class LinkFit:
     """ps_sync_pull fits: the shards that served the `peers` workers."""
     operation: str = ""
     """partition_exchange fits: the registry operation (model/collectives.py) whose transfer
-    the fit's (B, α) prices: 'allgather' (a layer's forward) or 'reduce_scatter' (backward)."""
+    the fit's (B, α) prices: 'allgather' (a layer's forward), 'reduce_scatter' (backward) or
+    'halo' (a stripe's exchange with `peers` neighbours, forward and backward)."""
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,7 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
                                           f"{where}.partition_exchange"))
 
 
-EXCHANGE_OPERATIONS = ("allgather", "reduce_scatter")
+EXCHANGE_OPERATIONS = ("allgather", "reduce_scatter", "halo")
 
 
 def _exchange_fits(value: Any, where: str) -> tuple[LinkFit, ...]:

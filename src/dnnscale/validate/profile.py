@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,10 @@ from dnnscale.system import System
 
 
 def apply_profile(cluster: System, profile_path: Path, desc: Any = None,
-                  supplement_path: Path | None = None) -> System:
-    """`cluster` with what the profile measured (and where the profile has no partition
-    exchanges, those of `supplement_path`, a later calibration of the same testbed setting:
-    system/profile.load_supplement).
+                  supplements: Sequence[Path] = ()) -> System:
+    """`cluster` with what the profile measured, and of each partition-exchange operation the
+    profile did not measure, the fits of the first of `supplements` (later calibrations of
+    the same testbed setting: system/profile.load_supplement) that did.
 
     - compute: every machine's curves, memory rates and update cost from the profile (per
       core, scaled by each machine's cores). A profile measured inside a testbed host under
@@ -30,15 +31,18 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None,
       points came out at 16x the link, docs/testbed.md); a collective's wait under
       the quota is the system's per-call cost for its group size (System.call_s), the median
       over the sizes measured where a system asks for one figure; the runtime's layer
-      exchanges (partition_exchange: all-gather and reduce-scatter per group size) ride on the
-      workers' tier as those operations' fits, bandwidth bounded by the link's rate.
+      exchanges (partition_exchange: all-gather and reduce-scatter per group size, a stripe's
+      halo per neighbour count) ride on the workers' tier as those operations' fits,
+      bandwidth bounded by the link's rate.
     """
     from dnnscale.system.load import profile_machine
     from dnnscale.system.profile import load_profile, load_supplement
 
     profile = load_profile(profile_path)
-    exchanges = profile.partition_exchange or (
-        load_supplement(supplement_path) if supplement_path is not None else ())
+    exchanges = list(profile.partition_exchange)
+    for path in supplements:
+        have = {fit.operation for fit in exchanges}
+        exchanges += [fit for fit in load_supplement(path) if fit.operation not in have]
     under_quota = bool(profile.calibration.get("under_quota")) and desc is not None
 
     def calibrated(machine, role: str):  # type: ignore[no-untyped-def]

@@ -37,7 +37,9 @@ EVALUATED = ("dev", "test")
 
 SUPPLEMENT = "supplement.yaml"
 """A setting's supplementary calibration (benchmarks/corpus_supplement.py): what its sittings'
-profiles did not measure yet, taken later on the same testbed setting and machine."""
+profiles did not measure yet, taken later on the same testbed setting and machine; later ones
+(``supplement-<what>.yaml``) add operations the earlier did not measure."""
+SUPPLEMENTS = "supplement*.yaml"
 
 
 @dataclass
@@ -54,10 +56,9 @@ class Sittings:
             from dnnscale.validate.profile import apply_profile
 
             desc = load_description(self.folder / f"testbed-s{sitting}.json")
-            supplement = self.folder / SUPPLEMENT
             self.systems[sitting] = apply_profile(
                 cluster_from_description(desc), self.folder / f"profile-s{sitting}.yaml", desc,
-                supplement if supplement.exists() else None)
+                sorted(self.folder.glob(SUPPLEMENTS)))
         return self.systems[sitting]
 
 
