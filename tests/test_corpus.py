@@ -168,15 +168,18 @@ def test_max_message_is_checked(tmp_path: Path, args: list[str], message: str) -
 
 # --- re-scoring -------------------------------------------------------------------------------
 
-def _synthetic_corpus(tmp_path: Path, factors: dict[str, float]) -> tuple[Path, Path]:
-    """A corpus of setting 4h2g whose runs measured `factor` x the model's prediction, with
-    the committed pilot profile and the setting's description as asked."""
+def _synthetic_corpus(tmp_path: Path, factors: dict[str, float],
+                      splits: dict[str, dict[str, str]] | None = None) -> tuple[Path, Path]:
+    """A corpus of setting 4h2g whose runs measured `factor` x the model's prediction (under
+    the conv split `splits` gives the row, if any), with the committed pilot profile and the
+    setting's description as asked."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from corpus_design import synthetic_description  # type: ignore[import-not-found]
 
     from dnnscale.model import predict_config
     from dnnscale.testbed.describe import cluster_from_description, load_description
     from dnnscale.validate.profile import apply_profile
+    from dnnscale.validate.rescore import predict_as_run
     from dnnscale.workload import load_workload
 
     settings = load_settings(PLANS / "settings.yaml")
@@ -191,15 +194,17 @@ def _synthetic_corpus(tmp_path: Path, factors: dict[str, float]) -> tuple[Path, 
     for row in plan.rows:
         if row.id not in factors:
             continue
-        predicted = predict_config(load_workload(workload_path(row.workload, ROOT)), cluster,
-                                   row.config)
+        split = (splits or {}).get(row.id, {})
+        workload = load_workload(workload_path(row.workload, ROOT))
+        predicted = (predict_as_run(workload, cluster, row.config, split) if split
+                     else predict_config(workload, cluster, row.config))
         for repeat in (1, 2, 3):
             append_run(folder, {
                 "id": row.id, "repeat": repeat, "sitting": 1, "status": "ok", "busy": False,
                 "workload": row.workload, "split": row.split, "config": row.config.to_dict(),
                 "measured_throughput_samples_per_s":
                     factors[row.id] * predicted.throughput_samples_per_s * (1 + 0.01 * repeat),
-                "per_phase_s": {"step": 0.1, "compute": 0.05}, "conv_split": {},
+                "per_phase_s": {"step": 0.1, "compute": 0.05}, "conv_split": split,
                 "foreign_cpu_cores": 0.1, "load_before": [0.5, 0.5, 0.5]})
     return tmp_path / "corpus", PLANS
 
@@ -239,6 +244,30 @@ def test_rescore_figures_computed_by_hand(tmp_path: Path) -> None:
     expected = best / chosen["measured_throughput_samples_per_s"] - 1
     assert summary["splits"]["test"]["regret"] >= expected - 1e-12
     assert not math.isnan(summary["splits"]["test"]["bias"])
+
+
+def test_a_run_is_priced_with_the_conv_split_it_ran(tmp_path: Path) -> None:
+    """A run taken under another conv split than the model picks now is compared with the
+    price of that split: measured = that price x 1.02 gives the error |1/1.02 - 1|, and the
+    price differs from the model's own choice's."""
+    from dnnscale.model import predict_config
+    from dnnscale.validate.pipeline import conv_split_for
+    from dnnscale.validate.rescore import Sittings, rescore
+    from dnnscale.workload import load_workload
+
+    plan = load_plan(PLANS / "4h2g.yaml")
+    row = next(r for r in plan.rows if r.workload == "adam-cifar10" and r.config.partitions == 2)
+    corpus, plans = _synthetic_corpus(tmp_path, {row.id: 1.0})
+    system = Sittings(corpus / "4h2g").system(1)
+    workload = load_workload(workload_path(row.workload, ROOT))
+    chosen = conv_split_for(workload, system, row.config)
+    other = {name: "channels" if scheme == "rows" else "rows" for name, scheme in chosen.items()}
+    corpus, plans = _synthetic_corpus(tmp_path / "other", {row.id: 1.0}, {row.id: other})
+    (scored,) = rescore(corpus, plans, ROOT)["rows"]
+    assert scored["relative_error"] == pytest.approx(abs(1 / 1.02 - 1), rel=1e-9)
+    assert scored["split_changed"]
+    own = predict_config(workload, system, row.config).throughput_samples_per_s
+    assert scored["predicted_throughput_samples_per_s"] != pytest.approx(own, rel=1e-3)
 
 
 def test_rescore_refuses_a_plan_changed_after_measuring(tmp_path: Path) -> None:

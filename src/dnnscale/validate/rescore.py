@@ -62,6 +62,20 @@ class Sittings:
         return self.systems[sitting]
 
 
+def predict_as_run(workload: Workload, system: System, config: Any,
+                   conv_split: dict[str, str]) -> Any:
+    """The prediction of `config` with the conv layers split as the run split them (the model's
+    choice when the run was taken, which a later model may make differently: a run is
+    compared with the price of what it did, not of another split)."""
+    from dnnscale.model import predict_config, stage_costs
+
+    if not conv_split or config.partitions <= 1:
+        return predict_config(workload, system, config)
+    stage = stage_costs(workload, system, config.partitions, config.minibatch,
+                        config.fc_protocol, schemes=conv_split)
+    return predict_config(workload, system, config, stage=stage)
+
+
 def _workload_loader(root: Path) -> Callable[[str], Workload]:
     from dnnscale.workload import load_workload
 
@@ -81,8 +95,8 @@ def _median(values: Iterable[float]) -> float:
 
 
 def score_setting(folder: Path, plan: Plan, load: Callable[[str], Workload]) -> list[dict[str, Any]]:
-    """Every row of one setting with at least one usable run, predicted at HEAD."""
-    from dnnscale.model import predict_config
+    """Every row of one setting with at least one usable run, predicted at HEAD, each run as it
+    ran (predict_as_run)."""
     from dnnscale.validate.baselines import OptimusBaseline, PaleoBaseline
     from dnnscale.validate.pipeline import conv_split_for, run_features
 
@@ -102,20 +116,26 @@ def score_setting(folder: Path, plan: Plan, load: Callable[[str], Workload]) -> 
             raise ValueError(f"{folder.name}/{row_id}: runs.jsonl holds another configuration "
                              "than the plan; the plan must not change after measuring")
         workload = load(ref)
-        predictions = {s: predict_config(workload, sittings.system(s), config)
-                       for s in sorted({int(r["sitting"]) for r in records})}
-        first = predictions[min(predictions)]
-        system = sittings.system(min(predictions))
+        ran: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
+        for r in records:  # each run priced as it ran: its sitting's system, its conv split
+            key = (int(r["sitting"]), tuple(sorted(r.get("conv_split", {}).items())))
+            if key not in ran:
+                ran[key] = predict_as_run(workload, sittings.system(key[0]), config,
+                                          dict(key[1]))
+        per_run = [ran[(int(r["sitting"]), tuple(sorted(r.get("conv_split", {}).items())))]
+                   for r in records]
+        first = per_run[0]
+        system = sittings.system(min(k[0] for k in ran))
         measured = [float(r["measured_throughput_samples_per_s"]) for r in records]
         phases = {name: _median(r["per_phase_s"].get(name, 0.0) for r in records)
                   for name in records[0]["per_phase_s"]}
-        predicted = _median(p.throughput_samples_per_s for p in predictions.values())
+        predicted = _median(p.throughput_samples_per_s for p in per_run)
         m = statistics.median(measured)
         item: dict[str, Any] = {
             "setting": folder.name, "id": row_id, "workload": workload.name, "workload_ref": ref,
             "split": split, "group": row.group if row else "", "config": config.to_dict(),
             "label": config.label(), "repeats": len(records),
-            "sittings": sorted(predictions),
+            "sittings": sorted({k[0] for k in ran}),
             "measured_throughput_samples_per_s": m,
             "measured_spread": (max(measured) - min(measured)) / m,
             "measured": {"per_phase_s": phases},
