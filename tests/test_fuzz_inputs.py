@@ -34,6 +34,7 @@ from dnnscale.system import load_system
 from dnnscale.errors import MAX_LINE_CHARS, InputError
 from dnnscale.workload import Layer, load_workload, zoo_workload
 from tests.fuzz_cases import FIFO, Case, all_cases
+from tests.signals import sigint_default
 
 DNNSCALE = str(Path(sys.executable).parent / "dnnscale")
 CASES = all_cases()
@@ -313,7 +314,8 @@ def test_ctrl_c_during_run_keeps_the_existing_output(tmp_path: Path) -> None:
     launcher = subprocess.Popen(
         [sys.executable, "-m", "dnnscale", "run", "-w", "mlp:32-16-4", "-P", "1", "-R", "2",
          "--sync", "allreduce", "-n", "8", "--steps", "100000", "--timeout", "3600", "--local",
-         "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=sigint_default)
     try:
         deadline = time.monotonic() + 200
         while time.monotonic() < deadline and launcher.poll() is None:

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from dnnscale.cli import app
 from tests.fuzz_cases_outputs import CPU, EXPORT_PLAN, GPU_SEARCH, PLAN_FLAGS
+from tests.signals import sigint_default, sigint_raises
 
 runner = CliRunner()
 ROOT = os.geteuid() == 0
@@ -269,7 +270,7 @@ def test_print_json_holds_ctrl_c_until_the_document_is_whole(
             flushes.append(len(written))
 
     monkeypatch.setattr(sys, "stdout", Interrupting())
-    with pytest.raises(KeyboardInterrupt):
+    with sigint_raises(), pytest.raises(KeyboardInterrupt):
         print_json({"rows": list(range(5000))})
     assert len(written) > 1 and flushes[-1] == len(written)
     assert json.loads("".join(written))["rows"][-1] == 4999
@@ -279,7 +280,8 @@ def test_print_json_holds_ctrl_c_until_the_document_is_whole(
 @pytest.mark.parametrize("delay_s", [0.5, 1.0, 1.5, 2.0, 3.0])
 def test_interrupted_optimize_json_is_whole_or_empty(delay_s: float) -> None:
     child = subprocess.Popen([*PROGRAM, "optimize", *CPU, "-M", "64", "--json"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                             preexec_fn=sigint_default)
     time.sleep(delay_s)
     child.send_signal(signal.SIGINT)
     stdout, stderr = child.communicate(timeout=120)
@@ -307,7 +309,7 @@ def _interrupt(delay_s: float, after_entry: bool) -> tuple[int, bytes, bytes, bo
     read, write = os.pipe()
     child = subprocess.Popen([sys.executable, "-c", ENTRY.format(fd=write), *LONG],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
-                             pass_fds=(write,))
+                             pass_fds=(write,), preexec_fn=sigint_default)
     os.close(write)
     try:
         if after_entry:
