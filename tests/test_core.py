@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from dnnscale.model import predict_config, predict_plan
 from dnnscale.model.collectives import (COLLECTIVE_COSTS, Transfer, collective_time_s,
                                         collective_transfer)
-from dnnscale.model.sharding import SHARDING_RULES, member_params, split_sizes
+from dnnscale.model.sharding import SHARDING_RULES, member_params
+from dnnscale.workload.splits import split_sizes
 from dnnscale.optimize import optimize
 from dnnscale.plan import Config, ParallelPlan, ParameterServer
 from dnnscale.system import LinkTier, Topology, group_span

@@ -41,7 +41,11 @@ tests/test_ps_queueing.py checks the queue by hand.
 The sixth (issue 22, a bug fix): a stripe's halo with its one neighbour (P = 2) crosses the link
 to it (model/collectives.span_members), where it spanned one member and cost nothing; the
 comparison prices it at nothing again (_halo_before_issue_22) and tests/test_model_terms.py
-checks the halo by hand.
+checks the halo by hand. The seventh (issue 22): a stripe's halo is the rows the runtime
+exchanges (workload/splits.stripe_exchange), pooling layers on stripes included, where a conv
+exchanged ⌊K_h/2⌋ rows with min(2, P−1) neighbours and a pool nothing; the comparison takes
+the old rule (_rows_before_issue_22) and tests/test_split_path.py and test_stripe_exchange.py
+check the new one by hand.
 """
 
 from __future__ import annotations
@@ -135,6 +139,30 @@ def _halo_before_issue_22(operation, library, payload_bytes, span, topology, cal
                                    algorithm)
 
 
+def _rows_before_issue_22(layer, degree, context):  # type: ignore[no-untyped-def]
+    """Adam's stripe rule as it was before issue 22 priced the runtime's halo rows."""
+    from dnnscale.model.compute import imbalance_fraction
+    from dnnscale.model.sharding import (PHASE_BACKWARD, PHASE_FORWARD, CommEvent, Shard,
+                                         _kernel_allreduce, _regather)
+    from dnnscale.workload.splits import split_extent
+
+    fraction = imbalance_fraction(split_extent(layer, "rows"), degree)
+    if not layer.has_weights or degree <= 1:
+        return Shard("rows", fraction, 0, ())
+    events: tuple = ()
+    if context.input_distributed:
+        if layer.kind == "conv2d" and context.input_scheme == "rows":
+            kernel_h = layer.kernel[0] if layer.kernel else 1
+            c_in, _, w_in = layer.input_shape
+            halo = (kernel_h // 2) * w_in * c_in * context.bytes_per_value * context.minibatch
+            neighbours = min(2, degree - 1)
+            events = (CommEvent("halo", halo, neighbours, PHASE_FORWARD),
+                      CommEvent("halo", halo, neighbours, PHASE_BACKWARD))
+        else:
+            events = _regather(layer.input_values, degree, context)
+    return Shard("rows", fraction, layer.params, events + _kernel_allreduce(layer, degree, context))
+
+
 def test_every_prediction_is_unchanged(snapshot: list[dict], monkeypatch) -> None:
     import dnnscale.model.compose as compose
     import dnnscale.model.stage as stage
@@ -143,6 +171,9 @@ def test_every_prediction_is_unchanged(snapshot: list[dict], monkeypatch) -> Non
     monkeypatch.setattr(compose, "worker_bookkeeping_s", _update_before_issue_22)
     monkeypatch.setattr(compose, "ps_queueing_cycle_s", _bound_before_issue_22)
     monkeypatch.setattr(stage, "group_collective_time_s", _halo_before_issue_22)
+    from dnnscale.model.sharding import SHARDING_RULES
+
+    monkeypatch.setitem(SHARDING_RULES, ("adam", "neurons", "rows"), _rows_before_issue_22)
     from dnnscale.plan import config_from_dict
     from dnnscale.model import predict_config, stage_costs
     from dnnscale.workload import load_workload

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from dnnscale.cli import app
 from dnnscale.plan import Config
 from dnnscale.errors import InputError
-from dnnscale.model.sharding import split_sizes
+from dnnscale.workload.splits import split_sizes
 from dnnscale.runtime.layout import (ShardMap, partition_group_ranks, rank_roles,
                                      replica_group_ranks, split_offsets, world_size)
 from dnnscale.runtime.netplan import (check_runnable, classes, partition_param_counts,

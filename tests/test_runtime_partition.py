@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dnnscale.runtime.launch import free_port
-from dnnscale.model.sharding import split_sizes
+from dnnscale.workload.splits import split_sizes
 from dnnscale.runtime.layout import split_offsets
 from dnnscale.workload import build_workload
 

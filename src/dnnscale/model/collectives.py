@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from dnnscale.errors import InputError
-from dnnscale.model.network import transfer_time_s
+from dnnscale.model.network import measured_time_s, transfer_time_s
 from dnnscale.plan.plan import ALGORITHMS
 from dnnscale.system.topology import GroupSpan, LinkTier, Topology
 
@@ -199,12 +199,17 @@ def collective_time_s(operation: str, library: str, payload_bytes: float, member
     """Seconds one member spends in the collective on `tier`: bytes / B + messages · α, with a
     calibrated fit for this group size replacing (B, α) where the tier has one: the
     operation's own (a testbed's partition exchanges, validate/profile.apply_profile), else
-    the one it runs as (FIT_OF). A calibrated fit measured a ring: it prices the ring
+    the one it runs as (FIT_OF). Where the tier holds the operation's measured times for this
+    group size (a testbed's partition exchanges), those interpolated instead
+    (network.measured_time_s). A calibrated fit or curve measured a ring: it prices the ring
     algorithms only."""
     transfer = collective_transfer(operation, library, payload_bytes, members, algorithm)
     bandwidth, latency = tier.bandwidth_bytes_per_s, tier.latency_s
     fit = None
     if algorithm in RINGS:
+        curve = tier.curve(operation, members)
+        if curve and payload_bytes > 0:
+            return measured_time_s(curve, payload_bytes)
         fit = tier.fit(operation, members)
         if fit is None and (operation, library) in FIT_OF:
             fit = tier.fit(FIT_OF[(operation, library)], members)

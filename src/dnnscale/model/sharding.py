@@ -19,14 +19,14 @@ the replica each step).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dnnscale.model.compute import imbalance_fraction
 from dnnscale.plan.mesh import MeshDim
-from dnnscale.workload.kind_record import KindFacts, record_of
+from dnnscale.workload.kind_record import record_of
 from dnnscale.workload.layer import Layer
-from dnnscale.workload.splits import split_extent
+from dnnscale.workload.splits import WINDOWED_KINDS, split_extent, stripe_exchange
 
 PHASE_FORWARD, PHASE_BACKWARD = "forward", "backward"
 
@@ -84,17 +84,6 @@ def sharding_rule(rules: str, split: str, scheme: str) -> Callable[[ShardingRule
         return func
 
     return decorate
-
-
-def split_sizes(extent: int, parts: int) -> list[int]:
-    """Divide `extent` units among `parts` workers as evenly as possible, larger parts first.
-
-    Example: 10 units over 3 workers -> [4, 3, 3]. Needs extent >= parts >= 1.
-    """
-    if parts < 1 or extent < parts:
-        raise ValueError(f"cannot split {extent} units among {parts} workers")
-    base, extra = divmod(extent, parts)
-    return [base + (1 if index < extra else 0) for index in range(parts)]
 
 
 def member_params(layer: Layer, scheme: str, units: int) -> int:
@@ -171,22 +160,27 @@ def adam_rows(layer: Layer, degree: int, context: SplitContext) -> Shard:
     """Output rows (horizontal stripes) split over the P workers.
 
     A weighted layer keeps its whole kernel on every worker (replicated parameters, all-reduced
-    in the replica each step); a conv whose input is already in stripes exchanges ⌊K_h/2⌋ halo
-    rows with each of min(2, P−1) neighbours forward and backward, any other distributed input is
-    re-gathered first (the cost of a channel split).
+    in the replica each step). A window layer (a conv, or a pooling layer that follows the
+    stripes) whose input is already in stripes exchanges the halo rows its windows read that
+    its neighbours hold, forward and backward (workload/splits.stripe_exchange: the busiest
+    member's rows and neighbours, as the runtime re-splits each window layer's output rows
+    evenly); a weighted layer's other distributed input is re-gathered first (the cost of a
+    channel split).
     """
     fraction = imbalance_fraction(split_extent(layer, "rows"), degree)
-    if not layer.has_weights or degree <= 1:
+    if degree <= 1:
         return Shard("rows", fraction, 0, ())
     events: tuple[CommEvent, ...] = ()
     if context.input_distributed:
-        if layer.kind == "conv2d" and context.input_scheme == "rows":
-            kernel_h = layer.kernel[0] if layer.kernel else 1
+        if layer.kind in WINDOWED_KINDS and context.input_scheme == "rows":
+            rows, neighbours = stripe_exchange(layer, degree)
             c_in, _, w_in = layer.input_shape
-            halo = (kernel_h // 2) * w_in * c_in * context.bytes_per_value * context.minibatch
-            neighbours = min(2, degree - 1)
-            events = (CommEvent("halo", halo, neighbours, PHASE_FORWARD),
-                      CommEvent("halo", halo, neighbours, PHASE_BACKWARD))
-        else:
+            halo = rows * w_in * c_in * context.bytes_per_value * context.minibatch
+            if rows:
+                events = (CommEvent("halo", halo / neighbours, neighbours, PHASE_FORWARD),
+                          CommEvent("halo", halo / neighbours, neighbours, PHASE_BACKWARD))
+        elif layer.has_weights:
             events = _regather(layer.input_values, degree, context)
+    if not layer.has_weights:
+        return Shard("rows", fraction, 0, events)
     return Shard("rows", fraction, layer.params, events + _kernel_allreduce(layer, degree, context))

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dnnscale.model.sharding import member_params, split_sizes
+from dnnscale.model.sharding import member_params
+from dnnscale.workload.splits import split_sizes
 from dnnscale.workload.splits import split_extent
 from dnnscale.workload.workload import Workload
 

@@ -34,8 +34,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from dnnscale.model.sharding import split_sizes
-from dnnscale.workload.splits import split_extent
+from dnnscale.workload.splits import split_extent, split_sizes, stripe_rows
 from dnnscale.runtime.layout import split_offsets
 from dnnscale.runtime.netplan import layer_has_bias, weighted_scheme_of, weighted_schemes
 from dnnscale.workload import Workload
@@ -270,18 +269,6 @@ def _unweighted(layer: Layer) -> nn.Module:
     if layer.kind == "avgpool2d":
         return nn.AvgPool2d(layer.kernel, stride=layer.stride, padding=layer.padding)
     raise ValueError(f"no module for layer kind {layer.kind!r}")
-
-
-def stripe_rows(layer: Layer, out_rows: Range) -> tuple[Range, int, int]:
-    """Input rows a window layer (conv or pool) reads to make output rows [lo, hi), and the
-    zero rows to add above and below (the part of its padding that falls in the stripe).
-
-    Output row o reads padded rows [o·s, o·s + K_h), i.e. input rows [o·s − pad, o·s − pad + K_h).
-    """
-    kh, sh, ph = layer.kernel[0], layer.stride[0], layer.padding[0]  # type: ignore[index]
-    h_in = layer.input_shape[1]
-    first, last = out_rows[0] * sh - ph, (out_rows[1] - 1) * sh - ph + kh
-    return (max(first, 0), min(last, h_in)), max(0, -first), max(0, last - h_in)
 
 
 class Stripe(nn.Module):

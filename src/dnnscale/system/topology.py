@@ -25,13 +25,16 @@ class LinkTier:
     ((peers, bandwidth_bytes_per_s, latency_s), ...) — measured by `dnnscale calibrate`.
     `fits`: calibrated α-β fits of other registered operations per group size, as
     ((operation, members, bandwidth_bytes_per_s, latency_s), ...) (a testbed's
-    ps_sync_pull)."""
+    ps_sync_pull). `curves`: measured times of an operation among `members` at each payload,
+    as ((operation, members, ((payload_bytes, seconds), ...)), ...) (a testbed's partition
+    exchanges), which price it before any fit (model/network.measured_time_s)."""
 
     bandwidth_bytes_per_s: float
     latency_s: float
     name: str = "network"
     allreduce_fits: tuple[tuple[int, float, float], ...] = ()
     fits: tuple[tuple[str, int, float, float], ...] = ()
+    curves: tuple[tuple[str, int, tuple[tuple[float, float], ...]], ...] = ()
 
     def allreduce_fit(self, peers: int) -> tuple[float, float] | None:
         """The calibrated (bandwidth, latency) of an all-reduce among `peers`, if measured."""
@@ -47,6 +50,13 @@ class LinkTier:
         for name, size, bandwidth, latency in self.fits:
             if name == operation and size == members:
                 return bandwidth, latency
+        return None
+
+    def curve(self, operation: str, members: int) -> tuple[tuple[float, float], ...] | None:
+        """The measured (payload bytes, seconds) of `operation` among `members`, if measured."""
+        for name, size, points in self.curves:
+            if name == operation and size == members:
+                return points
         return None
 
 

@@ -33,7 +33,8 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None,
       over the sizes measured where a system asks for one figure; the runtime's layer
       exchanges (partition_exchange: all-gather and reduce-scatter per group size, a stripe's
       halo per neighbour count) ride on the workers' tier as those operations' fits,
-      bandwidth bounded by the link's rate.
+      bandwidth bounded by the link's rate, and as their measured curves, which price them
+      before the fits (the α-β line missed mid-sized exchanges by up to 2x, docs/accuracy.md).
     """
     from dnnscale.system.load import profile_machine
     from dnnscale.system.profile import load_profile, load_supplement
@@ -69,6 +70,8 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None,
             (link.operation, link.peers, min(link.bandwidth_bytes_per_s, link_bytes_per_s),
              link.latency_s)
             for link in exchanges))
+    network = dataclasses.replace(network, curves=tuple(
+        (link.operation, link.peers, link.points) for link in exchanges if link.points))
     ps_network = cluster.ps_network
     if ps_network is not None and profile.ps_network is not None:
         ps_network = dataclasses.replace(
