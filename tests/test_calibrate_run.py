@@ -82,6 +82,20 @@ def test_halo_exchange_over_loopback_moves_the_runtimes_rows() -> None:
     assert fit.bandwidth_bytes_per_s > 1e6 and fit.latency_s >= 0
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_collective_cpu_over_loopback() -> None:
+    """netbench `cpu` times the runtime's partition collectives in CPU seconds: every
+    operation gets a fit with non-negative terms from two sizes."""
+    from dnnscale.calibrate.network import measure_collective_cpu
+
+    fits = measure_collective_cpu(local_placements(2), sizes=[1024, 262_144], quick=True)
+    assert [f[0] for f in fits] == ["allgather", "reduce_scatter", "halo", "allreduce"]
+    for operation, a, b, points in fits:
+        assert a >= 0 and b >= 0 and all(c > 0 for _, c in points), operation
+        assert len(points) == (4 if operation == "halo" else 2)
+
+
 @pytest.mark.timeout(60)
 def test_network_rank_failure_is_reported_and_cleaned_up() -> None:
     from dnnscale.calibrate import network

@@ -21,7 +21,7 @@ NAMED = {"phase_time_s", "imbalance_fraction", "transfer_time_s", "overlapped_ti
          "gloo_reduce_scatter", "halo_exchange", "ps_network_capacity_samples_per_s",
          "ps_cpu_capacity_samples_per_s", "ps_queueing_cycle_s", "worker_memory_parts",
          "ps_memory_parts", "kernel_time_s", "transformer_block_activation_bytes",
-         "sharded_state_parts"}
+         "sharded_state_parts", "quota_stall_s", "measured_time_s"}
 
 
 def _formulas() -> dict[str, str]:

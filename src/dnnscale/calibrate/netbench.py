@@ -1,7 +1,7 @@
 """One rank of the network microbenchmark (run as ``python -m dnnscale.calibrate.netbench``).
 
 Environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (and GLOO_SOCKET_IFNAME); arguments:
-``p2p|allreduce|exchange|halo|coupled|coupled-allgather|coupled-layer|pspull SIZE,... REPEATS
+``p2p|allreduce|exchange|halo|cpu|coupled|coupled-allgather|coupled-layer|pspull SIZE,... REPEATS
 [CHUNK_CPU_S | SHARDS]``. Rank 0 prints one JSON line {"points": [[bytes, s]]}:
 
 - p2p: the one-way time of a message (half a ping-pong round trip);
@@ -24,6 +24,9 @@ Environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (and GLOO_SOCKET_IFNAME)
   forward exchange and the backward return of the borrowed rows' gradients, each call timed
   alone; points [bytes, forward s, backward s], the slowest rank's medians (a middle rank has
   two neighbours);
+- cpu: the CPU seconds (all threads) one rank spends per call in the runtime's partition
+  collectives on SIZE bytes: GatherSplit's all-gather and reduce-scatter, HaloExchange forward
+  and backward, an all-reduce; points [bytes, gather, scatter, halo fwd, halo bwd, all-reduce];
 - coupled-layer: a feature-split layer's exchanges as the runtime makes them
   (runtime/network.GatherSplit on a SIZE-byte activation): chunk, forward all-gather, chunk,
   backward reduce-scatter, against the two chunks alone and the two exchanges alone;
@@ -132,9 +135,10 @@ def _layer_exchange(size: int):  # type: ignore[no-untyped-def]
     return exchange
 
 
-def _forward_backward_medians(forward, calls: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def _forward_backward_medians(forward, calls: int,  # type: ignore[no-untyped-def]
+                              clock=time.perf_counter) -> tuple[float, float]:
     """The medians of `calls` forward exchanges (`forward()` returns the output) and of the
-    backward passes through them, each call timed alone, after a warm-up batch."""
+    backward passes through them, each call timed alone on `clock`, after a warm-up batch."""
     import torch
     import torch.distributed as dist
 
@@ -142,11 +146,11 @@ def _forward_backward_medians(forward, calls: int) -> tuple[float, float]:  # ty
     for attempt in range(2):
         dist.barrier()
         for _ in range(calls):
-            start = time.perf_counter()
+            start = clock()
             out = forward()
-            middle = time.perf_counter()
+            middle = clock()
             out.backward(torch.ones_like(out))
-            end = time.perf_counter()
+            end = clock()
             if attempt:
                 ahead.append(middle - start)
                 back.append(end - middle)
@@ -165,10 +169,9 @@ HALO_ROWS_HELD = 4
 """Rows of the stripe-split activation each rank of the halo microbenchmark holds."""
 
 
-def _halo(size: int, calls: int) -> list[float]:
-    """[bytes, forward s, backward s]: a stripe-split conv's halo exchanges as the runtime
-    makes them (runtime/network.HaloExchange; see the module docstring), the slowest rank's
-    median of `calls` after a warm-up batch."""
+def _halo_forward(size: int):  # type: ignore[no-untyped-def]
+    """The runtime's halo exchange of a stripe-split activation that sends `size` bytes to each
+    neighbour (see the module docstring), as a function; and those bytes."""
     import torch
     import torch.distributed as dist
 
@@ -182,10 +185,43 @@ def _halo(size: int, calls: int) -> list[float]:
     needed = [(max(0, lo - 1), min(world * rows, hi + 1)) for lo, hi in held]
     comm = PartitionComm(group=None, index=rank, parts=world, ranks=list(range(world)))
     local = torch.ones(1, channels, rows, width, requires_grad=True)
-    mine = torch.tensor(_forward_backward_medians(
-        lambda: HaloExchange.apply(local, held, needed, comm), calls))
+    return (lambda: HaloExchange.apply(local, held, needed, comm)), channels * width * 4
+
+
+def _cpu(size: int, calls: int) -> list[float]:
+    """[bytes, all-gather, reduce-scatter, halo forward, halo backward, all-reduce]: this rank's
+    CPU seconds (process_time: every thread, user and system) per call of the runtime's
+    partition collectives on `size` bytes, the median of `calls` after a warm-up batch."""
+    import torch
+    import torch.distributed as dist
+
+    _, forward = _layer_tensors(size)
+    gather, scatter = _forward_backward_medians(forward, calls, time.process_time)
+    halo, _ = _halo_forward(size)
+    halo_forward, halo_backward = _forward_backward_medians(halo, calls, time.process_time)
+    buffer = torch.ones(max(1, size // 4), dtype=torch.float32)
+    timed = []
+    for attempt in range(2):
+        dist.barrier()
+        for _ in range(calls):
+            start = time.process_time()
+            dist.all_reduce(buffer)
+            if attempt:
+                timed.append(time.process_time() - start)
+    return [size, gather, scatter, halo_forward, halo_backward, statistics.median(timed)]
+
+
+def _halo(size: int, calls: int) -> list[float]:
+    """[bytes, forward s, backward s]: a stripe-split conv's halo exchanges as the runtime
+    makes them (runtime/network.HaloExchange; see the module docstring), the slowest rank's
+    median of `calls` after a warm-up batch."""
+    import torch
+    import torch.distributed as dist
+
+    halo, sent = _halo_forward(size)
+    mine = torch.tensor(_forward_backward_medians(halo, calls))
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
-    return [channels * width * 4, float(mine[0]), float(mine[1])]
+    return [sent, float(mine[0]), float(mine[1])]
 
 
 def _coupled(size: int, chunk, calls: int, repeats: int,  # type: ignore[no-untyped-def]
@@ -250,6 +286,9 @@ def main(argv: list[str]) -> int:
                 continue
             if mode == "halo":
                 points.append(_halo(size, repeats * _batch_calls(size)))
+                continue
+            if mode == "cpu":
+                points.append(_cpu(size, repeats * _batch_calls(size)))
                 continue
             if mode.startswith("coupled"):
                 points.append(_coupled(size, chunk, 10, repeats, mode.partition("-")[2]

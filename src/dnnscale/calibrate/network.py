@@ -181,6 +181,30 @@ def measure_halo_exchange(placements: Sequence[RankPlacement],
                    points=tuple(sorted(series)), peers=neighbours, operation="halo")
 
 
+CPU_COLUMNS = (("allgather", (1,)), ("reduce_scatter", (2,)), ("halo", (3, 4)),
+               ("allreduce", (5,)))
+"""netbench `cpu` columns of each registry operation (a halo's forward and backward together)."""
+
+
+def measure_collective_cpu(placements: Sequence[RankPlacement],
+                           sizes: Sequence[int] = EXCHANGE_SIZES, quick: bool = False
+                           ) -> tuple[tuple[str, float, float, tuple[tuple[float, float], ...]], ...]:
+    """One rank's CPU seconds per call of the runtime's partition collectives (netbench
+    `cpu`), each operation fitted to c = a + x·b over its payload x by least squares (a, b ≥ 0):
+    (operation, a, b, points)."""
+    points = run_ranks(placements, "cpu", sizes, 2 if quick else 4, timeout_s=600)
+    fits = []
+    for operation, columns in CPU_COLUMNS:
+        series = [(float(p[0]), float(p[c])) for p in points for c in columns]
+        xs = np.asarray([x for x, _ in series])
+        cs = np.asarray([c for _, c in series])
+        slope, intercept = np.polyfit(xs, cs, 1) if len(set(xs)) > 1 else (0.0, float(cs.mean()))
+        slope = max(float(slope), 0.0)
+        intercept = max(float(cs.mean() - slope * xs.mean()), 0.0)
+        fits.append((operation, intercept, slope, tuple(sorted(series))))
+    return tuple(fits)
+
+
 COUPLED_CHUNK_CPU_S = 0.01
 """CPU seconds each member computes before the coupled collective: a few periods of a small
 quota (40 ms of wall time at 0.25 core), like a layer's compute between two partition

@@ -420,3 +420,53 @@ def with_profile_curves(machine: Device, profile: HardwareProfile) -> Device:
     return replace(machine, bytes_per_s_per_core=dict(profile.bytes_per_s_per_core),
                    intensity_factors=dict(profile.intensity_factors),
                    allocation_bytes_per_s_per_core=profile.allocation_bytes_per_s_per_core)
+
+
+COLLECTIVE_CPU_FORMAT = "dnnscale-collective-cpu/1"
+CPU_OPERATIONS = (*EXCHANGE_OPERATIONS, "allreduce")
+"""Partition collectives whose CPU per call is measured (calibrate/network.CPU_COLUMNS)."""
+
+
+def collective_cpu_to_dict(fits: tuple[tuple[str, float, float, tuple[tuple[float, float], ...]], ...],
+                           **info: Any) -> dict[str, Any]:
+    """Plain data of a collective-CPU measurement (benchmarks/collective_cpu_bench.py)."""
+    return {"format": COLLECTIVE_CPU_FORMAT, **info,
+            "collective_cpu": [{"operation": op, "cpu_s": float(a), "cpu_s_per_byte": float(b),
+                                "points": [[float(x), float(c)] for x, c in points]}
+                               for op, a, b, points in fits]}
+
+
+def load_collective_cpu(path: Path) -> tuple[tuple[str, float, float], ...]:
+    """(operation, CPU seconds, CPU seconds per byte) of each partition collective, from a
+    collective-CPU file::
+
+        format: dnnscale-collective-cpu/1
+        collective_cpu: [{operation: allgather, cpu_s: 4.1e-4, cpu_s_per_byte: 5e-10,
+                          points: [[bytes, s], ...]}, ...]
+    """
+    from dnnscale.yamlio import load_yaml_file
+
+    data = load_yaml_file(Path(path), "collective CPU")
+    if data.get("format") != COLLECTIVE_CPU_FORMAT:
+        raise InputError("collective_cpu.format", f"must be {COLLECTIVE_CPU_FORMAT!r}")
+    items = data.get("collective_cpu")
+    if not isinstance(items, list) or not items:
+        raise InputError("collective_cpu.collective_cpu", "must be a non-empty list")
+    fits = []
+    for i, item in enumerate(items):
+        where = f"collective_cpu.collective_cpu[{i}]"
+        if not isinstance(item, dict):
+            raise InputError(where, "must be a mapping")
+        operation = item.get("operation")
+        if operation not in CPU_OPERATIONS:
+            raise InputError(f"{where}.operation", f"must be one of {', '.join(CPU_OPERATIONS)},"
+                             f" got {operation!r}")
+        values = []
+        for key in ("cpu_s", "cpu_s_per_byte"):
+            value = item.get(key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    0 <= value < float("inf")):
+                raise InputError(f"{where}.{key}", f"must be a finite number >= 0, got {value!r}")
+            values.append(float(value))
+        fits.append((str(operation), values[0], values[1]))
+    return tuple(fits)

@@ -52,6 +52,13 @@ class System:
     """(members, seconds): what a collective of that many members costs beyond its own time
     when they meet after computing under a CPU quota (a testbed's calibration, netbench
     `coupled`); `call_s(members)` reads it, and without it every group pays collective_call_s."""
+    cpu_period_s: float | None = None
+    """The CFS period of the machines' CPU quota (a testbed's hosts), None without a quota."""
+    collective_cpu: tuple[tuple[str, float, float], ...] = ()
+    """(operation, seconds, seconds per byte): one member's CPU time in a partition collective
+    of the runtime at full speed, s + bytes · s_per_byte (benchmarks/collective_cpu_bench.py);
+    with `cpu_period_s` the model prices the wait for the quota's next period from it
+    (model/quota.py)."""
     overlap_gamma: float = math.inf
     """γ of the γ-norm (a^γ + b^γ)^(1/γ) that combines overlapped phases; ∞ = perfect overlap."""
     straggler_spread: float = 0.0
@@ -95,6 +102,13 @@ class System:
         return (f"{machines} ranks share {self.name}'s {self.host_cores:g} cores, but each is "
                 f"priced at {self.machine.cores:g} core (as if {held} did): the prediction is "
                 f"optimistic")
+
+    def collective_cpu_s(self, operation: str, payload_bytes: float) -> float | None:
+        """One member's CPU seconds in `operation` on `payload_bytes`, if measured."""
+        for name, seconds, per_byte in self.collective_cpu:
+            if name == operation:
+                return seconds + payload_bytes * per_byte
+        return None
 
     def call_s(self, members: int) -> float:
         """The fixed cost of one collective among `members`: collective_call_s, or where

@@ -447,6 +447,7 @@ def cluster_from_description(ref: "str | Path | TestbedDescription") -> "System"
         network=network(workers), ps_machine=machine(ps_hosts) if ps_hosts else None,
         ps_network=network(ps_hosts) if ps_hosts else None, ps_machines=len(ps_hosts),
         ps_pull_convoy=True, calibrated=False,
+        cpu_period_s=fmean(h.cpu_period_s for h in workers) if workers else None,
         description=(f"emulated testbed {desc.name!r}: {len(workers)} workers, {len(ps_hosts)} "
                      f"PS hosts; network {'measured' if measured else 'as asked'}; compute = "
                      "local preset x CPU share (uncalibrated)"),

@@ -18,6 +18,7 @@ testbed description and calibration profile of the sitting that measured it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Iterable
@@ -40,6 +41,9 @@ SUPPLEMENT = "supplement.yaml"
 profiles did not measure yet, taken later on the same testbed setting and machine; later ones
 (``supplement-<what>.yaml``) add operations the earlier did not measure."""
 SUPPLEMENTS = "supplement*.yaml"
+COLLECTIVE_CPU = "collective_cpu.yaml"
+"""The machine's CPU per partition collective (benchmarks/collective_cpu_bench.py), at the
+corpus's top: it holds for every setting measured on this machine."""
 
 
 @dataclass
@@ -56,9 +60,15 @@ class Sittings:
             from dnnscale.validate.profile import apply_profile
 
             desc = load_description(self.folder / f"testbed-s{sitting}.json")
-            self.systems[sitting] = apply_profile(
+            system = apply_profile(
                 cluster_from_description(desc), self.folder / f"profile-s{sitting}.yaml", desc,
                 sorted(self.folder.glob(SUPPLEMENTS)))
+            cpu = self.folder.parent / COLLECTIVE_CPU
+            if cpu.exists():
+                from dnnscale.system.profile import load_collective_cpu
+
+                system = dataclasses.replace(system, collective_cpu=load_collective_cpu(cpu))
+            self.systems[sitting] = system
         return self.systems[sitting]
 
 

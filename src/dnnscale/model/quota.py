@@ -1,0 +1,32 @@
+"""What a CPU quota costs a collective that follows computation (issue 22).
+
+A testbed host runs under a CFS bandwidth quota: q cores, that is Q = q·T of CPU per period T,
+no burst. A rank that computes up to a collective has spent part of its period's budget; the
+collective needs c seconds of CPU (gloo, the copies, the autograd Function), and when less than
+c is left the rank is throttled until the next period before it can go on. The group waits for
+its last member.
+"""
+
+from __future__ import annotations
+
+
+def quota_stall_s(period_s: float, quota_cores: float, cpu_s: float, members: int) -> float:
+    """The expected wait of a group of `members` for the quota's next period at a collective
+    that follows computation.
+
+    Formula: Q = q·T; a member arrives with a budget left uniform on (0, Q) and stalls when its
+    collective CPU c exceeds it, p = min(1, c/Q), for the rest of the period, T − Q (a
+    CPU-bound rank spends its budget at the period's start); the group waits when any member
+    does: (T − Q)·(1 − (1 − p)^m). 0 without a quota (q ≥ 1) or without CPU.
+    Units: s, cores, s, count -> s.
+    Source: Linux Documentation/scheduler/sched-bwc.rst (quota per period, throttled until the
+    period refreshes); measured on the testbed (issue 22, docs/accuracy.md): a traced adam-mnist
+    P=2 run at 0.25 core and T = 10 ms spent 7.1 ms in a 64-200 KiB all-gather that took
+    0.8 ms at 0.9 core and 1.6-2.3 ms alone at 0.25 core, and each rank waited 2.4-5.5 ms per
+    call for the other; a partition collective used 0.5-2 ms of CPU (collective_cpu_bench.py).
+    """
+    if quota_cores >= 1 or cpu_s <= 0 or members <= 1 or period_s <= 0:
+        return 0.0
+    budget_s = quota_cores * period_s
+    p = min(1.0, cpu_s / budget_s)
+    return (period_s - budget_s) * (1.0 - (1.0 - p) ** members)

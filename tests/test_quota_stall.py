@@ -1,0 +1,84 @@
+"""Issue 22: a partition collective that follows computation under a CPU quota waits for the
+quota's next period (model/quota.py), priced from the runtime's measured CPU per call; by hand,
+and the measurement's file and microbenchmark."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dnnscale.errors import InputError
+from dnnscale.model.quota import quota_stall_s
+from dnnscale.model.sharding import CommEvent
+from dnnscale.model.stage import partition_call_s
+from dnnscale.system.profile import collective_cpu_to_dict, load_collective_cpu
+from tests.tiny import tiny_cluster
+
+
+def test_the_stall_by_hand() -> None:
+    # 0.25 core, T = 10 ms: Q = 2.5 ms; a 1 ms collective stalls with p = 0.4 per member for
+    # the 7.5 ms left of the period; two members: 7.5 · (1 − 0.6²) = 4.8 ms
+    assert quota_stall_s(0.01, 0.25, 1e-3, 2) == pytest.approx(7.5e-3 * (1 - 0.6 ** 2))
+    assert quota_stall_s(0.01, 0.25, 1e-3, 3) == pytest.approx(7.5e-3 * (1 - 0.6 ** 3))
+    # CPU beyond the budget: every member stalls, the whole rest of the period
+    assert quota_stall_s(0.01, 0.25, 5e-3, 2) == pytest.approx(7.5e-3)
+    # no quota, no CPU or one member: nothing
+    assert quota_stall_s(0.01, 1.0, 1e-3, 2) == 0.0
+    assert quota_stall_s(0.01, 0.25, 0.0, 2) == 0.0
+    assert quota_stall_s(0.01, 0.25, 1e-3, 1) == 0.0
+
+
+@given(q=st.floats(0.05, 0.95), cpu=st.floats(1e-6, 0.05), members=st.integers(2, 8))
+def test_the_stall_is_bounded_and_grows_with_the_group(q: float, cpu: float,
+                                                       members: int) -> None:
+    stall = quota_stall_s(0.01, q, cpu, members)
+    assert 0.0 <= stall <= (1 - q) * 0.01 + 1e-15
+    assert quota_stall_s(0.01, q, cpu, members + 1) >= stall - 1e-15
+    assert quota_stall_s(0.01, q, cpu * 2, members) >= stall - 1e-15
+
+
+def test_partition_calls_pay_the_stall_only_with_a_period_and_a_measurement() -> None:
+    base = dataclasses.replace(tiny_cluster(), collective_call_s=2e-3)
+    event = CommEvent("allgather", 1e5, 2, "forward")
+    assert partition_call_s(base, event, 2) == 2e-3                       # the calibrated wait
+    quota = dataclasses.replace(base, machine=dataclasses.replace(base.machine, cores=0.25),
+                                cpu_period_s=0.01,
+                                collective_cpu=(("allgather", 2e-4, 5e-9),))
+    # CPU 0.2 ms + 1e5 · 5 ns = 0.7 ms: p = 0.28, 7.5 ms · (1 − 0.72²)
+    assert quota.collective_cpu_s("allgather", 1e5) == pytest.approx(7e-4)
+    assert partition_call_s(quota, event, 2) == pytest.approx(7.5e-3 * (1 - 0.72 ** 2))
+    # an operation without a measurement keeps the calibrated wait
+    assert partition_call_s(quota, CommEvent("halo", 1e5, 1, "forward"), 2) == 2e-3
+
+
+def test_the_collective_cpu_file_round_trips_and_names_bad_fields(tmp_path: Path) -> None:
+    path = tmp_path / "collective_cpu.yaml"
+    fits = (("allgather", 2e-4, 5e-9, ((1024.0, 3e-4),)), ("halo", 3e-4, 2e-9, ()))
+    path.write_text(yaml.safe_dump(collective_cpu_to_dict(fits, date="2026-12-03")))
+    assert load_collective_cpu(path) == (("allgather", 2e-4, 5e-9), ("halo", 3e-4, 2e-9))
+    data = yaml.safe_load(path.read_text())
+    bad = [({"cpu_s": -1}, r"collective_cpu\[1\]\.cpu_s"),
+           ({"cpu_s": 1e-4, "operation": "broadcast"}, r"collective_cpu\[1\]\.operation")]
+    for change, field in bad:
+        data["collective_cpu"][1].update(change)
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(InputError, match=field):
+            load_collective_cpu(path)
+    path.write_text("format: other\n")
+    with pytest.raises(InputError, match="collective_cpu.format"):
+        load_collective_cpu(path)
+
+
+def test_the_committed_measurement_feeds_every_setting() -> None:
+    from dnnscale.validate.rescore import Sittings
+
+    root = Path(__file__).parent.parent / "results/validation/corpus"
+    measured = load_collective_cpu(root / "collective_cpu.yaml")
+    system = Sittings(root / "1gbit").system(1)
+    assert system.collective_cpu == measured and system.cpu_period_s == pytest.approx(0.01)
+    assert {op for op, _, _ in measured} == {"allgather", "reduce_scatter", "halo", "allreduce"}
