@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from dnnscale.errors import InputError
 from dnnscale.model.quota import quota_stall_s
 from dnnscale.model.sharding import CommEvent
-from dnnscale.model.stage import partition_call_s
+from dnnscale.model.quota import call_wait_s
 from dnnscale.system.profile import collective_cpu_to_dict, load_collective_cpu
 from tests.tiny import tiny_cluster
 
@@ -45,15 +45,15 @@ def test_the_stall_is_bounded_and_grows_with_the_group(q: float, cpu: float,
 def test_partition_calls_pay_the_stall_only_with_a_period_and_a_measurement() -> None:
     base = dataclasses.replace(tiny_cluster(), collective_call_s=2e-3)
     event = CommEvent("allgather", 1e5, 2, "forward")
-    assert partition_call_s(base, event, 2) == 2e-3                       # the calibrated wait
+    assert call_wait_s(base, event.operation, event.payload_bytes, 2) == 2e-3                       # the calibrated wait
     quota = dataclasses.replace(base, machine=dataclasses.replace(base.machine, cores=0.25),
                                 cpu_period_s=0.01,
                                 collective_cpu=(("allgather", 2e-4, 5e-9),))
     # CPU 0.2 ms + 1e5 · 5 ns = 0.7 ms: p = 0.28, 7.5 ms · (1 − 0.72²)
     assert quota.collective_cpu_s("allgather", 1e5) == pytest.approx(7e-4)
-    assert partition_call_s(quota, event, 2) == pytest.approx(7.5e-3 * (1 - 0.72 ** 2))
+    assert call_wait_s(quota, event.operation, event.payload_bytes, 2) == pytest.approx(7.5e-3 * (1 - 0.72 ** 2))
     # an operation without a measurement keeps the calibrated wait
-    assert partition_call_s(quota, CommEvent("halo", 1e5, 1, "forward"), 2) == 2e-3
+    assert call_wait_s(quota, "halo", 1e5, 2) == 2e-3
 
 
 def test_the_collective_cpu_file_round_trips_and_names_bad_fields(tmp_path: Path) -> None:

@@ -58,6 +58,7 @@ from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
                                           exposed_after_backward_s, optimizer_step_bytes,
                                           zero_traffic)
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
+from dnnscale.model.quota import call_wait_s
 from dnnscale.model.prediction import StepPart
 from dnnscale.model.records import (Bottleneck, CollectiveTime, Part, PartKind,
                                     StageRecord, StepRecord)
@@ -221,7 +222,7 @@ class StepContext:
         if replicas <= 1:
             return 0.0
         span = self.placement[MeshDim.DP].span_of(replicas)
-        library, call_s = self.system.collective_library, self.system.call_s(span.size)
+        library = self.system.collective_library
         slowest = 0.0
         for stage, params in zip(self.stages, self.member_params):
             seconds = 0.0
@@ -230,6 +231,7 @@ class StepContext:
                     params * self.param_bytes_per_value, micro_batches,
                     deferred_gradient_sync(self.collective.zero_stage,
                                            self.plan.pipeline.stages)):
+                call_s = call_wait_s(self.system, operation, payload, span.size)
                 seconds += count * group_collective_time_s(operation, library, payload, span,
                                                            self.topology, call_s,
                                                            self.collective.algorithm)

@@ -9,6 +9,8 @@ its last member.
 
 from __future__ import annotations
 
+from dnnscale.system import System
+
 
 def quota_stall_s(period_s: float, quota_cores: float, cpu_s: float, members: int) -> float:
     """The expected wait of a group of `members` for the quota's next period at a collective
@@ -30,3 +32,14 @@ def quota_stall_s(period_s: float, quota_cores: float, cpu_s: float, members: in
     budget_s = quota_cores * period_s
     p = min(1.0, cpu_s / budget_s)
     return (period_s - budget_s) * (1.0 - (1.0 - p) ** members)
+
+
+def call_wait_s(system: System, operation: str, payload_bytes: float, members: int) -> float:
+    """The fixed cost of a collective among `members` that follows computation (a partition
+    collective, the data-parallel gradient exchange): under a CPU quota whose period is known
+    and whose collective CPU was measured, the wait for the next period (quota_stall_s); else
+    the system's calibrated per-call cost (System.call_s)."""
+    cpu_s = system.collective_cpu_s(operation, payload_bytes)
+    if cpu_s is None or system.cpu_period_s is None or system.machine.cores >= 1:
+        return system.call_s(members)
+    return quota_stall_s(system.cpu_period_s, system.machine.cores, cpu_s, members)

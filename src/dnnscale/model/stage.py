@@ -17,8 +17,8 @@ from dnnscale.model.collectives import (collective_transfer, group_collective_ti
                                         span_members)
 from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.gpu_compute import gpu_phase_times_s
-from dnnscale.model.quota import quota_stall_s
-from dnnscale.model.sharding import PHASE_FORWARD, CommEvent, Shard, SplitContext, shard_layer
+from dnnscale.model.quota import call_wait_s
+from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
 from dnnscale.plan.mesh import DeviceMesh, Placement, placement
 from dnnscale.plan.rules import layer_splits_into
 from dnnscale.system.system import System
@@ -180,16 +180,6 @@ class StageCosts:
                 "selective": self.totals.recompute_selective_s}.get(recompute, 0.0)
 
 
-def partition_call_s(system: System, event: CommEvent, members: int) -> float:
-    """The fixed cost of a partition collective among `members`: under a CPU quota whose period
-    is known and whose collective CPU was measured, the wait for the next period
-    (quota.quota_stall_s); else the system's calibrated per-call cost (System.call_s)."""
-    cpu_s = system.collective_cpu_s(event.operation, event.payload_bytes)
-    if cpu_s is None or system.cpu_period_s is None or system.machine.cores >= 1:
-        return system.call_s(members)
-    return quota_stall_s(system.cpu_period_s, system.machine.cores, cpu_s, members)
-
-
 def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, placed: Placement,
                 skip_weight_grad: bool, precision: str, bytes_scale: float) -> LayerCost:
     """One layer's phases on its shard, and each of the shard's events on the group of the
@@ -212,7 +202,8 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         comm_messages += transfer.messages
         span = placed[event.dimension].span_of(span_members(event.operation, event.members))
         seconds = group_collective_time_s(event.operation, library, event.payload_bytes, span,
-                                          topology, partition_call_s(system, event, span.size))
+                                          topology, call_wait_s(system, event.operation,
+                                                                event.payload_bytes, span.size))
         comm_s += seconds
         if event.phase == PHASE_FORWARD:
             comm_forward_s += seconds
