@@ -82,3 +82,28 @@ def test_the_committed_measurement_feeds_every_setting() -> None:
     system = Sittings(root / "1gbit").system(1)
     assert system.collective_cpu == measured and system.cpu_period_s == pytest.approx(0.01)
     assert {op for op, _, _ in measured} == {"allgather", "reduce_scatter", "halo", "allreduce"}
+
+
+def test_a_profile_carries_its_collective_cpu_and_it_wins(tmp_path: Path) -> None:
+    from dnnscale.system.profile import load_profile, profile_to_dict
+    from dnnscale.testbed.describe import cluster_from_description, load_description
+    from dnnscale.validate.profile import apply_profile
+
+    folder = Path(__file__).parent.parent / "results/validation/corpus/1gbit"
+    profile = load_profile(folder / "profile-s1.yaml")
+    own = dataclasses.replace(profile, collective_cpu=(("allgather", 1e-4, 1e-9),))
+    data = profile_to_dict(own)
+    assert data["collective_cpu"] == [{"operation": "allgather", "cpu_s": 1e-4,
+                                       "cpu_s_per_byte": 1e-9}]
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_profile(path).collective_cpu == (("allgather", 1e-4, 1e-9),)
+    data["collective_cpu"][0]["cpu_s"] = "fast"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match=r"profile\.collective_cpu\[0\]\.cpu_s"):
+        load_profile(bad)
+    desc = load_description(folder / "testbed-s1.json")
+    system = apply_profile(cluster_from_description(desc), path, desc)
+    assert system.collective_cpu == (("allgather", 1e-4, 1e-9),)
+    assert system.cpu_period_s == pytest.approx(0.01)

@@ -219,7 +219,7 @@ def testbed_steps(desc: Any, plan: Plan) -> int:
     """Network steps a testbed calibration reports: p2p, PS p2p, all-reduces, waits, pulls."""
     workers, ps_hosts = len(desc.hosts_with_role("worker")), len(desc.hosts_with_role("ps"))
     return (1 + bool(ps_hosts) + len(plan.allreduce_peers) + 2 * len(coupled_groups(workers))
-            + len(halo_groups(workers)) + len(pull_groups(workers, ps_hosts, len(desc.hosts))))
+            + len(halo_groups(workers)) + 1 + len(pull_groups(workers, ps_hosts, len(desc.hosts))))
 
 
 def halo_groups(workers: int) -> list[int]:
@@ -242,8 +242,8 @@ def testbed_network(testbed_file: str,
     namespace and cgroup (joined after torch is imported): point-to-point between two workers
     (and between a worker and a PS host), all-reduce at each group size asked, the wait a
     collective costs after compute under the quota, the runtime's layer exchanges per group
-    size, a stripe's halo exchanges with one and two neighbours, and a synchronous PS's held
-    pulls."""
+    size, a stripe's halo exchanges with one and two neighbours, the CPU one rank spends per
+    partition collective, and a synchronous PS's held pulls."""
     from dnnscale.errors import InputError
 
     try:
@@ -256,6 +256,7 @@ def testbed_network(testbed_file: str,
 
     def run(plan: Plan, advance: Advance) -> dict[str, Any]:
         from dnnscale.calibrate.network import (measure_allreduce, measure_call_wait,
+                                                measure_collective_cpu,
                                                 measure_halo_exchange, measure_p2p,
                                                 measure_partition_exchange,
                                                 measure_ps_sync_pull)
@@ -291,6 +292,9 @@ def testbed_network(testbed_file: str,
             exchanges.append(measure_halo_exchange(place(peers), quick=plan.quick))
             advance(f"halo exchanges x{peers}")
         fields["partition_exchange"] = tuple(exchanges)
+        fields["collective_cpu"] = tuple(
+            (op, a, b) for op, a, b, _ in measure_collective_cpu(place(2), quick=plan.quick))
+        advance("CPU per partition collective")
         pulls = []
         for count, shards in pull_groups(workers, ps_hosts, len(desc.hosts)):
             roles = ["worker"] * count + ["ps"] * shards

@@ -24,6 +24,8 @@ Written by machines, so plain SI numbers (FLOP, FLOP/s, bytes, bytes/s, seconds)
     partition_exchange: [{operation: allgather, peers: 3, bandwidth_bytes_per_s: ...,
                           latency_s: ..., points: [[bytes, s], ...]}, ...]
                                       # optional: the runtime's layer exchanges (testbed)
+    collective_cpu: [{operation: allgather, cpu_s: ..., cpu_s_per_byte: ...}, ...]
+                                      # optional: CPU per partition collective (testbed)
     calibration: {...}                # how it was measured (grid, timings); informative
 
 No torch here: the predictor loads profiles. `load_profile` raises InputError naming the first
@@ -97,6 +99,9 @@ class HardwareProfile:
     GatherSplit: padding, gloo's all-gather or reduce-scatter, concatenation), per operation
     and group size, as the registry's α-β of that operation (calibrate/network.
     measure_partition_exchange)."""
+    collective_cpu: tuple[tuple[str, float, float], ...] = ()
+    """(operation, CPU seconds, CPU seconds per byte) one rank spends per partition collective
+    (calibrate/network.measure_collective_cpu): the model prices a quota's wait from it."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,9 @@ def profile_to_dict(profile: HardwareProfile) -> dict[str, Any]:
         data["collective_call_wait"] = [[int(p), float(s)] for p, s in profile.collective_call_wait]
     if profile.partition_exchange:
         data["partition_exchange"] = [_link_data(link) for link in profile.partition_exchange]
+    if profile.collective_cpu:
+        data["collective_cpu"] = [{"operation": op, "cpu_s": float(a), "cpu_s_per_byte": float(b)}
+                                  for op, a, b in profile.collective_cpu]
     if profile.calibration:
         data["calibration"] = profile.calibration
     return data
@@ -331,7 +339,9 @@ def profile_from_dict(data: Any, where: str = "profile") -> HardwareProfile:
         collective_call_wait=_call_waits(data.get("collective_call_wait"),
                                          f"{where}.collective_call_wait"),
         partition_exchange=_exchange_fits(data.get("partition_exchange"),
-                                          f"{where}.partition_exchange"))
+                                          f"{where}.partition_exchange"),
+        collective_cpu=(_collective_cpu(data["collective_cpu"], f"{where}.collective_cpu")
+                        if data.get("collective_cpu") is not None else ()))
 
 
 EXCHANGE_OPERATIONS = ("allgather", "reduce_scatter", "halo")
@@ -449,24 +459,27 @@ def load_collective_cpu(path: Path) -> tuple[tuple[str, float, float], ...]:
     data = load_yaml_file(Path(path), "collective CPU")
     if data.get("format") != COLLECTIVE_CPU_FORMAT:
         raise InputError("collective_cpu.format", f"must be {COLLECTIVE_CPU_FORMAT!r}")
-    items = data.get("collective_cpu")
+    return _collective_cpu(data.get("collective_cpu"), "collective_cpu.collective_cpu")
+
+
+def _collective_cpu(items: Any, where: str) -> tuple[tuple[str, float, float], ...]:
     if not isinstance(items, list) or not items:
-        raise InputError("collective_cpu.collective_cpu", "must be a non-empty list")
+        raise InputError(where, "must be a non-empty list")
     fits = []
     for i, item in enumerate(items):
-        where = f"collective_cpu.collective_cpu[{i}]"
+        at = f"{where}[{i}]"
         if not isinstance(item, dict):
-            raise InputError(where, "must be a mapping")
+            raise InputError(at, "must be a mapping")
         operation = item.get("operation")
         if operation not in CPU_OPERATIONS:
-            raise InputError(f"{where}.operation", f"must be one of {', '.join(CPU_OPERATIONS)},"
+            raise InputError(f"{at}.operation", f"must be one of {', '.join(CPU_OPERATIONS)},"
                              f" got {operation!r}")
         values = []
         for key in ("cpu_s", "cpu_s_per_byte"):
             value = item.get(key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
                     0 <= value < float("inf")):
-                raise InputError(f"{where}.{key}", f"must be a finite number >= 0, got {value!r}")
+                raise InputError(f"{at}.{key}", f"must be a finite number >= 0, got {value!r}")
             values.append(float(value))
         fits.append((str(operation), values[0], values[1]))
     return tuple(fits)

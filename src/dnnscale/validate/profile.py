@@ -83,4 +83,5 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None,
         network=network, ps_network=ps_network,
         collective_call_s=statistics.median(waits) if waits else cluster.collective_call_s,
         collective_call_waits=tuple((int(m), float(w)) for m, w in profile.collective_call_wait),
+        collective_cpu=profile.collective_cpu or cluster.collective_cpu,
         calibrated=True, profile_source=str(profile_path))

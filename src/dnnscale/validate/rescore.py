@@ -64,7 +64,7 @@ class Sittings:
                 cluster_from_description(desc), self.folder / f"profile-s{sitting}.yaml", desc,
                 sorted(self.folder.glob(SUPPLEMENTS)))
             cpu = self.folder.parent / COLLECTIVE_CPU
-            if cpu.exists():
+            if cpu.exists() and not system.collective_cpu:  # the profile's own wins
                 from dnnscale.system.profile import load_collective_cpu
 
                 system = dataclasses.replace(system, collective_cpu=load_collective_cpu(cpu))
