@@ -11,7 +11,10 @@ What (`--what`):
   (calibrate/run.coupled_groups);
 - halo (supplement-halo.yaml): a stripe's halo exchanges with one and two neighbours
   (calibrate/network.measure_halo_exchange, calibrate/run.halo_groups), which calibration
-  measures since 2026-12-03.
+  measures since 2026-12-03;
+- cpu (collective_cpu.yaml, format dnnscale-collective-cpu/1): the CPU one rank spends per
+  partition collective between two of the setting's workers (calibrate/network.
+  measure_collective_cpu), which calibration measures since 2026-12-03.
 Each setting: wait for a quiet machine, `testbed up`, measure, `testbed down`. A setting whose
 supplement exists is skipped (delete it to measure again).
 """
@@ -32,13 +35,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from dnnscale.validate.corpus import load_settings  # noqa: E402
-from dnnscale.validate.rescore import SUPPLEMENT  # noqa: E402
+from dnnscale.validate.rescore import SETTING_CPU, SUPPLEMENT  # noqa: E402
 
 BIN = ROOT / ".venv" / "bin"
 CORPUS = ROOT / "results" / "validation" / "corpus"
 
 
-WHAT = {"exchange": SUPPLEMENT, "halo": "supplement-halo.yaml"}
+WHAT = {"exchange": SUPPLEMENT, "halo": "supplement-halo.yaml", "cpu": SETTING_CPU}
 
 
 def _measure(what: str, desc, quick: bool, name: str) -> list:  # type: ignore[no-untyped-def]
@@ -63,6 +66,17 @@ def _measure(what: str, desc, quick: bool, name: str) -> list:  # type: ignore[n
     return fits
 
 
+def _measure_cpu(desc, quick: bool, name: str):  # type: ignore[no-untyped-def]
+    from dnnscale.calibrate.network import measure_collective_cpu
+    from dnnscale.testbed.describe import rank_placements
+
+    fits = measure_collective_cpu(rank_placements(desc, 2, join_late=True), quick=quick)
+    for operation, a, b, points in fits:
+        print(f"{name}: {operation} CPU {a * 1e3:.3f} ms + {b * 1e12:.0f} ps/B; "
+              + ", ".join(f"{x / 1024:.0f} KiB {c * 1e3:.2f} ms" for x, c in points), flush=True)
+    return fits
+
+
 def supplement(setting, quick: bool, what: str) -> dict:  # type: ignore[no-untyped-def]
     from dnnscale.calibrate.network import measure_halo_exchange, measure_partition_exchange
     from dnnscale.system.profile import supplement_to_dict
@@ -76,10 +90,20 @@ def supplement(setting, quick: bool, what: str) -> dict:  # type: ignore[no-unty
         subprocess.run([str(BIN / "dnnscale"), "testbed", "up", *setting.up_flags()],
                        check=True, stdout=subprocess.DEVNULL)
         desc = load_description(description_path(setting.testbed))
-        fits = _measure(what, desc, quick, setting.name)
+        fits = (_measure_cpu(desc, quick, setting.name) if what == "cpu"
+                else _measure(what, desc, quick, setting.name))
     finally:
         subprocess.run([str(BIN / "dnnscale"), "testbed", "down", "--name", setting.testbed],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    info = dict(setting=setting.name, description=setting.description,
+                date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                seconds=round(time.monotonic() - started, 1), load_average_before=load_before,
+                load_average_after=list(os.getloadavg()))
+    if what == "cpu":
+        from dnnscale.system.profile import collective_cpu_to_dict
+
+        return collective_cpu_to_dict(tuple(fits), measured="calibrate/network."
+                                      "measure_collective_cpu, two workers", **info)
     return supplement_to_dict(
         tuple(fits), setting=setting.name, description=setting.description,
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),

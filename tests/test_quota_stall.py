@@ -52,6 +52,10 @@ def test_partition_calls_pay_the_stall_only_with_a_period_and_a_measurement() ->
     # CPU 0.2 ms + 1e5 · 5 ns = 0.7 ms: p = 0.28, 7.5 ms · (1 − 0.72²)
     assert quota.collective_cpu_s("allgather", 1e5) == pytest.approx(7e-4)
     assert call_wait_s(quota, event.operation, event.payload_bytes, 2) == pytest.approx(7.5e-3 * (1 - 0.72 ** 2))
+    # a collective of 40 ms (own time) spreads its CPU over four periods: a quarter at once,
+    # 0.175 ms: p = 0.07
+    assert call_wait_s(quota, "allgather", 1e5, 2, own_s=0.04) == pytest.approx(
+        7.5e-3 * (1 - 0.93 ** 2))
     # an operation without a measurement keeps the calibrated wait
     assert call_wait_s(quota, "halo", 1e5, 2) == 2e-3
 

@@ -231,10 +231,10 @@ class StepContext:
                     params * self.param_bytes_per_value, micro_batches,
                     deferred_gradient_sync(self.collective.zero_stage,
                                            self.plan.pipeline.stages)):
-                call_s = call_wait_s(self.system, operation, payload, span.size)
-                seconds += count * group_collective_time_s(operation, library, payload, span,
-                                                           self.topology, call_s,
-                                                           self.collective.algorithm)
+                own_s = group_collective_time_s(operation, library, payload, span,
+                                                self.topology, 0.0, self.collective.algorithm)
+                seconds += count * (own_s + call_wait_s(self.system, operation, payload,
+                                                        span.size, own_s))
             if self.collective.overlap:
                 seconds = exposed_after_backward_s(
                     seconds, stage.input_grad_s + stage.weight_grad_s,

@@ -34,12 +34,17 @@ def quota_stall_s(period_s: float, quota_cores: float, cpu_s: float, members: in
     return (period_s - budget_s) * (1.0 - (1.0 - p) ** members)
 
 
-def call_wait_s(system: System, operation: str, payload_bytes: float, members: int) -> float:
+def call_wait_s(system: System, operation: str, payload_bytes: float, members: int,
+                own_s: float = 0.0) -> float:
     """The fixed cost of a collective among `members` that follows computation (a partition
     collective, the data-parallel gradient exchange): under a CPU quota whose period is known
-    and whose collective CPU was measured, the wait for the next period (quota_stall_s); else
-    the system's calibrated per-call cost (System.call_s)."""
+    and whose collective CPU was measured, the wait for the next period (quota_stall_s) for
+    the CPU it needs within one period (a collective of `own_s` > T spreads its CPU over its
+    time: c·T/own_s of it at once); else the system's calibrated per-call cost
+    (System.call_s)."""
     cpu_s = system.collective_cpu_s(operation, payload_bytes)
     if cpu_s is None or system.cpu_period_s is None or system.machine.cores >= 1:
         return system.call_s(members)
+    if own_s > system.cpu_period_s:  # spread over the collective: one period's share at once
+        cpu_s *= system.cpu_period_s / own_s
     return quota_stall_s(system.cpu_period_s, system.machine.cores, cpu_s, members)

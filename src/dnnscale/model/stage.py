@@ -201,9 +201,10 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         comm_bytes += transfer.bytes
         comm_messages += transfer.messages
         span = placed[event.dimension].span_of(span_members(event.operation, event.members))
-        seconds = group_collective_time_s(event.operation, library, event.payload_bytes, span,
-                                          topology, call_wait_s(system, event.operation,
-                                                                event.payload_bytes, span.size))
+        own_s = group_collective_time_s(event.operation, library, event.payload_bytes, span,
+                                        topology)
+        seconds = own_s + call_wait_s(system, event.operation, event.payload_bytes, span.size,
+                                      own_s)
         comm_s += seconds
         if event.phase == PHASE_FORWARD:
             comm_forward_s += seconds

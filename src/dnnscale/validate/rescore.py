@@ -42,8 +42,12 @@ profiles did not measure yet, taken later on the same testbed setting and machin
 (``supplement-<what>.yaml``) add operations the earlier did not measure."""
 SUPPLEMENTS = "supplement*.yaml"
 COLLECTIVE_CPU = "collective_cpu.yaml"
-"""The machine's CPU per partition collective (benchmarks/collective_cpu_bench.py), at the
-corpus's top: it holds for every setting measured on this machine."""
+"""CPU per partition collective (format dnnscale-collective-cpu/1) at the corpus's top,
+measured on loopback for the whole machine (benchmarks/collective_cpu_bench.py); a sitting's
+profile's own figure wins."""
+SETTING_CPU = "collective_cpu-testbed.yaml"
+"""The same measured between two of a setting's workers (benchmarks/corpus_supplement.py
+--what cpu): kept as a measurement, not read by re-scoring (docs/accuracy.md)."""
 
 
 @dataclass
