@@ -54,7 +54,11 @@ def test_burst_probe_measures_every_gap_and_stops_its_processes(testbed: str) ->
     result = measure_burst(load_description(testbed), gaps_s=(0.0, 0.05), chunk_s=0.01,
                            rounds=2, busy_others=True)
     assert result.busy_others == 2 and set(result.paces) == {0.0, 0.05}
-    assert all(len(v) == 2 and all(p > 0.2 for p in v) for v in result.paces.values())
+    # a chunk's wall time is at least its CPU time (one thread), so its pace is at least the
+    # 0.2-core share: exactly that when the chunk fits in the budget a gap left (a burst),
+    # which a loaded machine's shorter chunk can do; 5 % for the two clocks' granularity
+    assert all(len(v) == 2 and all(p >= 0.2 * 0.95 for p in v)
+               for v in result.paces.values()), result.paces
     assert 0.005 < result.chunk_cpu_s < 0.05
     for host in ("h1", "h2", "h3"):
         procs = Path(f"/sys/fs/cgroup/cpu/dns-{testbed}-{host}/cgroup.procs").read_text()
