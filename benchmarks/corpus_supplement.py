@@ -35,7 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from dnnscale.validate.corpus import load_settings  # noqa: E402
-from dnnscale.validate.rescore import SETTING_CPU, SUPPLEMENT  # noqa: E402
+from dnnscale.validate.rescore import SUPPLEMENT  # noqa: E402
+
+SETTING_CPU = "collective_cpu-testbed.yaml"
+"""The collective CPU measured between two of a setting's workers: kept as a measurement, not
+read by re-scoring (docs/accuracy.md)."""
 
 BIN = ROOT / ".venv" / "bin"
 CORPUS = ROOT / "results" / "validation" / "corpus"
@@ -77,8 +81,10 @@ def _measure_cpu(desc, quick: bool, name: str):  # type: ignore[no-untyped-def]
     return fits
 
 
+MEASURED_BY = {"exchange": "measure_partition_exchange", "halo": "measure_halo_exchange"}
+
+
 def supplement(setting, quick: bool, what: str) -> dict:  # type: ignore[no-untyped-def]
-    from dnnscale.calibrate.network import measure_halo_exchange, measure_partition_exchange
     from dnnscale.system.profile import supplement_to_dict
     from dnnscale.testbed.describe import description_path, load_description
 
@@ -105,13 +111,8 @@ def supplement(setting, quick: bool, what: str) -> dict:  # type: ignore[no-unty
         return collective_cpu_to_dict(tuple(fits), measured="calibrate/network."
                                       "measure_collective_cpu, two workers", **info)
     return supplement_to_dict(
-        tuple(fits), setting=setting.name, description=setting.description,
-        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        measured="calibrate/network." + (measure_halo_exchange if what == "halo"
-                                         else measure_partition_exchange).__name__
-        + (" (quick)" if quick else ""),
-        seconds=round(time.monotonic() - started, 1),
-        load_average_before=load_before, load_average_after=list(os.getloadavg()))
+        tuple(fits), measured=f"calibrate/network.{MEASURED_BY[what]}"
+        + (" (quick)" if quick else ""), **info)
 
 
 def main() -> int:

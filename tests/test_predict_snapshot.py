@@ -165,12 +165,12 @@ def _rows_before_issue_22(layer, degree, context):  # type: ignore[no-untyped-de
 
 def test_every_prediction_is_unchanged(snapshot: list[dict], monkeypatch) -> None:
     import dnnscale.model.compose as compose
-    import dnnscale.model.stage as stage
+    import dnnscale.model.quota as quota
     from dnnscale.system import load_system
 
     monkeypatch.setattr(compose, "worker_bookkeeping_s", _update_before_issue_22)
     monkeypatch.setattr(compose, "ps_queueing_cycle_s", _bound_before_issue_22)
-    monkeypatch.setattr(stage, "group_collective_time_s", _halo_before_issue_22)
+    monkeypatch.setattr(quota, "group_collective_time_s", _halo_before_issue_22)
     from dnnscale.model.sharding import SHARDING_RULES
 
     monkeypatch.setitem(SHARDING_RULES, ("adam", "neurons", "rows"), _rows_before_issue_22)

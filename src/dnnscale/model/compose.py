@@ -53,12 +53,12 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from dnnscale.model.bookkeeping import worker_bookkeeping_s
-from dnnscale.model.collectives import collective_time_s, group_collective_time_s
+from dnnscale.model.collectives import collective_time_s
 from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
                                           exposed_after_backward_s, optimizer_step_bytes,
                                           zero_traffic)
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
-from dnnscale.model.quota import call_wait_s
+from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.prediction import StepPart
 from dnnscale.model.records import (Bottleneck, CollectiveTime, Part, PartKind,
                                     StageRecord, StepRecord)
@@ -222,7 +222,6 @@ class StepContext:
         if replicas <= 1:
             return 0.0
         span = self.placement[MeshDim.DP].span_of(replicas)
-        library = self.system.collective_library
         slowest = 0.0
         for stage, params in zip(self.stages, self.member_params):
             seconds = 0.0
@@ -231,10 +230,9 @@ class StepContext:
                     params * self.param_bytes_per_value, micro_batches,
                     deferred_gradient_sync(self.collective.zero_stage,
                                            self.plan.pipeline.stages)):
-                own_s = group_collective_time_s(operation, library, payload, span,
-                                                self.topology, 0.0, self.collective.algorithm)
-                seconds += count * (own_s + call_wait_s(self.system, operation, payload,
-                                                        span.size, own_s))
+                seconds += count * collective_after_compute_s(
+                    self.system, operation, payload, span, self.topology,
+                    self.collective.algorithm)
             if self.collective.overlap:
                 seconds = exposed_after_backward_s(
                     seconds, stage.input_grad_s + stage.weight_grad_s,

@@ -4,6 +4,8 @@ Collectives (all-reduce, all-gather, ...) are priced in collectives.py on top of
 
 from __future__ import annotations
 
+import functools
+
 
 def transfer_time_s(bytes_moved: float, messages: float, bandwidth_bytes_per_s: float,
                     latency_s: float) -> float:
@@ -18,6 +20,15 @@ def transfer_time_s(bytes_moved: float, messages: float, bandwidth_bytes_per_s: 
     return bytes_moved / bandwidth_bytes_per_s + messages * latency_s
 
 
+@functools.lru_cache(maxsize=256)
+def _merged_curve(points: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    """`points` sorted by payload, the times at one payload averaged (once per curve)."""
+    merged: dict[float, list[float]] = {}
+    for x, t in points:
+        merged.setdefault(float(x), []).append(float(t))
+    return tuple(sorted((x, sum(ts) / len(ts)) for x, ts in merged.items()))
+
+
 def measured_time_s(points: tuple[tuple[float, float], ...], payload_bytes: float) -> float:
     """An operation's time at `payload_bytes` from its measured (payload, seconds) points.
 
@@ -29,10 +40,7 @@ def measured_time_s(points: tuple[tuple[float, float], ...], payload_bytes: floa
     Mbit/s took 29-59 ms at 1 KiB and 30-35 ms at 256 KiB, so the α-β line through the small
     messages' time and the large ones' slope priced 256 KiB at twice its measured time.
     """
-    merged: dict[float, list[float]] = {}
-    for x, t in points:
-        merged.setdefault(float(x), []).append(float(t))
-    curve = sorted((x, sum(ts) / len(ts)) for x, ts in merged.items())
+    curve = _merged_curve(points)
     if payload_bytes <= curve[0][0] or len(curve) == 1:
         return curve[0][1]
     for (x0, t0), (x1, t1) in zip(curve, curve[1:]):

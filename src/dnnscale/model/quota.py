@@ -9,7 +9,9 @@ its last member.
 
 from __future__ import annotations
 
+from dnnscale.model.collectives import DEFAULT_ALGORITHM, group_collective_time_s
 from dnnscale.system import System
+from dnnscale.system.topology import GroupSpan, Topology
 
 
 def quota_stall_s(period_s: float, quota_cores: float, cpu_s: float, members: int) -> float:
@@ -48,3 +50,13 @@ def call_wait_s(system: System, operation: str, payload_bytes: float, members: i
     if own_s > system.cpu_period_s:  # spread over the collective: one period's share at once
         cpu_s *= system.cpu_period_s / own_s
     return quota_stall_s(system.cpu_period_s, system.machine.cores, cpu_s, members)
+
+
+def collective_after_compute_s(system: System, operation: str, payload_bytes: float,
+                               span: GroupSpan, topology: Topology,
+                               algorithm: str = DEFAULT_ALGORITHM) -> float:
+    """A collective that follows computation: its own time on the tiers its span crosses
+    (collectives.group_collective_time_s) plus its fixed cost (call_wait_s)."""
+    own_s = group_collective_time_s(operation, system.collective_library, payload_bytes, span,
+                                    topology, 0.0, algorithm)
+    return own_s + call_wait_s(system, operation, payload_bytes, span.size, own_s)

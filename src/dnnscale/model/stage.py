@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import dnnscale.model.megatron_rules  # noqa: F401  (registers Megatron's sharding rules)
-from dnnscale.model.collectives import (collective_transfer, group_collective_time_s,
-                                        span_members)
+from dnnscale.model.collectives import collective_transfer, span_members
 from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.gpu_compute import gpu_phase_times_s
-from dnnscale.model.quota import call_wait_s
+from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
 from dnnscale.plan.mesh import DeviceMesh, Placement, placement
 from dnnscale.plan.rules import layer_splits_into
@@ -201,10 +200,8 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         comm_bytes += transfer.bytes
         comm_messages += transfer.messages
         span = placed[event.dimension].span_of(span_members(event.operation, event.members))
-        own_s = group_collective_time_s(event.operation, library, event.payload_bytes, span,
-                                        topology)
-        seconds = own_s + call_wait_s(system, event.operation, event.payload_bytes, span.size,
-                                      own_s)
+        seconds = collective_after_compute_s(system, event.operation, event.payload_bytes, span,
+                                             topology)
         comm_s += seconds
         if event.phase == PHASE_FORWARD:
             comm_forward_s += seconds

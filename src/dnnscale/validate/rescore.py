@@ -45,9 +45,6 @@ COLLECTIVE_CPU = "collective_cpu.yaml"
 """CPU per partition collective (format dnnscale-collective-cpu/1) at the corpus's top,
 measured on loopback for the whole machine (benchmarks/collective_cpu_bench.py); a sitting's
 profile's own figure wins."""
-SETTING_CPU = "collective_cpu-testbed.yaml"
-"""The same measured between two of a setting's workers (benchmarks/corpus_supplement.py
---what cpu): kept as a measurement, not read by re-scoring (docs/accuracy.md)."""
 
 
 @dataclass
@@ -131,13 +128,13 @@ def score_setting(folder: Path, plan: Plan, load: Callable[[str], Workload]) -> 
                              "than the plan; the plan must not change after measuring")
         workload = load(ref)
         ran: dict[tuple[int, tuple[tuple[str, str], ...]], Any] = {}
+        per_run = []
         for r in records:  # each run priced as it ran: its sitting's system, its conv split
             key = (int(r["sitting"]), tuple(sorted(r.get("conv_split", {}).items())))
             if key not in ran:
                 ran[key] = predict_as_run(workload, sittings.system(key[0]), config,
                                           dict(key[1]))
-        per_run = [ran[(int(r["sitting"]), tuple(sorted(r.get("conv_split", {}).items())))]
-                   for r in records]
+            per_run.append(ran[key])
         first = per_run[0]
         system = sittings.system(min(k[0] for k in ran))
         measured = [float(r["measured_throughput_samples_per_s"]) for r in records]
