@@ -13,6 +13,7 @@ from dnnscale.system import LinkTier
 from dnnscale.plan import Config, max_partitions
 from dnnscale.errors import InputError
 from dnnscale.model import predict_config
+from dnnscale.model.collectives import PULL_PIECE_CURVE
 from dnnscale.optimize import optimize, prepare
 from dnnscale.model.compose import StepContext
 from dnnscale.model.stage import stage_costs
@@ -53,6 +54,16 @@ def problems(draw: st.DrawFn):
     ps_network = draw(st.one_of(st.none(), st.builds(LinkTier, st.floats(1e6, 1e10),
                                                       st.floats(0, 1e-3))))
     cluster = dataclasses.replace(cluster, machine=worker, ps_machine=ps, ps_network=ps_network)
+    if draw(st.booleans()):  # a testbed's held-pull convoy, measured per piece or not at all
+        cluster = dataclasses.replace(cluster, ps_pull_convoy=True)
+        pieces = draw(st.lists(st.floats(1e3, 1e8), min_size=1, max_size=4, unique=True))
+        if draw(st.booleans()):
+            times = draw(st.lists(st.floats(1e-4, 10.0), min_size=len(pieces),
+                                  max_size=len(pieces)))
+            curve = tuple(zip(sorted(pieces), times))  # noisy: need not grow with the piece
+            cluster = dataclasses.replace(cluster, network=dataclasses.replace(
+                cluster.network, curves=cluster.network.curves + tuple(
+                    (PULL_PIECE_CURVE, members, curve) for members in range(1, 65))))
     machines = draw(st.integers(1, 64))
     return dict(workload=workload, cluster=cluster, machines=machines, modes=modes,
                 minibatch=minibatch, push_every=push, pull_every=pull, base=base)
@@ -109,6 +120,25 @@ def test_group_search_throughput_is_predict_configs(case, replicas, shards, mode
                                             (stage,)), 1)
     assert search.throughput(config.replicas, config.ps_shards) == \
         expected.throughput_samples_per_s
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems(), st.integers(1, 16), st.integers(1, 8), st.integers(0, 8))
+def test_ps_sync_bound_holds_over_every_shard_count(case, replicas, lo, span) -> None:
+    """compose.bound over S in [lo, hi] is at least the objective at every S there, the
+    held-pull convoy's measured pieces included (which need not be monotone in S)."""
+    from dnnscale.model.compose import bound, objective
+
+    workload, cluster, base = case["workload"], case["cluster"], case["base"]
+    partitions = min(1 + replicas % 3, max_partitions(workload))
+    group = Group("ps-sync", partitions, case["minibatch"][0], case["push_every"][0],
+                  case["pull_every"][0])
+    stage = stage_costs(workload, cluster, group.partitions, group.minibatch, base.fc_protocol)
+    ctx = StepContext(workload, cluster, group.config(base, 1, 1).to_plan(), (stage,))
+    hi = lo + span
+    top = bound(ctx, lo, hi, replicas)
+    for shards in range(lo, hi + 1):
+        assert objective(ctx, replicas, shards) <= top * (1 + TOLERANCE)
 
 
 @pytest.mark.parametrize("engine", [None, "megatron", "deepspeed", "torchtitan"])

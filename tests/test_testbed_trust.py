@@ -17,7 +17,8 @@ import yaml
 
 from dnnscale.errors import InputError
 from dnnscale.model import predict_config
-from dnnscale.model.collectives import collective_time_s, collective_transfer, held_pull_convoy
+from dnnscale.model.collectives import (PULL_PIECE_CURVE, collective_time_s, collective_transfer,
+                                       held_pull_convoy, held_pull_convoy_s)
 from dnnscale.model.error_band import DATA_FILE, FORMAT, bottleneck_class, load_bands
 from dnnscale.plan import Config, check_config
 from dnnscale.runtime.placement import CGROUP_FD_ENV, join_cgroup
@@ -186,7 +187,7 @@ def _profile_file(tmp_path: Path, under_quota: bool) -> Path:
             "allreduce": [{"peers": 2, "bandwidth_bytes_per_s": 1.1e8, "latency_s": 2e-4},
                           {"peers": 3, "bandwidth_bytes_per_s": 1.0e8, "latency_s": 3e-4}],
             "ps_sync_pull": [{"peers": 2, "shards": 2, "bandwidth_bytes_per_s": 2e8,
-                              "latency_s": 1e-4}],
+                              "latency_s": 1e-4, "points": [[1e6, 0.01], [4e6, 0.05]]}],
             "collective_call_wait": [[2, 0.001], [3, 0.002], [4, 0.004]],
             "calibration": ({"under_quota": {"host": "h1", "cpu_cores": 0.25}}
                             if under_quota else {})}
@@ -209,6 +210,8 @@ def test_apply_profile_wires_the_calibrated_fits_and_the_quota_cores(tmp_path: P
     assert applied.network.latency_s == pytest.approx(6e-5)        # max(5 µs, 60 µs)
     assert applied.network.allreduce_fit(3) == (1.0e8, 3e-4)
     assert applied.network.fit("ps_sync_pull", 2) == (2e8, 1e-4)
+    # the measured held pulls, per piece: 2 shards, (x / 2, t / 2)
+    assert applied.network.curve(PULL_PIECE_CURVE, 2) == ((5e5, 0.005), (2e6, 0.025))
     assert applied.collective_call_s == pytest.approx(0.002)        # median of 1, 2, 4 ms
     assert applied.call_s(3) == pytest.approx(0.002)                # per group size
     assert applied.call_s(4) == pytest.approx(0.004)
@@ -236,6 +239,25 @@ def test_held_pull_convoy_by_hand() -> None:
         3e6 / 1e8 + 3 * 1e-4)                                       # 0.0303 s
     fitted = dataclasses.replace(tier, fits=(("ps_sync_pull", 3, 2e8, 0.0),))
     assert collective_time_s("ps_sync_pull", "gloo", 1e6, 3, fitted) == pytest.approx(0.015)
+
+
+def test_held_pull_convoy_from_the_measured_pieces_by_hand() -> None:
+    # measured with 3 shards: 3 workers pulling 1 MB took 0.1 s, 4 MB 0.5 s; per piece
+    # (x / 3, t / 3): (333 kB, 0.0333 s), (1.333 MB, 0.1667 s)
+    tier = LinkTier(1e8, 1e-4, curves=((PULL_PIECE_CURVE, 3,
+                                        ((1e6 / 3, 0.1 / 3), (4e6 / 3, 0.5 / 3))),))
+    # the same shards: the measured time itself
+    assert held_pull_convoy_s("gloo", 1e6, 3, 3, tier) == pytest.approx(0.1)
+    # 2 shards, 2 MB each: pieces of 1 MB, f(1 MB) = 0.0333 + 0.1333 x (0.6667 / 1) = 0.1222 s
+    # per shard's piece, and each worker's link carries 2 of them: 0.2444 s
+    assert held_pull_convoy_s("gloo", 2e6, 3, 2, tier) == pytest.approx(
+        2 * (0.1 / 3 + (0.4 / 3) * (1e6 - 1e6 / 3) / 1e6))
+    # 1 shard, 1 MB: a piece of 1 MB as well, carried once: 0.1222 s
+    assert held_pull_convoy_s("gloo", 1e6, 3, 1, tier) == pytest.approx(
+        0.1 / 3 + (0.4 / 3) * (2 / 3))
+    # no curve for 2 workers: the registry's alpha-beta, 2 x 1 MB / 1e8 + 2 x 0.1 ms
+    assert held_pull_convoy_s("gloo", 1e6, 2, 3, tier) == pytest.approx(0.0202)
+    assert held_pull_convoy_s("gloo", 0.0, 3, 3, tier) == 0.0
 
 
 def test_gloo_reduce_scatter_uses_the_all_reduce_fit() -> None:

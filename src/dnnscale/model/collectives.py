@@ -167,7 +167,8 @@ def held_pull_convoy(payload_bytes: float, members: int) -> Transfer:
     Formula: bytes = g · x, messages = g, for g workers served (R·P) each pulling x bytes; the
     shards' own links are priced apart (R·share·pull / B_ps). A tier's calibrated fit
     (`dnnscale calibrate` on a testbed: the pspull microbenchmark, whose shards reply as
-    runtime/ps.py does) replaces (B, α): socket buffers let a shard move on before a reply has
+    runtime/ps.py does) replaces (B, α), and its measured points, where kept, price it before
+    the fit (held_pull_convoy_s): socket buffers let a shard move on before a reply has
     drained, so the measured convoy is partial.
     Units: bytes, count -> bytes, count.
     Source: runtime/ps.py (ShardServer answers held pulls in arrival order, dist.send);
@@ -177,6 +178,35 @@ def held_pull_convoy(payload_bytes: float, members: int) -> Transfer:
     if members <= 0 or payload_bytes <= 0:
         return Transfer(0.0, 0.0)
     return Transfer(members * payload_bytes, float(members))
+
+
+PULL_PIECE_CURVE = "ps_sync_pull/piece"
+"""The LinkTier curve key of a testbed's measured held pulls, per piece: (x / S_m, t / S_m) of
+each point measured with S_m shards (validate/profile.apply_profile)."""
+
+
+def held_pull_convoy_s(library: str, pull_bytes: float, members: int, shards: int,
+                       tier: LinkTier) -> float:
+    """Seconds until the last of `members` workers has its `pull_bytes` from `shards` shards,
+    the held pulls answered one worker after another (held_pull_convoy).
+
+    Formula: with the tier's measured held pulls among these members (a testbed's pspull
+    microbenchmark), t = S · f(x / S), f the measured seconds per shard at a piece of x / S
+    bytes (network.measured_time_s): a shard moves on to the next worker once all but a
+    socket buffer of its piece has left, so how much of the convoy is serial depends on the
+    piece against the buffer, and each worker's link carries S such pieces. Without one, the
+    registry's α-β (collective_time_s).
+    Units: bytes, count, count -> s.
+    Source: calibrate/netbench.py pspull on the testbed (issue 22): at 100 Mbit/s 3 workers
+    pulling 1 MiB each from 3 shards took 0.105 s, 16 MiB 3.13 s, where a serial convoy is
+    0.26 s and 4.2 s; the α-β line through those points priced 1 MiB at 0.19 s.
+    """
+    if members <= 0 or pull_bytes <= 0:
+        return 0.0
+    curve = tier.curve(PULL_PIECE_CURVE, members)
+    if curve and shards >= 1:
+        return shards * measured_time_s(curve, pull_bytes / shards)
+    return collective_time_s("ps_sync_pull", library, pull_bytes, members, tier)
 
 
 def collective_transfer(operation: str, library: str, payload_bytes: float, members: int,

@@ -22,12 +22,15 @@ The structure the exact search relies on, read off these formulas (performance-m
   share of hi shards, and the bound evaluates the queue at those relaxed Z and D.
 - ps-sync: X = R·n / T(R, share, S) with T = combine(T_comp + T_mp, push + apply + pull), where
   push = max(W_push/P/B, R·share·W_push/B_ps) + S/k_push·α, pull alike but at least the
-  held-pull convoy R·W_pull/B + R·P·α (collectives.held_pull_convoy) on systems whose PS
+  held-pull convoy R·W_pull/B + R·P·α (collectives.held_pull_convoy; from a testbed's
+  measured pieces S·f(W_pull/P/S), held_pull_convoy_s) on systems whose PS
   answers held pulls one worker after another (System.ps_pull_convoy), and apply =
   R·share·t_apply. T/R is nonincreasing in R (each term is a constant or proportional to R;
   combine is 1-homogeneous), so X is nondecreasing in R; X falls as share or S-latency grows.
   (A calibrated convoy fit per worker count keeps each term proportional to R only where the
-  fits' per-worker cost does not grow with R, as measured ones do not beyond noise.)
+  fits' per-worker cost does not grow with R, as measured ones do not beyond noise.) The
+  measured convoy need not be monotone in S: over S in [lo, hi] the bound takes its least
+  value there (StepContext.pull_convoy_s).
 - PS modes, both: for fixed S the best R is the largest, floor((M − S)/P). Over an interval
   S ∈ [lo, hi], X ≤ X(R(lo), share(hi), latency of lo shards): a valid upper bound.
 - Adam's vector protocol prices every shard from the parameter layout (model/vectors.py); the
@@ -53,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from dnnscale.model.bookkeeping import worker_bookkeeping_s
-from dnnscale.model.collectives import collective_time_s
+from dnnscale.model.collectives import held_pull_convoy_s
 from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
                                           exposed_after_backward_s, optimizer_step_bytes,
                                           zero_traffic)
@@ -77,6 +80,8 @@ from dnnscale.system.system import System
 from dnnscale.workload.workload import Workload
 
 MODE_PS_ASYNC, MODE_PS_SYNC, MODE_COLLECTIVE = "ps-async", "ps-sync", "collective"
+CONVOY_BOUND_SPAN = 32
+"""Shard counts a ps-sync bound prices the held-pull convoy at (StepContext.pull_convoy_s)."""
 
 
 @dataclass
@@ -240,13 +245,19 @@ class StepContext:
             slowest = max(slowest, seconds)
         return slowest
 
-    def pull_convoy_s(self, replicas: int) -> float:
-        """ps-sync: the held pulls of R·P workers answered one worker after another
-        (collectives.held_pull_convoy) on the workers' tier, on systems whose PS does that."""
+    def pull_convoy_s(self, replicas: int, shards: int, most_shards: int | None = None) -> float:
+        """ps-sync: the held pulls of R·P workers from S shards answered one worker after
+        another (collectives.held_pull_convoy_s) on the workers' tier, on systems whose PS does
+        that; with `most_shards`, the least over S in [shards, most_shards] (a bound; 0 past
+        CONVOY_BOUND_SPAN shards, where the loop would cost more than the bound saves)."""
         if not self.system.ps_pull_convoy:
             return 0.0
-        return collective_time_s("ps_sync_pull", self.system.collective_library,
-                                 self.pull_bytes / self.P, replicas * self.P, self.system.network)
+        hi = shards if most_shards is None else most_shards
+        if hi - shards > CONVOY_BOUND_SPAN:
+            return 0.0
+        members, x = replicas * self.P, self.pull_bytes / self.P
+        return min(held_pull_convoy_s(self.system.collective_library, x, members, s,
+                                      self.system.network) for s in range(shards, hi + 1))
 
     @property
     def uses_ps(self) -> bool:
@@ -431,7 +442,8 @@ def _ps_sync(ctx: StepContext, replicas: int, share_shards: int,
     push_s = max(worker_push / B, replicas * terms.push_bytes / B_ps) \
         + latency_shards / ctx.push_every * ctx.latency
     pull_s = max(max(ctx.pull_bytes / P / B, replicas * terms.pull_bytes / B_ps)
-                 + latency_shards / ctx.pull_every * ctx.latency, ctx.pull_convoy_s(replicas))
+                 + latency_shards / ctx.pull_every * ctx.latency,
+                 ctx.pull_convoy_s(replicas, latency_shards, share_shards))
     apply_s = replicas * terms.apply_s
     step_s = ctx.combine(ctx.busy_s, push_s + apply_s + pull_s)
     return replicas * ctx.n / step_s, step_s, push_s, apply_s, pull_s

@@ -27,7 +27,8 @@ class LinkTier:
     ((operation, members, bandwidth_bytes_per_s, latency_s), ...) (a testbed's
     ps_sync_pull). `curves`: measured times of an operation among `members` at each payload,
     as ((operation, members, ((payload_bytes, seconds), ...)), ...) (a testbed's partition
-    exchanges), which price it before any fit (model/network.measured_time_s)."""
+    exchanges; its held pulls per shard's piece, model/collectives.PULL_PIECE_CURVE), which
+    price it before any fit (model/network.measured_time_s)."""
 
     bandwidth_bytes_per_s: float
     latency_s: float

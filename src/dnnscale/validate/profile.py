@@ -36,6 +36,7 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None,
       bandwidth bounded by the link's rate, and as their measured curves, which price them
       before the fits (the α-β line missed mid-sized exchanges by up to 2x, docs/accuracy.md).
     """
+    from dnnscale.model.collectives import PULL_PIECE_CURVE
     from dnnscale.system.load import profile_machine
     from dnnscale.system.profile import load_profile, load_supplement
 
@@ -71,7 +72,10 @@ def apply_profile(cluster: System, profile_path: Path, desc: Any = None,
              link.latency_s)
             for link in exchanges))
     network = dataclasses.replace(network, curves=tuple(
-        (link.operation, link.peers, link.points) for link in exchanges if link.points))
+        (link.operation, link.peers, link.points) for link in exchanges if link.points)
+        + tuple((PULL_PIECE_CURVE, link.peers,  # per piece: collectives.held_pull_convoy_s
+                 tuple((x / (link.shards or 1), t / (link.shards or 1)) for x, t in link.points))
+                for link in profile.ps_sync_pull if link.points))
     ps_network = cluster.ps_network
     if ps_network is not None and profile.ps_network is not None:
         ps_network = dataclasses.replace(
