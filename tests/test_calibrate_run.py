@@ -90,7 +90,8 @@ def test_collective_cpu_over_loopback() -> None:
     from dnnscale.calibrate.network import measure_collective_cpu
 
     fits = measure_collective_cpu(local_placements(2), sizes=[1024, 262_144], quick=True)
-    assert [f[0] for f in fits] == ["allgather", "reduce_scatter", "halo", "allreduce"]
+    assert [f[0] for f in fits] == ["allgather", "reduce_scatter", "halo", "allreduce",
+                                    "ps_push_pull"]
     for operation, a, b, points in fits:
         assert a >= 0 and b >= 0 and all(c > 0 for _, c in points), operation
         assert len(points) == (4 if operation == "halo" else 2)

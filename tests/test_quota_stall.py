@@ -60,6 +60,29 @@ def test_partition_calls_pay_the_stall_only_with_a_period_and_a_measurement() ->
     assert call_wait_s(quota, "halo", 1e5, 2) == 2e-3
 
 
+def test_an_overlapped_exchange_pays_its_cpu_under_a_quota_by_hand() -> None:
+    from dnnscale.model import predict_config
+    from dnnscale.model.quota import background_exchange_s
+    from dnnscale.plan import Config
+    from dnnscale.workload import load_workload
+
+    base = tiny_cluster()
+    measured = dataclasses.replace(base, collective_cpu=(("ps_push_pull", 1e-4, 5e-10),))
+    quota = dataclasses.replace(measured, machine=dataclasses.replace(base.machine, cores=0.25))
+    # a push of 4 MB and a pull of 2 MB: 0.1 ms + 3 MB x 0.5 ns = 1.6 ms of CPU, at 0.25 core
+    assert background_exchange_s(quota, 4e6, 2e6) == pytest.approx(1.6e-3 / 0.25)
+    assert background_exchange_s(dataclasses.replace(quota, collective_cpu=()), 4e6, 2e6) == 0.0
+    assert base.machine.cores == 1.0
+    assert background_exchange_s(measured, 4e6, 2e6) == 0.0          # no quota: another core
+    workload = load_workload("adam-cifar10")
+    # in a step: only where the plan overlaps the exchange, as its own part, inside the busy time
+    plain = predict_config(workload, quota, Config(1, 2, 1, "ps-async", 16))
+    overlapped = predict_config(workload, quota, Config(1, 2, 1, "ps-async", 16, overlap=True))
+    x = workload.params * workload.bytes_per_value                  # one worker's push and pull
+    assert "exchange_cpu" not in plain.breakdown_s
+    assert overlapped.breakdown_s["exchange_cpu"] == pytest.approx((1e-4 + x * 5e-10) / 0.25)
+
+
 def test_the_collective_cpu_file_round_trips_and_names_bad_fields(tmp_path: Path) -> None:
     path = tmp_path / "collective_cpu.yaml"
     fits = (("allgather", 2e-4, 5e-9, ((1024.0, 3e-4),)), ("halo", 3e-4, 2e-9, ()))
@@ -85,7 +108,15 @@ def test_the_committed_measurement_feeds_every_setting() -> None:
     measured = load_collective_cpu(root / "collective_cpu.yaml")
     system = Sittings(root / "1gbit").system(1)
     assert system.collective_cpu == measured and system.cpu_period_s == pytest.approx(0.01)
-    assert {op for op, _, _ in measured} == {"allgather", "reduce_scatter", "halo", "allreduce"}
+    assert {op for op, _, _ in measured} == {"allgather", "reduce_scatter", "halo", "allreduce",
+                                             "ps_push_pull"}
+    # a sitting whose profile measured the partition collectives keeps its own, and takes the
+    # PS push and pull (which its calibration did not measure yet) from the corpus's file
+    later = Sittings(root / "1gbit").system(2)
+    own = {op: (a, b) for op, a, b in later.collective_cpu}
+    assert own["allgather"] != {op: (a, b) for op, a, b in measured}["allgather"]
+    assert own["ps_push_pull"] == {op: (a, b) for op, a, b in measured}["ps_push_pull"]
+    assert len(later.collective_cpu) == len(own) == 5
 
 
 def test_a_profile_carries_its_collective_cpu_and_it_wins(tmp_path: Path) -> None:

@@ -40,8 +40,22 @@ def _gpu(**fields) -> Prediction:
     return dnnscale.predict(load_workload(SMALL_GPT), load_system("dgx-a100-80g:1"), plan)
 
 
+def _overlapped_under_a_quota() -> Prediction:
+    """ps-async with the exchange overlapped on workers of half a core whose push and pull CPU
+    was measured: the exchange's CPU is a part of its own (model/quota.background_exchange_s)."""
+    import dataclasses
+
+    system = load_system("adam-2014")
+    system = dataclasses.replace(
+        system, machine=dataclasses.replace(system.machine, cores=0.5),
+        collective_cpu=(("ps_push_pull", 1e-4, 5e-10),))
+    return dnnscale.predict("adam-imagenet22k", system, dnnscale.Config(
+        partitions=4, replicas=8, ps_shards=4, minibatch=32, sync="ps-async", overlap=True))
+
+
 def _every_mode() -> dict[str, Prediction]:
     return {"ps-async": _adam("ps-async"), "ps-sync": _adam("ps-sync"),
+            "ps-async overlapped under a quota": _overlapped_under_a_quota(),
             "allreduce": _adam("allreduce"), "gpu pipeline": _gpu(),
             "gpu zero-3": _gpu(tp=1, pp=1, dp=8, zero=3, recompute="selective",
                                global_batch=64)}

@@ -26,7 +26,9 @@ Environment: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE (and GLOO_SOCKET_IFNAME)
   two neighbours);
 - cpu: the CPU seconds (all threads) one rank spends per call in the runtime's partition
   collectives on SIZE bytes: GatherSplit's all-gather and reduce-scatter, HaloExchange forward
-  and backward, an all-reduce; points [bytes, gather, scatter, halo fwd, halo bwd, all-reduce];
+  and backward, an all-reduce, and a parameter server's push and pull of SIZE bytes each
+  (point-to-point with its pair rank, as runtime/ps.py sends them); points [bytes, gather,
+  scatter, halo fwd, halo bwd, all-reduce, push + pull];
 - coupled-layer: a feature-split layer's exchanges as the runtime makes them
   (runtime/network.GatherSplit on a SIZE-byte activation): chunk, forward all-gather, chunk,
   backward reduce-scatter, against the two chunks alone and the two exchanges alone;
@@ -208,7 +210,32 @@ def _cpu(size: int, calls: int) -> list[float]:
             dist.all_reduce(buffer)
             if attempt:
                 timed.append(time.process_time() - start)
-    return [size, gather, scatter, halo_forward, halo_backward, statistics.median(timed)]
+    return [size, gather, scatter, halo_forward, halo_backward, statistics.median(timed),
+            _push_pull_cpu_s(buffer, calls)]
+
+
+def _push_pull_cpu_s(buffer, calls: int) -> float:  # type: ignore[no-untyped-def]
+    """This rank's median CPU seconds to send `buffer` to its pair rank (0-1, 2-3, ...) and
+    receive one as large back, a worker's push and pull of runtime/ps.py (isend, irecv, wait);
+    0 for an unpaired last rank."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    peer = rank ^ 1
+    back = torch.empty_like(buffer)
+    timed = []
+    for attempt in range(2):
+        dist.barrier()
+        for _ in range(calls):
+            start = time.process_time()
+            if peer < world:
+                works = [dist.isend(buffer, peer), dist.irecv(back, peer)]
+                for work in works:
+                    work.wait()
+            if attempt:
+                timed.append(time.process_time() - start)
+    return statistics.median(timed)
 
 
 def _halo(size: int, calls: int) -> list[float]:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dnnscale.system.profile import LinkFit
+from dnnscale.system.profile import PS_PUSH_PULL, LinkFit
 from dnnscale.runtime.placement import RankPlacement
 
 
@@ -182,8 +182,9 @@ def measure_halo_exchange(placements: Sequence[RankPlacement],
 
 
 CPU_COLUMNS = (("allgather", (1,)), ("reduce_scatter", (2,)), ("halo", (3, 4)),
-               ("allreduce", (5,)))
-"""netbench `cpu` columns of each registry operation (a halo's forward and backward together)."""
+               ("allreduce", (5,)), (PS_PUSH_PULL, (6,)))
+"""netbench `cpu` columns of each registry operation (a halo's forward and backward together),
+and of a worker's PS push and pull (model/quota.PS_PUSH_PULL)."""
 
 
 def measure_collective_cpu(placements: Sequence[RankPlacement],

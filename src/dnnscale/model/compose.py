@@ -61,7 +61,7 @@ from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
                                           exposed_after_backward_s, optimizer_step_bytes,
                                           zero_traffic)
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
-from dnnscale.model.quota import collective_after_compute_s
+from dnnscale.model.quota import background_exchange_s, collective_after_compute_s
 from dnnscale.model.prediction import StepPart
 from dnnscale.model.records import (Bottleneck, CollectiveTime, Part, PartKind,
                                     StageRecord, StepRecord)
@@ -114,7 +114,6 @@ class StepContext:
             # forward and backward; an accelerator's is not modelled under a PS.
             self.worker_update_s = (0.0 if system.machine.is_accelerator else worker_bookkeeping_s(
                 self.params / self.P, self.workload.bytes_per_value, True, system.machine))
-            self.busy_s = stage.compute_s + stage.partition_s + self.worker_update_s
             self.mode = MODE_PS_ASYNC if aggregation.asynchronous else MODE_PS_SYNC
             self.push_every, self.pull_every = aggregation.push_every, aggregation.pull_every
             terms = ps_terms(self.workload, system, plan, self.params)
@@ -124,6 +123,12 @@ class StepContext:
                 schemes = {cost.name: cost.scheme for cost in stage.layers}
                 self.regions = flat_layout(self.workload, self.P, schemes)
                 self.push_bytes = self.per_shards(1).push_bytes  # one shard receives it all
+            # An overlapped exchange's CPU, drawn from the worker's own quota (model/quota.py).
+            self.exchange_cpu_s = background_exchange_s(
+                system, self.push_bytes / self.P, self.pull_bytes / self.P) if plan.overlap \
+                else 0.0
+            self.busy_s = (stage.compute_s + stage.partition_s + self.worker_update_s
+                           + self.exchange_cpu_s)
         else:
             self.mode = MODE_COLLECTIVE
             self.collective = aggregation
@@ -244,6 +249,12 @@ class StepContext:
                     buckets_for(params * self.grad_bytes_per_value))
             slowest = max(slowest, seconds)
         return slowest
+
+    @property
+    def own_compute_s(self) -> float:
+        """A PS worker's busy time less its bookkeeping and an overlapped exchange's CPU: its
+        stage's compute and partition traffic."""
+        return self.busy_s - self.worker_update_s - self.exchange_cpu_s
 
     def pull_convoy_s(self, replicas: int, shards: int, most_shards: int | None = None) -> float:
         """ps-sync: the held pulls of R·P workers from S shards answered one worker after
@@ -528,6 +539,13 @@ def _largest(named_seconds: dict[Bottleneck, float]) -> Bottleneck:
     return max(named_seconds.items(), key=lambda item: item[1])[0]
 
 
+def _exchange_cpu(ctx: StepContext) -> list[StepPart]:
+    """The overlapped exchange's CPU as a part where it costs anything (under a CPU quota)."""
+    if not ctx.exchange_cpu_s:
+        return []
+    return [StepPart(Part.EXCHANGE_CPU, ctx.exchange_cpu_s, PartKind.UPDATE)]
+
+
 def _stage_parts(stage: StageRecord) -> list[StepPart]:
     """A one-stage CPU step's layer parts (wave 1's names), from its stage record."""
     return [StepPart(Part.FORWARD, stage.forward_s, PartKind.COMPUTE),
@@ -575,7 +593,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
          x_cpu) = _ps_async(ctx, replicas, shards, shards)
         step_s = replicas * ctx.n / x
         transfer_s = max(push_w_s + pull_w_s, serve_s)
-        record = step_record(ctx, ctx.busy_s - ctx.worker_update_s, _adam_collectives(
+        record = step_record(ctx, ctx.own_compute_s, _adam_collectives(
             ctx, (Part.PS_PUSH, push_w_s), (Part.PS_PULL, pull_w_s)))
         stage = record.slowest_stage
         if x_replicas <= min(x_net, x_cpu):
@@ -585,7 +603,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
         else:
             bottleneck = Bottleneck.PS_NETWORK if x_net <= x_cpu else Bottleneck.PS_CPU
         parts = _stage_parts(stage) + [
-            StepPart(Part.UPDATE, ctx.worker_update_s, PartKind.UPDATE),
+            StepPart(Part.UPDATE, ctx.worker_update_s, PartKind.UPDATE), *_exchange_cpu(ctx),
             StepPart(Part.PS_PUSH, push_w_s, PartKind.COMMUNICATION),
             StepPart(Part.PS_PULL, pull_w_s, PartKind.COMMUNICATION),
             StepPart(Part.PS_SERVE_WAIT, max(0.0, serve_s - push_w_s - pull_w_s), PartKind.WAIT),
@@ -600,7 +618,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                            _straggler_factor(ctx, replicas, x_replicas, x_net, x_cpu), record)
     if ctx.mode == MODE_PS_SYNC:
         x, step_s, push_s, apply_s, pull_s = _ps_sync(ctx, replicas, shards, shards)
-        record = step_record(ctx, ctx.busy_s - ctx.worker_update_s, _adam_collectives(
+        record = step_record(ctx, ctx.own_compute_s, _adam_collectives(
             ctx, (Part.PS_PUSH, push_s), (Part.PS_PULL, pull_s)))
         stage = record.slowest_stage
         bottleneck = _largest({Bottleneck.WORKER_COMPUTE: stage.compute_s,
@@ -608,7 +626,7 @@ def compose(ctx: StepContext, replicas: int, shards: int) -> Composition:
                                Bottleneck.PS_NETWORK: push_s + pull_s,
                                Bottleneck.PS_CPU: apply_s})
         parts = _stage_parts(stage) + [
-            StepPart(Part.UPDATE, ctx.worker_update_s, PartKind.UPDATE),
+            StepPart(Part.UPDATE, ctx.worker_update_s, PartKind.UPDATE), *_exchange_cpu(ctx),
             StepPart(Part.PS_PUSH, push_s, PartKind.COMMUNICATION),
             StepPart(Part.PS_APPLY, apply_s, PartKind.UPDATE),
             StepPart(Part.PS_PULL, pull_s, PartKind.COMMUNICATION),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dnnscale.model.collectives import DEFAULT_ALGORITHM, group_collective_time_s
 from dnnscale.system import System
+from dnnscale.system.profile import PS_PUSH_PULL
 from dnnscale.system.topology import GroupSpan, Topology
 
 
@@ -34,6 +35,25 @@ def quota_stall_s(period_s: float, quota_cores: float, cpu_s: float, members: in
     budget_s = quota_cores * period_s
     p = min(1.0, cpu_s / budget_s)
     return (period_s - budget_s) * (1.0 - (1.0 - p) ** members)
+
+
+def background_exchange_s(system: System, push_bytes: float, pull_bytes: float) -> float:
+    """Wall seconds a worker's background PS exchange (a plan that overlaps it with the next
+    step) takes from the worker's own compute under a CPU quota.
+
+    Formula: c / q, c = the measured CPU of a push and a pull of (push + pull) / 2 bytes each
+    (System.collective_cpu_s, PS_PUSH_PULL), q the quota's cores; 0 where q ≥ 1 (the exchange's
+    threads run on another core) or c was not measured. The exchange's network time still
+    overlaps the compute (StepContext.combine); its CPU cannot, since both draw on one budget.
+    Units: bytes, bytes -> s.
+    Source: measured on the testbed (issue 22, docs/accuracy.md): with overlap on, the
+    corpus's dev rows measured 0.2-1.3x the gradient's CPU cost / q more compute than with it
+    off, and every setting's overlap speed-up was below the model's (4h2g: 1.24 against 1.66).
+    """
+    cpu_s = system.collective_cpu_s(PS_PUSH_PULL, (push_bytes + pull_bytes) / 2)
+    if cpu_s is None or system.machine.cores >= 1:
+        return 0.0
+    return cpu_s / system.machine.cores
 
 
 def call_wait_s(system: System, operation: str, payload_bytes: float, members: int,

@@ -47,6 +47,7 @@ class Part(StrEnum):
     LAUNCH_WAIT = "launch_wait"
     BUBBLE = "bubble"
     UPDATE = "update"
+    EXCHANGE_CPU = "exchange_cpu"
     OPTIMIZER_STEP = "optimizer_step"
     STEP = "step"
 

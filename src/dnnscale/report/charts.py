@@ -24,6 +24,7 @@ COLORS: dict[str, str] = {
     Part.DP_COMM: "#b279a2", Part.PS_SERVE_WAIT: "#bab0ac", Part.PS_WAIT: "#8c8c8c",
     Part.LAUNCH_WAIT: "#d0d0d0", Part.BUBBLE: "#e8e8e8",
     Part.PS_APPLY: "#eeca3b", Part.UPDATE: "#eeca3b", Part.OPTIMIZER_STEP: "#eeca3b",
+    Part.EXCHANGE_CPU: "#d8b32a",
     "weights": "#4c78a8", "gradients": "#72b7b2", "optimizer_state": "#f58518",
     "activations": "#54a24b", "ps_weights": "#4c78a8", "ps_optimizer_state": "#f58518",
 }

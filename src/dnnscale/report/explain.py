@@ -57,6 +57,8 @@ PART_TEXT: dict[Part, str] = {
     Part.PS_APPLY: "the parameter-server shards applying all R replicas' updates while the "
                    "workers wait (synchronous SGD)",
     Part.UPDATE: "the worker applying the weight update to its own copy (all-reduce plans)",
+    Part.EXCHANGE_CPU: "the CPU an overlapped parameter-server exchange takes from the worker's "
+                       "own compute under a CPU quota (its network time stays hidden)",
     Part.OPTIMIZER_STEP: "the optimizer updating the device's weights (memory bound; its 1/d "
                          "shard under ZeRO)",
     Part.STEP: "the whole step: from one step's start to the next on one replica",

@@ -433,7 +433,10 @@ def with_profile_curves(machine: Device, profile: HardwareProfile) -> Device:
 
 
 COLLECTIVE_CPU_FORMAT = "dnnscale-collective-cpu/1"
-CPU_OPERATIONS = (*EXCHANGE_OPERATIONS, "allreduce")
+PS_PUSH_PULL = "ps_push_pull"
+"""The collective-CPU name of a worker's push of x bytes and pull of x bytes (netbench `cpu`;
+model/quota.background_exchange_s)."""
+CPU_OPERATIONS = (*EXCHANGE_OPERATIONS, "allreduce", PS_PUSH_PULL)
 """Partition collectives whose CPU per call is measured (calibrate/network.CPU_COLUMNS)."""
 
 

@@ -19,7 +19,7 @@ REASON_THRESHOLD = 0.15
 """Rows whose relative error exceeds this get a per-phase reason (the validation protocol)."""
 
 PHASES: dict[str, tuple[Part, ...]] = {
-    "compute": (Part.COMPUTE, Part.UPDATE),
+    "compute": (Part.COMPUTE, Part.UPDATE, Part.EXCHANGE_CPU),
     "partition_comm": (Part.PARTITION_COMM,),
     "ps_push": (Part.PS_PUSH,),
     "ps_pull": (Part.PS_PULL, Part.PS_APPLY, Part.PS_SERVE_WAIT, Part.PS_WAIT),

@@ -44,7 +44,7 @@ SUPPLEMENTS = "supplement*.yaml"
 COLLECTIVE_CPU = "collective_cpu.yaml"
 """CPU per partition collective (format dnnscale-collective-cpu/1) at the corpus's top,
 measured on loopback for the whole machine (benchmarks/collective_cpu_bench.py); a sitting's
-profile's own figure wins."""
+profile's own figure wins for each operation it measured."""
 
 
 @dataclass
@@ -65,10 +65,12 @@ class Sittings:
                 cluster_from_description(desc), self.folder / f"profile-s{sitting}.yaml", desc,
                 sorted(self.folder.glob(SUPPLEMENTS)))
             cpu = self.folder.parent / COLLECTIVE_CPU
-            if cpu.exists() and not system.collective_cpu:  # the profile's own wins
+            if cpu.exists():  # the profile's own operations win, the corpus's fill the rest
                 from dnnscale.system.profile import load_collective_cpu
 
-                system = dataclasses.replace(system, collective_cpu=load_collective_cpu(cpu))
+                own = {fit[0] for fit in system.collective_cpu}
+                system = dataclasses.replace(system, collective_cpu=system.collective_cpu + tuple(
+                    fit for fit in load_collective_cpu(cpu) if fit[0] not in own))
             self.systems[sitting] = system
         return self.systems[sitting]
 
