@@ -6,8 +6,9 @@ setting of the corpus (validate/rescore.COLLECTIVE_CPU).
     .venv/bin/python benchmarks/collective_cpu_bench.py          # machine quiet, ~1 minute
 
 Two ranks on loopback (netbench `cpu`: GatherSplit's all-gather and reduce-scatter,
-HaloExchange forward and backward, an all-reduce), 1 KiB to 4 MiB, each operation fitted to
-c = a + x·b (calibrate/network.measure_collective_cpu). CPU seconds do not depend on the
+HaloExchange forward and backward, an all-reduce, a PS push and pull), 1 KiB to 4 MiB, run
+`--runs` times (3), each point the runs' median, each operation fitted to c = a + x·b
+(calibrate/network.measure_collective_cpu). CPU seconds do not depend on the
 quota or the link, so one measurement serves every testbed setting of this machine.
 """
 
@@ -35,6 +36,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-load", type=float, default=1.0)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--runs", type=int, default=3,
+                        help="runs of the microbenchmark; each point is their median")
     args = parser.parse_args()
     from dnnscale.calibrate.network import measure_collective_cpu
     from dnnscale.runtime.placement import local_placements
@@ -45,7 +48,7 @@ def main() -> int:
         time.sleep(20)
     load_before = list(os.getloadavg())
     started = time.monotonic()
-    fits = measure_collective_cpu(local_placements(2))
+    fits = measure_collective_cpu(local_placements(2), runs=args.runs)
     for operation, a, b, points in fits:
         print(f"{operation}: {a * 1e3:.3f} ms + {b * 1e12:.1f} ps/B; "
               + ", ".join(f"{x / 1024:.0f} KiB {c * 1e3:.2f} ms" for x, c in points), flush=True)
@@ -53,6 +56,7 @@ def main() -> int:
         fits, date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         machine=f"{platform.node()} ({os.cpu_count()} cores)", ranks=2,
         measured="calibrate/network.measure_collective_cpu, loopback, full speed",
+        runs=args.runs,
         seconds=round(time.monotonic() - started, 1), load_average_before=load_before,
         load_average_after=list(os.getloadavg()))
     args.out.write_text(yaml.safe_dump(data, sort_keys=False))

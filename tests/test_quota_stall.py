@@ -142,3 +142,26 @@ def test_a_profile_carries_its_collective_cpu_and_it_wins(tmp_path: Path) -> Non
     system = apply_profile(cluster_from_description(desc), path, desc)
     assert system.collective_cpu == (("allgather", 1e-4, 1e-9),)
     assert system.cpu_period_s == pytest.approx(0.01)
+
+
+def test_the_collective_cpu_points_are_the_median_of_the_runs(monkeypatch) -> None:
+    """measure_collective_cpu(runs=3): each point the median of three runs' (by hand), then the
+    fit; a run count below 1 is refused."""
+    import dnnscale.calibrate.network as network
+
+    def batch(gather_small: float, gather_large: float) -> list[list[float]]:
+        # [bytes, gather, scatter, halo fwd, halo bwd, all-reduce, push + pull]
+        return [[1024.0, gather_small, 2e-3, 1e-3, 1e-3, 5e-4, 1e-4],
+                [4096.0, gather_large, 3e-3, 2e-3, 2e-3, 6e-4, 2e-4]]
+
+    runs = iter([batch(1e-3, 2e-3), batch(9e-3, 4e-3), batch(3e-3, 3e-3)])
+    monkeypatch.setattr(network, "run_ranks", lambda *args, **kwargs: next(runs))
+    fits = {op: (a, b, points) for op, a, b, points in
+            network.measure_collective_cpu([], sizes=[1024, 4096], runs=3)}
+    # all-gather: medians 3 ms at 1 KiB (of 1, 9, 3) and 3 ms at 4 KiB (of 2, 4, 3): flat
+    assert fits["allgather"][2] == ((1024.0, 3e-3), (4096.0, 3e-3))
+    assert fits["allgather"][0] == pytest.approx(3e-3) and fits["allgather"][1] == pytest.approx(0)
+    # the PS push and pull: 0.1 ms at 1 KiB, 0.2 ms at 4 KiB: 1e-4 / 3072 s per byte
+    assert fits["ps_push_pull"][1] == pytest.approx(1e-4 / 3072)
+    with pytest.raises(ValueError, match="runs"):
+        network.measure_collective_cpu([], runs=0)

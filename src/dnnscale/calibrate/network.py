@@ -188,12 +188,20 @@ and of a worker's PS push and pull (model/quota.PS_PUSH_PULL)."""
 
 
 def measure_collective_cpu(placements: Sequence[RankPlacement],
-                           sizes: Sequence[int] = EXCHANGE_SIZES, quick: bool = False
+                           sizes: Sequence[int] = EXCHANGE_SIZES, quick: bool = False,
+                           runs: int = 1
                            ) -> tuple[tuple[str, float, float, tuple[tuple[float, float], ...]], ...]:
     """One rank's CPU seconds per call of the runtime's partition collectives (netbench
     `cpu`), each operation fitted to c = a + x·b over its payload x by least squares (a, b ≥ 0):
-    (operation, a, b, points)."""
-    points = run_ranks(placements, "cpu", sizes, 2 if quick else 4, timeout_s=600)
+    (operation, a, b, points). With `runs` > 1 the microbenchmark runs that often, each in its
+    own processes, and every point is the median of the runs' (two quiet runs disagreed 2-4x
+    on a call's fixed CPU, docs/accuracy.md)."""
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    batches = [run_ranks(placements, "cpu", sizes, 2 if quick else 4, timeout_s=600)
+               for _ in range(runs)]
+    points = [[float(np.median([batch[i][c] for batch in batches]))
+               for c in range(len(batches[0][i]))] for i in range(len(batches[0]))]
     fits = []
     for operation, columns in CPU_COLUMNS:
         series = [(float(p[0]), float(p[c])) for p in points for c in columns]

@@ -298,7 +298,7 @@ def testbed_network(testbed_file: str,
 
         fields["collective_cpu"] = tuple(
             (op, a, b) for op, a, b, _ in measure_collective_cpu(local_placements(2),
-                                                                 quick=plan.quick))
+                                                                 quick=plan.quick, runs=3))
         advance("CPU per partition collective")
         pulls = []
         for count, shards in pull_groups(workers, ps_hosts, len(desc.hosts)):
