@@ -1,0 +1,188 @@
+"""The published development measurements (data/published-dev, issue 23) as rows the model
+predicts: each row's workload, system preset and plan, read from its columns, or the reason the
+model cannot express it yet.
+
+Two sources (data/published-dev/SOURCE.md): NVIDIA DeepLearningExamples (BERT-Large
+pretraining by data parallelism with gradient accumulation; Transformer-XL; ResNet-50) and
+MosaicML llm-foundry (MPT 125M-70B under FSDP FULL_SHARD). What each row becomes:
+
+- MPT: ``gpt:`` with the row's layers, d_model, heads, vocab and sequence, no positional
+  embedding (ALiBi adds no parameters), tied embeddings, no biases, flash attention (MPT's
+  yamls: ``no_bias: true``, ``attn_impl: triton``); the plan dp = the GPUs, ZeRO-3 (FSDP
+  FULL_SHARD), the row's micro-batch and global batch, full recompute where activation
+  checkpointing is on, bf16 or fp8 (``amp_fp8``), and gradients reduced in fp32 under
+  ``mixed_precision=DEFAULT`` (llm-foundry's FSDP default reduces in float32) or bf16 under
+  ``PURE``.
+- BERT-Large: ``gpt:`` 24 x 1024, 16 heads, the row's sequence (128 or 512), vocab 30,522,
+  bidirectional, learned positions (512), tied decoder; dp = the GPUs, ZeRO-0, the row's
+  per-GPU batch as the micro-batch, its global batch (the accumulation in between), fp16 for
+  AMP, else tf32 or fp32.
+- Systems: A100 40 GB -> dgx-a100-40g (8 x 200 Gb/s, the "1600 Gbps" of llm-foundry's
+  tables); A100 80 GB -> a100-80g-roce where the row says RoCE, else dgx-a100-80g; H100 ->
+  dgx-h100 (llm-foundry does not state its fabric); V100 SXM3 32 GB (DGX-2/2H) -> the closest
+  preset, dgx-v100 (a DGX-1's 8 V100 on an NVLink cube-mesh, where a DGX-2 has 16 on
+  NVSwitch), flagged ``closest_preset``.
+- Not expressed (each with its reason): Transformer-XL (its attention over the recurrence
+  memory is not a workload the model has), ResNet-50 (no ResNet-50 workload: the zoo has
+  AlexNet and VGG-16, and a PyTorch import needs torchvision), V100 SXM2 16 GB rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).resolve().parents[3] / "data" / "published-dev" / "measurements.csv"
+BERT_VOCAB = 30522
+"""BERT's uncased WordPiece vocabulary (Devlin et al. 2019)."""
+DEVICES_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class Case:
+    """One expressible row: what to predict, and the measured throughput in samples/s."""
+
+    id: str
+    source: str
+    model: str
+    workload: str
+    system: str
+    plan: dict[str, Any]
+    seq: int
+    measured_samples_per_s: float
+    precision: str
+    devices: int
+    closest_preset: bool = False
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Unexpressed:
+    """A row the model cannot express yet, and why."""
+
+    id: str
+    source: str
+    model: str
+    reason: str
+
+
+def source_of(row: dict[str, str]) -> str:
+    """The row's source: ``dle`` (NVIDIA DeepLearningExamples) or ``llm-foundry``."""
+    return "llm-foundry" if "llm-foundry" in row["url_or_repo_path"] else "dle"
+
+
+def _first_int(text: str, field_name: str, row_id: str) -> int:
+    match = re.search(r"\d+", text.replace(",", ""))
+    if match is None:
+        raise ValueError(f"{row_id}: no number in {field_name} {text!r}")
+    return int(match.group())
+
+
+def _find(pattern: str, text: str, row_id: str, what: str) -> re.Match[str]:
+    match = re.search(pattern, text)
+    if match is None:
+        raise ValueError(f"{row_id}: cannot read {what} from {text!r}")
+    return match
+
+
+def _samples_per_s(row: dict[str, str], seq: int) -> float:
+    """The measured value in samples (sequences) per second, from the row's unit."""
+    value, unit = float(row["measured_value"]), row["measured_unit"]
+    if unit.startswith("tokens/sec (total)"):
+        return value / seq
+    if unit.startswith(("sequences/sec (total)", "sentences/sec (total)")):
+        return value
+    raise ValueError(f"{row['id']}: unit {unit!r} is not one this benchmark converts")
+
+
+def _node(row: dict[str, str]) -> tuple[str, bool]:
+    """(node preset, closest_preset) of the row's device and fabric, or ('', False)."""
+    device, fabric = row["device"], row["inter_node_network"]
+    if "A100" in device and "40GB" in device:
+        return "dgx-a100-40g", False
+    if "A100" in device and "80GB" in device:
+        return ("a100-80g-roce" if "RoCE" in fabric else "dgx-a100-80g"), False
+    if "H100" in device:
+        return "dgx-h100", False
+    if "V100 SXM3" in device:
+        return "dgx-v100", True
+    return "", False
+
+
+def _system(row: dict[str, str], node: str) -> str:
+    devices = int(row["num_devices"])
+    return f"{node}:{max(1, math.ceil(devices / DEVICES_PER_NODE))}"
+
+
+def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
+    rid, details, config = row["id"], row["model_details"], row["parallel_config"]
+    layers, hidden, heads, vocab, seq = (int(v) for v in _find(
+        r"(\d+) layers, d_model (\d+), (\d+) heads, FFN 4x, vocab (\d+), seq len (\d+)",
+        details, rid, "the MPT shape").groups())
+    workload = (f"gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},"
+                "positional=none,flash=true,tied=true,bias=false")
+    checkpointing = "activation checkpointing=True" in config
+    pure = "mixed_precision=PURE" in config
+    precision = "fp8" if "fp8" in row["precision"] else "bf16"
+    devices = int(row["num_devices"])
+    plan = {"tp": 1, "pp": 1, "dp": devices, "zero": 3,
+            "micro_batch": _first_int(row["micro_batch"], "micro_batch", rid),
+            "global_batch": _first_int(row["global_batch"], "global_batch", rid),
+            "recompute": "full" if checkpointing else "none", "precision": precision,
+            "grad_bytes": 2 if pure else 4}
+    return Case(rid, "llm-foundry", row["model"], workload, _system(row, node), plan, seq,
+                _samples_per_s(row, seq), precision, devices, closest)
+
+
+def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
+    rid = row["id"]
+    seq = int(_find(r"seq len (\d+)", row["model_details"], rid, "the sequence").group(1))
+    workload = (f"gpt:layers=24,hidden=1024,heads=16,seq={seq},vocab={BERT_VOCAB},"
+                "causal=false,positional=learned,positions=512,tied=true")
+    text = row["precision"]
+    precision = "fp16" if "FP16" in text else "tf32" if "TF32" in text else "fp32"
+    devices = int(row["num_devices"])
+    plan = {"tp": 1, "pp": 1, "dp": devices, "zero": 0,
+            "micro_batch": _first_int(row["micro_batch"], "micro_batch", rid),
+            "global_batch": _first_int(row["global_batch"], "global_batch", rid),
+            "precision": precision}
+    return Case(rid, "dle", row["model"], workload, _system(row, node), plan, seq,
+                _samples_per_s(row, seq), precision, devices, closest)
+
+
+def case_of(row: dict[str, str]) -> Case | Unexpressed:
+    """The row as a Case, or why it is not one."""
+    rid, source, model = row["id"], source_of(row), row["model"]
+    node, closest = _node(row)
+    if model.startswith("Transformer-XL"):
+        return Unexpressed(rid, source, model, "Transformer-XL's attention over its recurrence "
+                           "memory (mem_len keys per query) is not a workload the model has")
+    if model.startswith("ResNet-50"):
+        return Unexpressed(rid, source, model, "no ResNet-50 workload (the zoo has AlexNet and "
+                           "VGG-16; a PyTorch import needs torchvision)")
+    if not node:
+        return Unexpressed(rid, source, model, f"no preset for {row['device']}")
+    if model.startswith("MPT"):
+        return _mpt(row, node, closest)
+    if model.startswith("BERT-Large"):
+        return _bert(row, node, closest)
+    return Unexpressed(rid, source, model, "a model this benchmark does not map")
+
+
+def load_rows(path: Path = DATA) -> list[dict[str, str]]:
+    with open(path, newline="") as stream:
+        return list(csv.DictReader(stream))
+
+
+def speedup_pairs(cases: list[Case]) -> list[tuple[Case, Case]]:
+    """(bf16, fp8) pairs of rows that differ in precision alone (model, system, plan)."""
+    def key(case: Case) -> tuple[Any, ...]:
+        plan = {k: v for k, v in case.plan.items() if k not in ("precision", "grad_bytes")}
+        return case.workload, case.system, tuple(sorted(plan.items()))
+
+    bf16 = {key(c): c for c in cases if c.precision == "bf16"}
+    return [(bf16[key(c)], c) for c in cases if c.precision == "fp8" and key(c) in bf16]

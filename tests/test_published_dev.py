@@ -1,0 +1,90 @@
+"""Issue 23: the published development rows (data/published-dev) as workload, system and plan,
+read by hand from their columns, and the benchmark that re-predicts them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dnnscale.validate.published_dev import (Case, Unexpressed, case_of, load_rows,
+                                             speedup_pairs)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, dict[str, str]]:
+    return {row["id"]: row for row in load_rows()}
+
+
+def test_an_mpt_row_by_hand(rows) -> None:
+    # PM0320: MPT-125m, 12 x 768, 12 heads, vocab 50368, seq 2048, 128 A100-40GB (16 nodes),
+    # FSDP FULL_SHARD, mixed_precision=PURE, no checkpointing, micro-batch 26, 3328 sequences,
+    # 15,863,837 tokens/s
+    case = case_of(rows["PM0320"])
+    assert isinstance(case, Case) and case.source == "llm-foundry"
+    assert case.workload == ("gpt:layers=12,hidden=768,heads=12,seq=2048,vocab=50368,"
+                             "positional=none,flash=true,tied=true,bias=false")
+    assert case.system == "dgx-a100-40g:16"
+    assert case.plan == {"tp": 1, "pp": 1, "dp": 128, "zero": 3, "micro_batch": 26,
+                         "global_batch": 3328, "recompute": "none", "precision": "bf16",
+                         "grad_bytes": 2}
+    assert case.measured_samples_per_s == pytest.approx(15_863_837 / 2048)
+    # PM0262: MPT-70b on 64 H100, DEFAULT mixed precision (fp32 reduction), checkpointing on
+    h100 = case_of(rows["PM0262"])
+    assert isinstance(h100, Case) and h100.system == "dgx-h100:8"
+    assert h100.plan["recompute"] == "full" and h100.plan["grad_bytes"] == 4
+    assert h100.plan["micro_batch"] == 8 and h100.plan["global_batch"] == 2048
+
+
+def test_a_bert_row_by_hand(rows) -> None:
+    # PM0082: 8 A100-80GB, seq 128, 256 per GPU, global 65,536, FP16 AMP, 4,553 sequences/s
+    case = case_of(rows["PM0082"])
+    assert isinstance(case, Case) and case.source == "dle" and case.seq == 128
+    assert case.system == "dgx-a100-80g:1" and not case.closest_preset
+    assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 256,
+                         "global_batch": 65536, "precision": "fp16"}
+    assert case.measured_samples_per_s == 4553
+    # a DGX-2H row (16 V100 SXM3 per node) runs on the closest preset, flagged
+    v100 = case_of(rows["PM0114"])
+    assert isinstance(v100, Case) and v100.closest_preset and v100.system == "dgx-v100:2"
+
+
+def test_what_is_not_expressed_says_why(rows) -> None:
+    resnet = case_of(rows["PM0170"])
+    assert isinstance(resnet, Unexpressed) and "ResNet-50" in resnet.reason
+    xl = case_of(rows["PM0154"])
+    assert isinstance(xl, Unexpressed) and "memory" in xl.reason
+    items = [case_of(row) for row in rows.values()]
+    assert sum(isinstance(c, Case) for c in items) == 127 and len(items) == 183
+
+
+def test_fp8_rows_pair_with_their_bf16_twins(rows) -> None:
+    cases = [c for c in map(case_of, rows.values()) if isinstance(c, Case)]
+    pairs = speedup_pairs(cases)
+    assert {(a.id, b.id) for a, b in pairs} == {("PM0270", "PM0283"), ("PM0272", "PM0284"),
+                                                ("PM0278", "PM0286")}
+    for bf16, fp8 in pairs:
+        assert (bf16.precision, fp8.precision) == ("bf16", "fp8")
+        assert bf16.workload == fp8.workload and bf16.system == fp8.system
+
+
+@pytest.mark.timeout(120)
+def test_the_benchmark_writes_its_summary(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "published_dev.py"),
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rows_in_data"] == 183 and summary["rows_expressed"] == 127
+    assert set(summary["per_source"]) == {"dle", "llm-foundry"}
+    for figures in (summary["overall"], *summary["per_source"].values()):
+        assert figures["median_relative_error"] <= figures["p90_relative_error"] \
+            <= figures["max_relative_error"]
+        assert figures["bias"] > 0
+    assert len(summary["fp8_over_bf16"]) == 3
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert len(rows) == 127 and all("relative_error" in r or "error" in r for r in rows)
