@@ -202,40 +202,43 @@ def _cpu(size: int, calls: int) -> list[float]:
     halo, _ = _halo_forward(size)
     halo_forward, halo_backward = _forward_backward_medians(halo, calls, time.process_time)
     buffer = torch.ones(max(1, size // 4), dtype=torch.float32)
-    timed = []
-    for attempt in range(2):
-        dist.barrier()
-        for _ in range(calls):
-            start = time.process_time()
-            dist.all_reduce(buffer)
-            if attempt:
-                timed.append(time.process_time() - start)
-    return [size, gather, scatter, halo_forward, halo_backward, statistics.median(timed),
-            _push_pull_cpu_s(buffer, calls)]
+    return [size, gather, scatter, halo_forward, halo_backward,
+            _median_cpu_s(lambda: dist.all_reduce(buffer), calls),
+            _median_cpu_s(_push_pull(buffer), calls)]
 
 
-def _push_pull_cpu_s(buffer, calls: int) -> float:  # type: ignore[no-untyped-def]
-    """This rank's median CPU seconds to send `buffer` to its pair rank (0-1, 2-3, ...) and
-    receive one as large back, a worker's push and pull of runtime/ps.py (isend, irecv, wait);
-    0 for an unpaired last rank."""
-    import torch
+def _median_cpu_s(call, calls: int) -> float:  # type: ignore[no-untyped-def]
+    """This rank's median CPU seconds (process_time) per `call()`, over `calls` calls after a
+    warm-up batch, every batch started together (a barrier)."""
     import torch.distributed as dist
 
-    rank, world = dist.get_rank(), dist.get_world_size()
-    peer = rank ^ 1
-    back = torch.empty_like(buffer)
     timed = []
     for attempt in range(2):
         dist.barrier()
         for _ in range(calls):
             start = time.process_time()
-            if peer < world:
-                works = [dist.isend(buffer, peer), dist.irecv(back, peer)]
-                for work in works:
-                    work.wait()
+            call()
             if attempt:
                 timed.append(time.process_time() - start)
     return statistics.median(timed)
+
+
+def _push_pull(buffer):  # type: ignore[no-untyped-def]
+    """A call that sends `buffer` to this rank's pair rank (0-1, 2-3, ...) and receives one as
+    large back, a worker's push and pull of runtime/ps.py (isend, irecv, wait); nothing for an
+    unpaired last rank."""
+    import torch
+    import torch.distributed as dist
+
+    peer = dist.get_rank() ^ 1
+    back = torch.empty_like(buffer)
+
+    def call() -> None:
+        if peer < dist.get_world_size():
+            for work in [dist.isend(buffer, peer), dist.irecv(back, peer)]:
+                work.wait()
+
+    return call
 
 
 def _halo(size: int, calls: int) -> list[float]:

@@ -184,7 +184,7 @@ def measure_halo_exchange(placements: Sequence[RankPlacement],
 CPU_COLUMNS = (("allgather", (1,)), ("reduce_scatter", (2,)), ("halo", (3, 4)),
                ("allreduce", (5,)), (PS_PUSH_PULL, (6,)))
 """netbench `cpu` columns of each registry operation (a halo's forward and backward together),
-and of a worker's PS push and pull (model/quota.PS_PUSH_PULL)."""
+and of a worker's PS push and pull (system/profile.PS_PUSH_PULL)."""
 
 
 def measure_collective_cpu(placements: Sequence[RankPlacement],

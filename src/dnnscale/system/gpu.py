@@ -184,12 +184,17 @@ def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
                   price_per_device_hour=float(price) if price is not None else None)
 
 
+def preset_devices_per_node(name: str) -> int:
+    """The GPUs in one node of the node preset `name`."""
+    return int(_node(name)["devices_per_node"])
+
+
 def bare_preset_note(text: str) -> str | None:
     """The note for a GPU node preset named without its node count ('dgx-a100-80g' is one
     node), else None."""
     if ":" in text or text not in node_preset_names():
         return None
-    return f"{text} means 1 node ({_node(text)['devices_per_node']} GPUs); write {text}:N for N nodes"
+    return f"{text} means 1 node ({preset_devices_per_node(text)} GPUs); write {text}:N for N nodes"
 
 
 def parse_gpu_cluster(text: str) -> tuple[str, int] | None:

@@ -32,14 +32,13 @@ from __future__ import annotations
 import csv
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "published-dev" / "measurements.csv"
 BERT_VOCAB = 30522
 """BERT's uncased WordPiece vocabulary (Devlin et al. 2019)."""
-DEVICES_PER_NODE = 8
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,6 @@ class Case:
     precision: str
     devices: int
     closest_preset: bool = False
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -114,8 +112,11 @@ def _node(row: dict[str, str]) -> tuple[str, bool]:
 
 
 def _system(row: dict[str, str], node: str) -> str:
+    """`node`:N, N the nodes of the preset's size that hold the row's GPUs."""
+    from dnnscale.system.gpu import preset_devices_per_node
+
     devices = int(row["num_devices"])
-    return f"{node}:{max(1, math.ceil(devices / DEVICES_PER_NODE))}"
+    return f"{node}:{max(1, math.ceil(devices / preset_devices_per_node(node)))}"
 
 
 def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
