@@ -39,6 +39,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3,
                         help="runs of the microbenchmark; each point is their median")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     from dnnscale.calibrate.network import measure_collective_cpu
     from dnnscale.runtime.placement import local_placements
     from dnnscale.system.profile import collective_cpu_to_dict

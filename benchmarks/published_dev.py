@@ -74,7 +74,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     started = time.monotonic()
-    items = [case_of(row) for row in load_rows(args.data)]
+    try:
+        items = [case_of(row) for row in load_rows(args.data)]
+    except KeyError as exc:
+        print(f"error: --data {args.data}: missing column {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:  # a missing file, a row it cannot read
+        print(f"error: --data {args.data}: {exc}", file=sys.stderr)
+        return 2
     cases = [c for c in items if isinstance(c, Case)]
     rows = []
     for index, case in enumerate(cases, 1):

@@ -88,3 +88,15 @@ def test_the_benchmark_writes_its_summary(tmp_path: Path) -> None:
     assert len(summary["fp8_over_bf16"]) == 3
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert len(rows) == 127 and all("relative_error" in r or "error" in r for r in rows)
+
+
+@pytest.mark.timeout(60)
+def test_bad_data_gets_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,model\nX,MPT\n")
+    for data in (tmp_path / "missing.csv", bad):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "published_dev.py"),
+                               "--data", str(data), "--out", str(tmp_path / "out")],
+                              capture_output=True, text=True, timeout=50)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "--data" in done.stderr
