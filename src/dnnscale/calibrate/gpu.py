@@ -443,8 +443,6 @@ def profile_from_measurements(measurements: Sequence[Measurement], facts: Device
     efficiencies = dict(main.classes)
     if "gemm" not in efficiencies:
         raise InputError("calibrate", "no GEMM was measured")
-    if "flash" not in efficiencies and "attention" in efficiencies:
-        efficiencies["flash"] = efficiencies["attention"]
     launch_s = launch_seconds(measurements)
     extra = {
         "measured_on": device_name, "precision": primary, "torch_version": str(torch.__version__),

@@ -89,8 +89,9 @@ class FitSpace:
         gemm = sampled(gemm_max, 10 ** gemm_half, *self.flop_range)
         attention = sampled(att_max, 10 ** att_half, *self.flop_range)
         memory = sampled(mem_max, 10 ** mem_half, *self.byte_range)
-        return replace(base, efficiency={"gemm": gemm, "attention": attention,
-                                         "flash": attention},
+        # No flash curve: the rows fitted run unfused attention; fused attention is priced by
+        # its kernel's published speed (system/attention_kernels.py).
+        return replace(base, efficiency={"gemm": gemm, "attention": attention},
                        memory_efficiency=memory, launch_s=launch_us * 1e-6,
                        launch_contention=contention, pipeline_step_s=pipeline_us * 1e-6,
                        collective_latency_s=call_us * 1e-6, intra_node_efficiency=intra,

@@ -12,12 +12,19 @@ and their launch time (compose.py), so small models are launch bound.
 η are the device's calibrated size-dependent efficiency curves (system/gpu_profile.py): small
 GEMMs run far below peak, which is why one efficiency constant fitted on small models is far
 off on large ones. The kernel class in a layer kind's record (workload/kind_record.py) says which
-curve applies; a MEMORY kind does no FLOPs on the device.
+curve applies; a MEMORY kind does no FLOPs on the device. Fused attention's η comes from its
+kernel's published speed by sequence length and head dimension (system/attention_kernels.py)
+where the device has no measured curve for it.
+
+Precision per kernel: an FP8 plan runs FP8 only where the engine does (the kinds marked
+fp8_gemm, Transformer Engine's Linear layers), plus the casts of their operands; every other
+kernel runs in bf16 (`kernel_precision`).
 """
 
 from __future__ import annotations
 
 from dnnscale.errors import InputError
+from dnnscale.system.attention_kernels import kernel_figures
 from dnnscale.system.device import Device
 from dnnscale.workload.kind_record import KernelClass, record_of
 from dnnscale.workload.layer import Layer
@@ -57,18 +64,83 @@ def efficiency(device: Device, kernel_class: str, flops: float) -> float:
     return curve.at(flops)
 
 
+FP8_HIGHER_PRECISION = "bf16"
+"""What an FP8 plan runs outside its FP8 GEMMs: Transformer Engine's fp8_autocast changes only
+its own Linear modules; attention, norms, the embedding and the output layer stay in the
+autocast precision, bf16 (Transformer Engine user guide, 'Using FP8 with Transformer Engine';
+Megatron keeps the first and last layers in bf16 too)."""
+
+FP8_CAST_BYTES_PER_VALUE = 4
+"""HBM bytes per value of one FP8 cast: the bf16 value read (2 B), the FP8 value and its FP8
+transpose written (1 + 1 B; Hopper's FP8 GEMMs take only the TN layout, so the operand of the
+other pass is cast transposed in the same kernel, which also takes the amax for the next
+scaling factor). Source: Transformer Engine's fused cast_transpose kernels (fp8 Linear forward
+casts its input and weight, backward its output gradient)."""
+
+
+def kernel_precision(layer: Layer, precision: str) -> str:
+    """The precision `layer`'s kernels run in under a plan computing in `precision`: an FP8
+    plan runs FP8 only in the kinds marked fp8_gemm, bf16 elsewhere."""
+    if precision == "fp8" and not record_of(layer).fp8_gemm:
+        return FP8_HIGHER_PRECISION
+    return precision
+
+
+def fp8_cast_bytes(layer: Layer, fraction: float, minibatch: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of the FP8 casts of `fraction` of an fp8_gemm `layer` over
+    a micro-batch of `minibatch` samples.
+
+    Formula: forward (m·X + W)·4 B: the input X (values per sample) and the weights W cast
+    and transposed; backward m·Y·4 B: the output gradient. `fraction` scales all three (a
+    column-parallel rank casts its whole input, so at tp > 1 this is a lower bound). The
+    weights are cast once per micro-batch, as llm-foundry's and Hugging Face's Transformer
+    Engine paths do (Megatron can keep the FP8 weights of the first micro-batch).
+    Units: bytes. Source: FP8_CAST_BYTES_PER_VALUE.
+    """
+    forward = fraction * (minibatch * layer.input_values + layer.params) * FP8_CAST_BYTES_PER_VALUE
+    backward = fraction * minibatch * layer.activation_values * FP8_CAST_BYTES_PER_VALUE
+    return float(forward), float(backward)
+
+
+def flash_efficiency(device: Device, layer: Layer) -> float | None:
+    """η of a `flash_attention` layer from its kernel's published speed on `device`'s family
+    (system/attention_kernels.py): at its head dimension, mask and sequence length. None where
+    the device has a measured `flash` curve of its own, or no figure is published for it."""
+    if "flash" in device.efficiency:
+        return None
+    kernel = layer.hyper.get("attention_kernel") or "fa2"
+    figures = kernel_figures(str(kernel), device.name)
+    peak = device.peak_flops_per_s.get(figures.precision) if figures is not None else None
+    hidden, heads, seq = (layer.hyper.get(key) for key in ("hidden", "heads", "seq"))
+    if figures is None or not peak or not all(isinstance(v, int) for v in (hidden, heads, seq)):
+        return None
+    assert isinstance(hidden, int) and isinstance(heads, int) and isinstance(seq, int)
+    speed = figures.achieved_flops_per_s(hidden // heads, bool(layer.hyper.get("causal")), seq)
+    return speed / peak
+
+
 def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Device,
                       precision: str, bytes_scale: float,
                       skip_weight_grad: bool = False) -> tuple[float, float, float]:
     """Forward, input-gradient and weight-gradient seconds of `fraction` of `layer` over a
-    micro-batch of `minibatch` samples, each phase one kernel (`kernel_time_s`).
+    micro-batch of `minibatch` samples, each phase one kernel (`kernel_time_s`), in the
+    precision `kernel_precision` gives; an FP8 GEMM adds its casts (`fp8_cast_bytes`, memory
+    bound) to its forward and input-gradient phases. A flash_attention layer's η is its
+    kernel's published speed (`flash_efficiency`) where the device has no measured curve.
 
     `bytes_scale`: the plan's activation width over the workload's (bf16 workload, fp32 plan: 2).
     """
-    peak = peak_flops_per_s(device, precision)
+    runs_in = kernel_precision(layer, precision)
+    peak = peak_flops_per_s(device, runs_in)
     kernel = record_of(layer).kernel
     kernel_class = None if kernel is KernelClass.MEMORY else kernel.value  # None: no FLOPs here
+    fixed_eta = flash_efficiency(device, layer) if kernel is KernelClass.FLASH else None
     memory_curve = device.memory_efficiency
+    casts = (fp8_cast_bytes(layer, fraction, minibatch) if runs_in == "fp8"
+             else (0.0, 0.0))
+    cast_s = tuple(kernel_time_s(0.0, q, peak, 1.0, device.memory_bandwidth_bytes_per_s,
+                                 memory_curve.at(q) if memory_curve else 1.0) if q > 0 else 0.0
+                   for q in casts)
     times = []
     for phase, flops, bytes_moved in (
             ("forward", layer.fwd_flops, layer.fwd_bytes),
@@ -79,9 +151,14 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
             continue
         work_flops = fraction * minibatch * flops if kernel_class else 0.0
         work_bytes = fraction * minibatch * bytes_moved * bytes_scale
-        flop_eta = (efficiency(device, kernel_class, work_flops)
+        flop_eta = (fixed_eta if fixed_eta is not None else
+                    efficiency(device, kernel_class, work_flops)
                     if kernel_class and work_flops > 0 else 1.0)
         memory_eta = memory_curve.at(work_bytes) if memory_curve and work_bytes > 0 else 1.0
         times.append(kernel_time_s(work_flops, work_bytes, peak, flop_eta,
                                    device.memory_bandwidth_bytes_per_s, memory_eta))
-    return times[0], times[1], times[2]
+    # The output gradient is cast once for both backward GEMMs: in the first phase that runs.
+    backward = 1 if times[1] > 0 else 2 if times[2] > 0 else None
+    if backward is not None:
+        times[backward] += cast_s[1]
+    return times[0] + cast_s[0], times[1], times[2]

@@ -7,8 +7,9 @@ pretraining by data parallelism with gradient accumulation; Transformer-XL; ResN
 MosaicML llm-foundry (MPT 125M-70B under FSDP FULL_SHARD). What each row becomes:
 
 - MPT: ``gpt:`` with the row's layers, d_model, heads, vocab and sequence, no positional
-  embedding (ALiBi adds no parameters), tied embeddings, no biases, flash attention (MPT's
-  yamls: ``no_bias: true``, ``attn_impl: triton``); the plan dp = the GPUs, ZeRO-3 (FSDP
+  embedding (ALiBi adds no parameters), tied embeddings, no biases, flash attention by the
+  Triton kernel (MPT's yamls: ``no_bias: true``, ``attn_impl: triton``; on H100, where that
+  kernel has no published speed, FlashAttention-2's applies); the plan dp = the GPUs, ZeRO-3 (FSDP
   FULL_SHARD), the row's micro-batch and global batch, full recompute where activation
   checkpointing is on, bf16 or fp8 (``amp_fp8``), and gradients reduced in fp32 under
   ``mixed_precision=DEFAULT`` (llm-foundry's FSDP default reduces in float32) or bf16 under
@@ -125,7 +126,7 @@ def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
         r"(\d+) layers, d_model (\d+), (\d+) heads, FFN 4x, vocab (\d+), seq len (\d+)",
         details, rid, "the MPT shape").groups())
     workload = (f"gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},"
-                "positional=none,flash=true,tied=true,bias=false")
+                "positional=none,flash=true,attention_kernel=triton,tied=true,bias=false")
     checkpointing = "activation checkpointing=True" in config
     pure = "mixed_precision=PURE" in config
     precision = "fp8" if "fp8" in row["precision"] else "bf16"

@@ -61,6 +61,10 @@ class LayerKind:
     calibrated CPU device ('default' for kinds not calibrated on their own).
     vector_gradients: a fully connected layer whose weight gradient a parameter server may form
     from the activation and error vectors (Chilimbi et al. OSDI'14 §3.3).
+    fp8_gemm: a linear layer inside a transformer block, the module Transformer Engine replaces
+    (te.Linear, LayerNormLinear, LayerNormMLP): under an FP8 plan its three GEMMs run in FP8
+    with a cast of their inputs (model/gpu_compute.py); every other kind (attention, norms, the
+    embedding and the output layer, which engines keep in higher precision) runs in bf16.
     """
 
     name: str
@@ -71,6 +75,7 @@ class LayerKind:
     tensor_extent_key: str | None
     recompute: Recompute
     vector_gradients: bool = False
+    fp8_gemm: bool = False
 
     def split_rule(self, rules: str) -> str:
         """The name of the rule `rules` splits this kind by; InputError when it has none."""

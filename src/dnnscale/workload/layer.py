@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 
-COST_HYPER_KEYS = ("hidden", "seq", "heads", "kv_heads", "ffn", "vocab")
+COST_HYPER_KEYS = ("hidden", "seq", "heads", "kv_heads", "ffn", "vocab", "attention_kernel")
 """Hyper-parameters (besides shapes and counts) that cost rules read."""
 
 

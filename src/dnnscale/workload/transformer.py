@@ -50,7 +50,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH, *,
                          positions: int | None = None, token_types: int = 0,
                          norm_position: str = "pre", bias: bool = True, dropout: bool = True,
-                         rope_theta: float | None = None, bytes_per_value: int = 2,
+                         rope_theta: float | None = None, attention_kernel: str = "fa2",
+                         bytes_per_value: int = 2,
                          description: str = "") -> Workload:
     """A transformer as a `Workload` whose `transformer` field summarises its shape.
 
@@ -69,7 +70,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         tied_embeddings=tied_embeddings, causal=causal, positional=positional,
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
-        rope_theta=rope_theta)
+        rope_theta=rope_theta, attention_kernel=attention_kernel)
     # Blocks differ only in their names and `block` index: build the chain with block 0 once
     # (through build_workload, as a YAML file of it would be) and copy its layers for the rest.
     prefix, suffix = _prefix_specs(shape), _suffix_specs(shape)
@@ -119,7 +120,8 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
     specs = [] if post else [_norm(shape, "attn_norm", i)]
     specs.append(_spec(shape, "attn_qkv", "attn_qkv", i, bias=shape.bias))
     if shape.flash_attention:
-        specs.append(_spec(shape, "flash_attention", "flash_attention", i, causal=shape.causal))
+        specs.append(_spec(shape, "flash_attention", "flash_attention", i, causal=shape.causal,
+                           attention_kernel=shape.attention_kernel))
     else:
         specs += [_spec(shape, "attn_scores", "attn_scores", i, causal=shape.causal),
                   _spec(shape, "attn_softmax", "attn_softmax", i, causal=shape.causal,

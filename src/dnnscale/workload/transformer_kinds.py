@@ -32,7 +32,7 @@ from dnnscale.errors import MAX_COUNT, InputError, short_repr
 from dnnscale.workload.kind_record import LAYER_KINDS, KernelClass, Recompute
 from dnnscale.workload.kinds import register_kind
 from dnnscale.workload.layer import Layer
-from dnnscale.workload.transformer_shape import POSITIONALS
+from dnnscale.workload.transformer_shape import ATTENTION_KERNELS, POSITIONALS
 
 TOKEN_ID_BYTES = 8     # int64 token ids and targets
 MASK_BYTES = 1         # a dropout mask value
@@ -283,7 +283,7 @@ def rmsnorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 
 
 @register_kind("attn_qkv", kernel=KernelClass.GEMM, splits=megatron("column"),
-               tensor_extent_key="kv_heads")
+               tensor_extent_key="kv_heads", fp8_gemm=True)
 def attn_qkv(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
              needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """The fused Q, K, V projection h -> h + 2·h_kv (3h for multi-head attention; grouped-query
@@ -381,9 +381,12 @@ def attn_context(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 @register_kind("flash_attention", kernel=KernelClass.FLASH, splits=megatron("local"),
                tensor_extent_key="heads")
 def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-                    needs_input_grad: bool, causal: bool = True, **shape: object) -> Layer:
+                    needs_input_grad: bool, causal: bool = True,
+                    attention_kernel: str = "fa2", **shape: object) -> Layer:
     """Fused attention (FlashAttention-2): Q|K|V (s, h + 2·h_kv) -> O (s, h), replacing
-    attn_scores + attn_softmax + attn_context. No weights.
+    attn_scores + attn_softmax + attn_context. No weights. `attention_kernel`
+    (ATTENTION_KERNELS) is the implementation that runs it: it changes no count, only the
+    kernel's published speed (system/attention_kernels.py).
 
     FLOPs: `flash_attention_flops`: forward 4·s²·h (/2 causal); input gradient 2.5 x forward,
     which includes recomputing S = Q·Kᵀ (one forward product); weight gradient 0.
@@ -396,6 +399,10 @@ def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: in
     dims, hyper = _dims("flash_attention", name, shape, ("hidden", "heads"))
     _qkv_input("flash_attention", name, input_shape, dims)
     hyper["causal"] = _flag(name, "causal", causal)
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise InputError(f"layers.{name}.attention_kernel", f"must be one of "
+                         f"{', '.join(ATTENTION_KERNELS)}, got {short_repr(attention_kernel)}")
+    hyper["attention_kernel"] = attention_kernel
     s, h, a, h_kv = dims.s, dims.h, dims.a, dims.h_kv
     assert h is not None and a is not None
     fwd, bwd = flash_attention_flops(s, h, causal)
@@ -407,7 +414,7 @@ def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: in
 
 
 @register_kind("attn_out", kernel=KernelClass.GEMM, splits=megatron("row"),
-               tensor_extent_key="heads")
+               tensor_extent_key="heads", fp8_gemm=True)
 def attn_out(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
              needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """Attention's output projection h -> h; Megatron splits it by rows (row parallel, its
@@ -447,7 +454,7 @@ def _mlp_inner(dims: _Dims) -> int:
 
 
 @register_kind("mlp_up", kernel=KernelClass.GEMM, splits=megatron("column"),
-               tensor_extent_key="ffn")
+               tensor_extent_key="ffn", fp8_gemm=True)
 def mlp_up(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
            needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """The MLP's first linear, h -> f, or h -> 2f (gate and up projections fused) when `gated`
@@ -481,7 +488,7 @@ def mlp_act(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 
 
 @register_kind("mlp_down", kernel=KernelClass.GEMM, splits=megatron("row"),
-               tensor_extent_key="ffn")
+               tensor_extent_key="ffn", fp8_gemm=True)
 def mlp_down(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
              needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
     """The MLP's second linear f -> h; row parallel. FLOPs per phase 2·s·f·h; params f·h +

@@ -17,6 +17,10 @@ from dnnscale.errors import MAX_COUNT, InputError, short_repr
 NORMS = ("layernorm", "rmsnorm")
 POSITIONALS = ("learned", "rope", "none")
 NORM_POSITIONS = ("pre", "post")
+ATTENTION_KERNELS = ("fa2", "triton")
+"""Fused attention kernels a workload may run: FlashAttention-2's CUDA kernels (Megatron,
+PyTorch SDPA, Hugging Face) and the Triton implementation of FlashAttention (llm-foundry's
+``attn_impl: triton``). Each is priced by its published speed (system/attention_kernels.py)."""
 ROPE_THETA_DEFAULT = 10_000.0
 """RoPE's base when a shape gives none: RoFormer's θ_i = 10000^(-2(i-1)/d) (Su et al. 2021,
 eq. 15), which GPT-NeoX, Llama 1 and 2 keep and Hugging Face's configs default to."""
@@ -37,6 +41,8 @@ class TransformerShape:
     (BERT: norm after each residual add, a norm after the embedding, no final norm).
     `rope_theta` is RoPE's base (Llama 3: 500,000), None for the conventional 10,000
     (`rotary_base`); only a RoPE shape has one. It changes no count, only the engines' options.
+    `attention_kernel` is the fused attention kernel (ATTENTION_KERNELS) when
+    `flash_attention` is on; it changes no count, only the kernel's speed.
     """
 
     layers: int
@@ -58,6 +64,7 @@ class TransformerShape:
     bias: bool = True
     dropout: bool = True
     rope_theta: float | None = None
+    attention_kernel: str = "fa2"
 
     def __post_init__(self) -> None:
         for name in REQUIRED_FIELDS:
@@ -69,7 +76,8 @@ class TransformerShape:
                 raise InputError(f"transformer.{name}", f"must be true or false, got "
                                  f"{getattr(self, name)!r}")
         for name, allowed in (("norm", NORMS), ("positional", POSITIONALS),
-                              ("norm_position", NORM_POSITIONS)):
+                              ("norm_position", NORM_POSITIONS),
+                              ("attention_kernel", ATTENTION_KERNELS)):
             if getattr(self, name) not in allowed:
                 raise InputError(f"transformer.{name}", f"must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
@@ -86,6 +94,9 @@ class TransformerShape:
             raise InputError("transformer.positions", f"must be 0 without learned positions, "
                              f"got {self.positions}")
         self._check_rope_theta()
+        if self.attention_kernel != "fa2" and not self.flash_attention:
+            raise InputError("transformer.attention_kernel", f"only fused attention has a "
+                             f"kernel choice; {self.attention_kernel!r} needs flash attention on")
 
     def _check_rope_theta(self) -> None:
         if self.rope_theta is None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer import transformer_workload
-from dnnscale.workload.transformer_shape import ROPE_THETA_DEFAULT
+from dnnscale.workload.transformer_shape import ATTENTION_KERNELS, ROPE_THETA_DEFAULT
 from dnnscale.workload.workload import Workload
 
 GPT3_SEQ, GPT3_VOCAB = 2048, 50257
@@ -119,7 +119,8 @@ _GPT_INTS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads", "po
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
               "tied": "tied_embeddings", "causal": "causal", "bias": "bias",
               "dropout": "dropout"}
-_GPT_CHOICES = {"norm": ("layernorm", "rmsnorm"), "positional": ("learned", "rope", "none")}
+_GPT_CHOICES = {"norm": ("layernorm", "rmsnorm"), "positional": ("learned", "rope", "none"),
+                "attention_kernel": ATTENTION_KERNELS}
 GPT_REQUIRED = ("layers", "hidden", "heads", "seq", "vocab")
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
@@ -164,7 +165,8 @@ def gpt_from_name(argument: str) -> Workload:
     """The workload of ``gpt:<argument>``, e.g. ``layers=24,hidden=1024,heads=16,seq=1024,
     vocab=51200``; optional keys ffn, kv_heads, positions, samples (per epoch), rope_theta
     (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout
-    (true/false), norm (layernorm|rmsnorm), positional (learned|rope|none). Defaults as
+    (true/false), norm (layernorm|rmsnorm), positional (learned|rope|none), attention_kernel
+    (fa2|triton, with flash=true). Defaults as
     `transformer_workload`."""
     options = parse_options(argument, "workload.gpt", _GPT_INTS, _GPT_BOOLS, _GPT_CHOICES)
     for key in GPT_REQUIRED:

@@ -1,0 +1,115 @@
+"""Published speed of fused attention kernels, per kernel and device (performance-model.md §9).
+
+A FlashAttention kernel's achieved FLOP rate depends on the sequence length (how many key
+blocks each query block loops over, against the fixed cost of loading Q and writing O), the
+head dimension (the tile shape) and the causal mask (half the blocks skipped, the diagonal ones
+partly wasted), not on the FLOPs of one call: a curve over FLOP per call, as the GEMM one is,
+cannot tell a long sequence from a large batch. So the `flash_attention` kind is priced by the
+kernels' own published benchmarks (presets/attention_kernels.yaml), interpolated:
+
+    speed(s, d) = linear in log2(s) between the benchmark's lengths, held at the first and
+                  last length outside them; linear in d between its head dimensions, held
+                  outside them
+    η = speed / peak(the benchmark's precision)
+
+A device with a measured `flash` curve (`dnnscale calibrate --gpu`) keeps its own measurement;
+the figures are for devices that have none. Forward and backward get the same η: the sources
+publish their sum.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from dnnscale.system.device import device_family
+
+TFLOPS = 1e12
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class KernelFigures:
+    """One kernel's published forward + backward speed on one device family."""
+
+    kernel: str
+    family: str
+    measured_on: str
+    precision: str
+    seq: tuple[int, ...]
+    flops_per_s: dict[tuple[bool, int], tuple[float | None, ...]]
+    """(causal, head dimension) -> achieved FLOP/s at each of `seq` (None: not published)."""
+    source: str
+
+    def _at_head_dim(self, causal: bool, head_dim: int, seq: int) -> float:
+        points = [(s, v) for s, v in zip(self.seq, self.flops_per_s[(causal, head_dim)])
+                  if v is not None]
+        lengths = [s for s, _ in points]
+        if seq <= lengths[0]:
+            return points[0][1]
+        if seq >= lengths[-1]:
+            return points[-1][1]
+        i = bisect.bisect_right(lengths, seq)
+        (s0, v0), (s1, v1) = points[i - 1], points[i]
+        w = (math.log2(seq) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+        return v0 + w * (v1 - v0)
+
+    def achieved_flops_per_s(self, head_dim: int, causal: bool, seq: int) -> float:
+        """Interpolated speed (module docstring) at `seq` keys per query and `head_dim`."""
+        dims = sorted(d for c, d in self.flops_per_s if c == causal)
+        if head_dim <= dims[0]:
+            return self._at_head_dim(causal, dims[0], seq)
+        if head_dim >= dims[-1]:
+            return self._at_head_dim(causal, dims[-1], seq)
+        i = bisect.bisect_right(dims, head_dim)
+        d0, d1 = dims[i - 1], dims[i]
+        w = (head_dim - d0) / (d1 - d0)
+        return ((1 - w) * self._at_head_dim(causal, d0, seq)
+                + w * self._at_head_dim(causal, d1, seq))
+
+
+def _figures(kernel: str, family: str, data: dict[str, Any]) -> KernelFigures:
+    where = f"attention_kernels.{kernel}.{family}"
+    seq = tuple(int(s) for s in data["seq"])
+    table: dict[tuple[bool, int], tuple[float | None, ...]] = {}
+    for mask, causal in (("causal", True), ("full", False)):
+        for head_dim, values in data[mask].items():
+            if len(values) != len(seq):
+                raise ValueError(f"{where}.{mask}.{head_dim}: {len(values)} values for "
+                                 f"{len(seq)} lengths")
+            table[(causal, int(head_dim))] = tuple(None if v is None else float(v) * TFLOPS
+                                                   for v in values)
+    return KernelFigures(kernel, family, str(data["measured_on"]), str(data["precision"]), seq,
+                         table, str(data["source"]))
+
+
+@functools.cache
+def _table() -> dict[tuple[str, str], KernelFigures]:
+    item = resources.files("dnnscale.system") / "presets" / "attention_kernels.yaml"
+    data = yaml.load(item.read_text(), Loader=_LOADER)  # noqa: S506 (a safe loader)
+    table = {}
+    for kernel, families in data.items():
+        for family, facts in families.items():
+            figures = _figures(kernel, family, facts)
+            for name in (family, *facts.get("applies_to", ())):
+                table[(kernel, name)] = figures
+    return table
+
+
+def published_kernels() -> tuple[str, ...]:
+    """The kernels the table has figures for."""
+    return tuple(sorted({kernel for kernel, _ in _table()}))
+
+
+def kernel_figures(kernel: str, device_name: str) -> KernelFigures | None:
+    """`kernel`'s figures for the family of `device_name`; where that kernel has none there,
+    FlashAttention-2's (the kernel the others are measured against); else None."""
+    family = device_family(device_name)
+    table = _table()
+    return table.get((kernel, family)) or table.get(("fa2", family))
