@@ -108,15 +108,14 @@ def flash_efficiency(device: Device, layer: Layer) -> float | None:
     the device has a measured `flash` curve of its own, or no figure is published for it."""
     if "flash" in device.efficiency:
         return None
-    kernel = layer.hyper.get("attention_kernel") or "fa2"
-    figures = kernel_figures(str(kernel), device.name)
-    peak = device.peak_flops_per_s.get(figures.precision) if figures is not None else None
-    hidden, heads, seq = (layer.hyper.get(key) for key in ("hidden", "heads", "seq"))
-    if figures is None or not peak or not all(isinstance(v, int) for v in (hidden, heads, seq)):
+    figures = kernel_figures(str(layer.hyper.get("attention_kernel") or "fa2"), device.name)
+    if figures is None or not device.peak_flops_per_s.get(figures.precision):
         return None
-    assert isinstance(hidden, int) and isinstance(heads, int) and isinstance(seq, int)
+    hidden, heads, seq = (layer.hyper.get(key) for key in ("hidden", "heads", "seq"))
+    if not (isinstance(hidden, int) and isinstance(heads, int) and isinstance(seq, int)):
+        return None
     speed = figures.achieved_flops_per_s(hidden // heads, bool(layer.hyper.get("causal")), seq)
-    return speed / peak
+    return speed / device.peak_flops_per_s[figures.precision]
 
 
 def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Device,

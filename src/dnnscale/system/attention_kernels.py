@@ -23,15 +23,12 @@ import bisect
 import functools
 import math
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
-import yaml
-
 from dnnscale.system.device import device_family
+from dnnscale.system.gpu import preset_table
 
 TFLOPS = 1e12
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -91,10 +88,8 @@ def _figures(kernel: str, family: str, data: dict[str, Any]) -> KernelFigures:
 
 @functools.cache
 def _table() -> dict[tuple[str, str], KernelFigures]:
-    item = resources.files("dnnscale.system") / "presets" / "attention_kernels.yaml"
-    data = yaml.load(item.read_text(), Loader=_LOADER)  # noqa: S506 (a safe loader)
     table = {}
-    for kernel, families in data.items():
+    for kernel, families in preset_table("attention_kernels").items():
         for family, facts in families.items():
             figures = _figures(kernel, family, facts)
             for name in (family, *facts.get("applies_to", ())):

@@ -53,9 +53,12 @@ def _read(item: Any) -> Any:
 
 
 @functools.cache
-def _table(name: str) -> dict[str, Any]:
+def preset_table(name: str) -> dict[str, Any]:
+    """The mapping of package file presets/`name`.yaml (devices, interconnects,
+    attention_kernels); {} if it is not a mapping."""
     data = _read(_presets() / f"{name}.yaml")
     return data if isinstance(data, dict) else {}
+
 
 
 def node_preset_names() -> list[str]:
@@ -65,7 +68,7 @@ def node_preset_names() -> list[str]:
 
 def inter_node_link_names() -> list[str]:
     """The interconnects of presets/interconnects.yaml that join nodes (IB, RoCE, TCP)."""
-    return sorted(key for key, facts in _table("interconnects").items()
+    return sorted(key for key, facts in preset_table("interconnects").items()
                   if isinstance(facts, dict) and facts.get("kind") == "inter_node")
 
 
@@ -89,7 +92,7 @@ def default_profile_path(device: str) -> Path | None:
 
 def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
     """A Device for one accelerator of presets/devices.yaml with `profile`'s efficiencies."""
-    devices = _table("devices")
+    devices = preset_table("devices")
     if device_name not in devices:
         raise InputError("cluster.device", f"unknown device {device_name!r} (known: "
                          f"{', '.join(sorted(devices))})")
@@ -113,7 +116,7 @@ def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
 def _link_facts(key: str, where: str) -> tuple[float, float]:
     """(bandwidth in bytes/s per direction, latency in s) of interconnect `key` as the spec
     gives it: one GPU's NVLink total inside a node, one NIC port between nodes."""
-    links = _table("interconnects")
+    links = preset_table("interconnects")
     if key not in links:
         raise InputError(where, f"unknown interconnect {key!r} (known: {', '.join(sorted(links))})")
     facts = links[key]
