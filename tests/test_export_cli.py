@@ -164,3 +164,18 @@ def test_workload_yaml_given_for_a_file_that_names_it(tmp_path) -> None:
     plan.write_text("workload: gpt3-125m\ntp: 2\ndp: 2\n")   # as optimize names it
     flags = export_plan(plan, "megatron", str(yaml_path)).files[0].text.splitlines()
     assert "--num-layers 12" in flags and "--hidden-size 768" in flags
+
+
+def test_a_plan_priced_with_another_attention_kernel_says_so(tmp_path) -> None:
+    """The engines run FlashAttention-2; a workload priced with the Triton kernel gets a note
+    (and an fa2 workload none)."""
+    spec = "gpt:layers=4,hidden=256,heads=4,seq=512,vocab=1000,flash=true"
+    path = tmp_path / "plan.yaml"
+    path.write_text("tp: 2\ndp: 4\nmicro_batch: 1\nglobal_batch: 8\n")
+    for kernel, expected in (("triton", True), ("fa2", False)):
+        result = dnnscale("export", str(path), "--to", "megatron", "-w",
+                          f"{spec},attention_kernel={kernel}", "--json")
+        assert result.returncode == 0, result.stderr
+        notes = json.loads(result.stdout)["notes"]
+        assert any("priced with the triton attention kernel" in n for n in notes) is expected
+        assert "--attention-backend flash" in json.loads(result.stdout)["files"][0]["text"]

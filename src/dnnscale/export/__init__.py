@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnscale.errors import InputError
-from dnnscale.export.result import EngineExport, ExportFile
+from dnnscale.export.result import EngineExport, ExportFile, with_kernel_note
 from dnnscale.plan.engines import ENGINES, check_engine
 
 __all__ = ["ENGINES", "EngineExport", "ExportFile", "export_plan"]
@@ -58,12 +58,14 @@ def _export(plan_source: Any, name: str, workload: "str | None", engine: str,
     if engine == "megatron":
         from dnnscale.export.megatron import export_megatron
 
-        return export_megatron(plan_source.plan, shape, loaded.name, **options)
-    if engine == "deepspeed":
+        result = export_megatron(plan_source.plan, shape, loaded.name, **options)
+    elif engine == "deepspeed":
         from dnnscale.export.deepspeed import export_deepspeed
 
-        return export_deepspeed(plan_source.plan, shape, loaded.name, **options)
-    from dnnscale.export.torchtitan import export_torchtitan
+        result = export_deepspeed(plan_source.plan, shape, loaded.name, **options)
+    else:
+        from dnnscale.export.torchtitan import export_torchtitan
 
-    return export_torchtitan(plan_source.plan, shape, loaded.name, **options)
+        result = export_torchtitan(plan_source.plan, shape, loaded.name, **options)
+    return with_kernel_note(result, shape, engine)
 

@@ -9,7 +9,7 @@ time differs from the prediction in that one respect.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.plan.plan import Collective, ParallelPlan
@@ -56,6 +56,20 @@ def overlaps_dp(plan: ParallelPlan) -> bool:
     """Whether the plan's data-parallel gradients overlap the backward pass."""
     aggregation = plan.data.aggregation
     return aggregation.overlap if isinstance(aggregation, Collective) else False
+
+
+def with_kernel_note(result: EngineExport, shape: TransformerShape | None,
+                     engine: str) -> EngineExport:
+    """`result` with a note where the workload's fused attention kernel is one the engine does
+    not run: every engine exported to runs FlashAttention-2 (Megatron's flash backend,
+    Megatron-DeepSpeed's --use-flash-attn-v2, PyTorch's SDPA), so a plan priced with another
+    kernel's speed will run at FlashAttention-2's."""
+    if shape is None or not shape.flash_attention or shape.attention_kernel == "fa2":
+        return result
+    note = (f"the plan was priced with the {shape.attention_kernel} attention kernel; {engine} "
+            f"runs FlashAttention-2, whose published speed differs: predict with "
+            f"attention_kernel=fa2 for what {engine} will run")
+    return replace(result, notes=(*result.notes, note))
 
 
 def check_exportable(plan: ParallelPlan, shape: TransformerShape | None, workload: str,
