@@ -271,7 +271,8 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("predict", "--micro-batch"): "0", ("predict", "--global-batch"): "0",
     ("predict", "--schedule"): "zigzag", ("predict", "--virtual-stages"): "0",
     ("predict", "--zero"): "9", ("predict", "--recompute"): "some",
-    ("predict", "--precision"): "fp4", ("predict", "--input-shape"): "3",
+    ("predict", "--precision"): "fp4", ("predict", "--grad-bytes"): "3",
+    ("predict", "--input-shape"): "3",
     ("predict", "--html"): "{d}",
     ("optimize", "--workload"): ("no-such-net", "workload"),
     ("optimize", "--cluster"): ("no-such-cluster", "cluster"),
@@ -324,7 +325,7 @@ BAD_VALUE_BASES: dict[tuple[str, str], str] = {
     ("report", "--validation"): "bare",
     **{("predict", flag): "gpu-json" for flag in (
         "--tp", "--pp", "--dp", "--micro-batch", "--global-batch", "--schedule",
-        "--virtual-stages", "--zero", "--recompute", "--precision")},
+        "--virtual-stages", "--zero", "--recompute", "--precision", "--grad-bytes")},
 }
 """Where a bad value needs a base other than the first that the flag applies to."""
 NO_VALUE_CASES = {("describe", "--loss"): "is checked once the model is imported, with torch "

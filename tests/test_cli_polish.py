@@ -157,3 +157,24 @@ def test_gpu_search_writes_its_report_and_csv(tmp_path: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(table.read_text())))
     assert len(rows) == 3 and all(r["aggregation"].startswith(("allreduce", "zero")) for r in rows)
     assert float(rows[0]["step_time_s"]) <= float(rows[1]["step_time_s"])
+
+
+def test_grad_bytes_sets_the_gradient_width_the_plan_stores_and_reduces() -> None:
+    """--grad-bytes 4 (fp32, Megatron's default) against 2 (bf16): the gradients' memory is
+    params × width, and the all-reduce moves twice as many bytes."""
+    spec = "gpt:layers=4,hidden=256,heads=4,seq=512,vocab=1000"
+    out = {}
+    for width in (4, 2):
+        done = subprocess.run([sys.executable, "-m", "dnnscale", "predict", "-w", spec, "-c",
+                               "dgx-a100-80g:1", "--dp", "8", "--micro-batch", "1",
+                               "--global-batch", "8", "--precision", "bf16",
+                               "--grad-bytes", str(width), "--json"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        assert data["plan"]["precision"]["grad_bytes"] == width
+        memory = {part["name"]: part["bytes"] for part in data["memory_parts"]}
+        params = memory["weights"] / 2                      # bf16 weights
+        assert memory["gradients"] == params * width
+        out[width] = next(p["seconds"] for p in data["parts"] if p["name"] == "dp_comm")
+    assert out[4] > out[2] > 0

@@ -189,6 +189,10 @@ def predict(workload: Optional[str] = typer.Option(
                                                     help="none | selective | full"),
             precision: Optional[str] = typer.Option(None, "--precision",
                                                     help="fp32 | tf32 | bf16 | fp16 | fp8"),
+            grad_bytes: Optional[int] = typer.Option(
+                None, "--grad-bytes", help="GPU: bytes per gradient value accumulated and "
+                "reduced: 4 (fp32, Megatron's default) | 2 (bf16; the default is the "
+                "precision's width)"),
             sequence_parallel: Optional[bool] = typer.Option(
                 None, "--sequence-parallel/--no-sequence-parallel",
                 help="GPU: split norms and dropout over the tensor-parallel group too"),
@@ -241,7 +245,8 @@ def predict(workload: Optional[str] = typer.Option(
         plan_fields, adam,
         dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
              schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
-             precision=precision, sequence_parallel=sequence_parallel, overlap_dp=overlap_dp))
+             precision=precision, grad_bytes=grad_bytes, sequence_parallel=sequence_parallel,
+             overlap_dp=overlap_dp))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,
