@@ -149,3 +149,15 @@ def test_a_bad_attention_kernel_on_the_command_line_is_one_line_and_exit_2() -> 
     assert done.returncode == 2
     assert "attention_kernel" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_each_fp8_gemm_layer_launches_its_three_casts() -> None:
+    """Under FP8 each of a block's four linears launches 2 casts forward and 1 backward: a
+    one-block GPT launches 4 · 3 = 12 kernels more per micro-batch than under bf16."""
+    from dnnscale.model.stage import stage_costs
+
+    w = _gpt(seq=256, hidden=512, heads=4)
+    system = gpu_system("dgx-h100", 1)
+    launches = {p: stage_costs(w, system, 1, 1, rules="megatron", precision=p).launches("none")
+                for p in ("bf16", "fp8")}
+    assert launches["fp8"] - launches["bf16"] == 4 * 3

@@ -86,6 +86,18 @@ def kernel_precision(layer: Layer, precision: str) -> str:
     return precision
 
 
+FP8_CAST_KERNELS = (2, 1)
+"""Cast kernels an FP8 GEMM layer launches per micro-batch: forward its input and its weights,
+backward its output gradient (each one fused cast-transpose-amax kernel; FP8_CAST_BYTES_PER_VALUE
+gives the source)."""
+
+
+def fp8_cast_launches(layer: Layer, precision: str) -> tuple[int, int]:
+    """(forward, backward) cast kernels `layer` launches under a plan computing in `precision`:
+    FP8_CAST_KERNELS for a layer that runs in FP8 (`kernel_precision`), else none."""
+    return FP8_CAST_KERNELS if kernel_precision(layer, precision) == "fp8" else (0, 0)
+
+
 def fp8_cast_bytes(layer: Layer, fraction: float, minibatch: int) -> tuple[float, float]:
     """(forward, backward) HBM bytes of the FP8 casts of `fraction` of an fp8_gemm `layer` over
     a micro-batch of `minibatch` samples.

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import dnnscale.model.megatron_rules  # noqa: F401  (registers Megatron's sharding rules)
 from dnnscale.model.collectives import collective_transfer, span_members
 from dnnscale.model.compute import cpu_phase_times_s
-from dnnscale.model.gpu_compute import gpu_phase_times_s
+from dnnscale.model.gpu_compute import fp8_cast_launches, gpu_phase_times_s
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
 from dnnscale.plan.mesh import DeviceMesh, Placement, placement
@@ -191,7 +191,8 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         fwd, ing, wg = cpu_phase_times_s(layer, shard.work_fraction, minibatch, device,
                                          skip_weight_grad)
     comm_bytes = comm_messages = comm_s = comm_forward_s = 0.0
-    launches = [int(fwd > 0), int(ing > 0) + int(wg > 0)]
+    casts = fp8_cast_launches(layer, precision) if device.is_accelerator else (0, 0)
+    launches = [int(fwd > 0) + casts[0], int(ing > 0) + int(wg > 0) + casts[1]]
     library, topology = system.collective_library, system.topology
     for event in shard.events:
         launches[event.phase != PHASE_FORWARD] += 1
