@@ -58,7 +58,17 @@ def _every_mode() -> dict[str, Prediction]:
             "ps-async overlapped under a quota": _overlapped_under_a_quota(),
             "allreduce": _adam("allreduce"), "gpu pipeline": _gpu(),
             "gpu zero-3": _gpu(tp=1, pp=1, dp=8, zero=3, recompute="selective",
-                               global_batch=64)}
+                               global_batch=64),
+            "gpu experts and context": dnnscale.predict(
+                _small_moe(), load_system("dgx-a100-80g:1"),
+                dict(tp=1, pp=2, dp=1, ep=2, cp=2, micro_batch=1, global_batch=8))}
+
+
+def _small_moe():
+    from dnnscale.workload.transformer import transformer_workload
+
+    return transformer_workload("small-moe", 4, 256, 8, 128, 1000, flash_attention=True,
+                                experts=4, top_k=2)
 
 
 # ---------------------------------------------------------------- a pipeline by hand

@@ -199,6 +199,17 @@ def predict(workload: Optional[str] = typer.Option(
             overlap_dp: Optional[bool] = typer.Option(
                 None, "--overlap-dp/--no-overlap-dp",
                 help="overlap data-parallel gradients with the backward pass"),
+            ep: Optional[int] = typer.Option(
+                None, "--ep", help="GPU: expert-parallel degree (MoE workloads: experts split "
+                "over ep devices; the mesh is pp × dp × ep × cp × tp)"),
+            cp: Optional[int] = typer.Option(
+                None, "--cp", help="GPU: context-parallel degree (each sequence split over cp "
+                "devices)"),
+            cp_algorithm: Optional[str] = typer.Option(
+                None, "--cp-algorithm", help="GPU: ring (ring attention) | alltoall (Ulysses)"),
+            expert_imbalance: Optional[float] = typer.Option(
+                None, "--expert-imbalance", help="GPU: the busiest ep member's routed tokens "
+                "over the mean (1: uniform, the default)"),
             interconnect: Optional[str] = INTERCONNECT_OPTION,
             inter_node_bandwidth: Optional[str] = INTER_NODE_BANDWIDTH_OPTION,
             inter_node_latency: Optional[str] = INTER_NODE_LATENCY_OPTION,
@@ -246,7 +257,8 @@ def predict(workload: Optional[str] = typer.Option(
         dict(tp=tp, pp=pp, dp=dp, micro_batch=micro_batch, global_batch=global_batch,
              schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
              precision=precision, grad_bytes=grad_bytes, sequence_parallel=sequence_parallel,
-             overlap_dp=overlap_dp))
+             overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
+             expert_imbalance=expert_imbalance))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,

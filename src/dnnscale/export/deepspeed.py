@@ -11,12 +11,25 @@ ds_config keys (deepspeed/runtime/constants.py, zero/config.py, activation_check
 config.py; docs/export.md gives the lines): train_batch_size, train_micro_batch_size_per_gpu,
 gradient_accumulation_steps (DeepSpeed checks train = micro · accumulation · DP),
 zero_optimization.stage and .overlap_comm, bf16.enabled, fp16.enabled (+ loss_scale 0: dynamic),
-communication_data_type, activation_checkpointing. The launch needs CUDA_DEVICE_MAX_CONNECTIONS=1
-with sequence parallelism (a note says so).
+communication_data_type, activation_checkpointing; for a mixture of experts with pp and tp > 1,
+pipeline.pipe_partitioned and .grad_partitioned false (Megatron-DeepSpeed's GPTModelPipe asserts
+them off for MoE; DeepSpeed's defaults are true). The launch needs
+CUDA_DEVICE_MAX_CONNECTIONS=1 with sequence parallelism (a note says so).
+
+Mixture of experts, as DeepSpeed-MoE in Megatron-DeepSpeed (megatron/arguments.py,
+megatron/model/transformer.py): --num-experts E --expert-interval 1 (every block's MLP, as the
+workload has it; the default 2 is every other block), --topk, --moe-expert-parallel-size,
+--enable-expert-tensor-parallelism with tp > 1 (the experts split over the tensor group, as
+priced), --ffn-hidden-size the routed experts' width (each expert is built from it),
+--mlp-type residual for a shared expert as wide as a routed one, --moe-train-capacity-factor or,
+dropless, --disable-moe-token-dropping, and --create-moe-param-group (DeepSpeed's ZeRO
+optimizers assert a MoE parameter group). Context parallelism is DeepSpeed-Ulysses:
+--ds-sequence-parallel-size cp (DP = world size / (TP · PP · SP)).
 
 Refused (plan/engines.py, DeepSpeed's limits with their sources): GPipe and interleaved
 schedules with pp > 1, ZeRO-2/3 with pp > 1, overlap_dp with pp > 1 or without ZeRO, TF32,
-1-byte gradients.
+1-byte gradients, ring attention (Ulysses is all-to-all), Ulysses with tp or pp > 1 or with
+ep > 1, MoE under ZeRO-3, and shared experts of another width than a routed expert.
 """
 
 from __future__ import annotations
@@ -27,9 +40,10 @@ from dnnscale.errors import InputError
 from dnnscale.export.megatron import (CONNECTIONS, batch_flags, model_flags, pipeline_flags,
                                       rotary_base, sequence_parallel)
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
+                                    engine_data_parallel, expert_notes, mesh_product,
                                     overlaps_dp, zero_stage)
 from dnnscale.jsonout import dumps
-from dnnscale.plan.engines import require_engine
+from dnnscale.plan.engines import plan_facts, require_engine, workload_differences
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
 
@@ -38,15 +52,18 @@ CONFIG_NAME = "ds_config.json"
 ARGS_NAME = "megatron-deepspeed.args"
 COMMUNICATION_TYPE = {4: "fp32", 2: "bf16"}
 """grad_bytes -> communication_data_type (fp16 plans reduce in "fp16" instead of "bf16")."""
+MOE_BALANCING = ("Megatron-DeepSpeed adds the gate's auxiliary load-balancing loss weighted by "
+                 "--moe-loss-coeff, 0.1 unless given")
 
 
-def _check_plan(plan: ParallelPlan) -> None:
-    require_engine("deepspeed", plan)  # DeepSpeed's limits live in plan/engines.py
+def _check_plan(plan: ParallelPlan, shape: TransformerShape | None = None) -> None:
+    require_engine("deepspeed", plan, shape=shape)  # DeepSpeed's limits: plan/engines.py
 
 
-def ds_config(plan: ParallelPlan) -> dict[str, Any]:
-    """The ds_config mapping for `plan` (checked first with `_check_plan`)."""
-    _check_plan(plan)
+def ds_config(plan: ParallelPlan, shape: TransformerShape | None = None) -> dict[str, Any]:
+    """The ds_config mapping for `plan` training `shape` (None: a dense model), checked first
+    with `_check_plan`."""
+    _check_plan(plan, shape)
     zero = zero_stage(plan)
     config: dict[str, Any] = {
         "train_batch_size": plan.samples_per_step,
@@ -66,7 +83,38 @@ def ds_config(plan: ParallelPlan) -> dict[str, Any]:
         config["activation_checkpointing"] = {"partition_activations": False,
                                               "contiguous_memory_optimization": False,
                                               "cpu_checkpointing": False}
+    if shape is not None and shape.is_moe and plan.pipeline.stages > 1 and \
+            plan.tensor.degree > 1:
+        config["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
     return config
+
+
+def _moe_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
+    """DeepSpeed-MoE's options in Megatron-DeepSpeed (none for a dense model)."""
+    if not shape.is_moe:
+        return []
+    flags: list[Flag] = [("--num-experts", str(shape.experts)), ("--expert-interval", "1"),
+                         ("--topk", str(shape.top_k))]
+    if shape.shared_ffn:  # as wide as a routed expert (plan/engines.py refuses the rest)
+        flags.append(("--mlp-type", "residual"))
+    if shape.capacity_factor is not None:
+        flags.append(("--moe-train-capacity-factor", f"{shape.capacity_factor:g}"))
+    else:
+        flags.append(("--disable-moe-token-dropping", None))
+    return flags + [("--create-moe-param-group", None)]
+
+
+def _parallel_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
+    """The expert-parallel size (for a mixture of experts) and its tensor split, and the
+    Ulysses group's size."""
+    flags: list[Flag] = []
+    if shape.is_moe:
+        flags.append(("--moe-expert-parallel-size", str(plan.expert.degree)))
+        if plan.tensor.degree > 1:
+            flags.append(("--enable-expert-tensor-parallelism", None))
+    if plan.context.degree > 1:
+        flags.append(("--ds-sequence-parallel-size", str(plan.context.degree)))
+    return flags
 
 
 def megatron_deepspeed_flags(plan: ParallelPlan, shape: TransformerShape,
@@ -79,7 +127,7 @@ def megatron_deepspeed_flags(plan: ParallelPlan, shape: TransformerShape,
         flags.append(("--no-pipeline-parallel", None))
     if sequence_parallel(plan):
         flags.append(("--sequence-parallel", None))
-    flags += batch_flags(plan)
+    flags += _parallel_flags(plan, shape) + batch_flags(plan)
     if plan.memory.recompute == "selective":
         flags.append(("--recompute-granularity", "selective"))
     elif plan.memory.recompute == "full":
@@ -92,7 +140,10 @@ def megatron_deepspeed_flags(plan: ParallelPlan, shape: TransformerShape,
         flags.append(("--bf16", None))
     if compute == "fp8":
         flags += [("--fp8-hybrid", None), ("--transformer-impl", "transformer_engine")]
-    flags += model_flags(shape)
+    # Every block's MLP is the mixture (--expert-interval 1): each expert is built from
+    # --ffn-hidden-size, so it is the routed experts' width.
+    flags += [(name, str(shape.routed_ffn) if name == "--ffn-hidden-size" and shape.is_moe
+               else value) for name, value in model_flags(shape)]
     if shape.kv_heads != shape.heads:
         flags.append(("--num-key-value-heads", str(shape.kv_heads)))
     flags.append(("--normalization", shape.norm))
@@ -103,7 +154,7 @@ def megatron_deepspeed_flags(plan: ParallelPlan, shape: TransformerShape,
         flags.append(("--no-position-embedding", None))
     if shape.flash_attention:
         flags.append(("--use-flash-attn-v2", None))
-    return flags
+    return flags + _moe_flags(plan, shape)
 
 
 def export_deepspeed(plan: ParallelPlan, shape: TransformerShape | None, workload: str,
@@ -111,14 +162,15 @@ def export_deepspeed(plan: ParallelPlan, shape: TransformerShape | None, workloa
     """ds_config (named `config_name`, which the flags point at) and Megatron-DeepSpeed's
     flags for `plan` training `workload`."""
     shape = check_exportable(plan, shape, workload, ENGINE)
-    config = ds_config(plan)
+    config = ds_config(plan, shape)
     flags = megatron_deepspeed_flags(plan, shape, config_name)
+    split = "TP·PP·SP" if plan.context.degree > 1 else "TP·PP"
     notes = [f"{ARGS_NAME} holds Megatron-DeepSpeed's flags (pretrain_gpt.py): DeepSpeed has "
              f"no tensor or pipeline split of its own, the model code builds it",
-             f"launch tp·pp·dp = {plan.tensor.degree}·{plan.pipeline.stages}·"
-             f"{plan.data.replicas} = {plan.workers} processes (deepspeed or torchrun); DP = "
-             f"world size / (TP·PP), and DeepSpeed checks train_batch_size = micro · "
-             f"accumulation · DP"]
+             f"launch {mesh_product(plan)} processes (deepspeed or torchrun); DP = "
+             f"world size / ({split})"
+             + (f" = {engine_data_parallel(plan)}" if plan.expert.degree > 1 else "")
+             + ", and DeepSpeed checks train_batch_size = micro · accumulation · DP"]
     if plan.tensor.sequence_parallel and plan.tensor.degree == 1:
         notes.append("sequence_parallel with tp = 1 has nothing to split: --sequence-parallel "
                      "left out")
@@ -126,5 +178,7 @@ def export_deepspeed(plan: ParallelPlan, shape: TransformerShape | None, workloa
         # Its other reason, the asynchronous tensor-parallel all-reduce, is off under --deepspeed.
         notes.append(f"the launch needs {CONNECTIONS}=1: Megatron-DeepSpeed's validate_args "
                      f"raises without it with --sequence-parallel on CUDA")
+    notes += expert_notes(plan, shape, ENGINE, MOE_BALANCING)
+    notes += [d.message for d in workload_differences("deepspeed", plan_facts(plan), shape)]
     files = (ExportFile(config_name, dumps(config) + "\n"), ExportFile(ARGS_NAME, args_text(flags)))
     return EngineExport(ENGINE, files, tuple(notes), plan.workers)

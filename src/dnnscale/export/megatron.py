@@ -25,7 +25,19 @@ docs/export.md lists each with its source line):
   --vocab-size, --swiglu, --normalization, --untie-embeddings-and-output-weights,
   --position-embedding-type, --rotary-base (RoPE's base, an integer), --disable-bias-linear,
   --attention-dropout, --hidden-dropout, --attention-backend flash.
-- environment (the torchrun script): CUDA_DEVICE_MAX_CONNECTIONS=1 with TP > 1, unset under
+- expert and context parallelism: --expert-model-parallel-size (the experts split over a
+  sub-group of DP · CP; Megatron's DP is then dp · ep, the members that take different
+  samples), --context-parallel-size with --cp-comm-type p2p (ring attention) or a2a (the
+  all-to-all, "like DeepSpeed Ulysses"); DP = world size / (TP · PP · CP).
+- mixture of experts (core/transformer/transformer_config.py): --num-experts, --moe-router-topk
+  (with --moe-router-pre-softmax for top-1, which Megatron requires with its softmax router),
+  --moe-ffn-hidden-size (each routed expert's width, where it is not --ffn-hidden-size),
+  --moe-shared-expert-intermediate-size (the shared experts' total width),
+  --moe-expert-capacity-factor (tokens above it dropped, lowest router probability first, the
+  default --moe-token-drop-policy probs, and not padded up to it, as the plan prices), and
+  always --moe-grouped-gemm (one grouped GEMM over the local experts, as priced) with
+  --moe-token-dispatcher-type alltoall (the all-to-all token exchange the plan prices).
+- environment (the torchrun script): CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP > 1, unset under
   Megatron-FSDP (`device_connections`); the script also passes data and run-length options
   (mock data and the NullTokenizer, a short run) that DATA_ARGS and TRAIN_ARGS replace.
 
@@ -39,6 +51,7 @@ from collections.abc import Sequence
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
+                                    engine_data_parallel, expert_notes, mesh_product,
                                     overlaps_dp, zero_stage)
 from dnnscale.plan.engines import require_engine
 from dnnscale.plan.plan import ParallelPlan
@@ -58,6 +71,12 @@ part Korthikanti et al. 2022 (§4.2) recompute and the plan prices; Megatron's d
 VOCAB_DIVISOR = 128
 """--make-vocab-size-divisible-by's default: Megatron pads the vocabulary to a multiple of this
 times TP (megatron/core/tokenizers/utils/build_tokenizer.py, vocab_size_with_padding)."""
+CP_COMM_TYPE = {"ring": "p2p", "alltoall": "a2a"}
+"""Plan cp_algorithm -> --cp-comm-type: p2p exchanges K/V blocks in a ring overlapped with the
+attention (ring attention), a2a scatters the heads over the cp group ("like DeepSpeed
+Ulysses"; transformer_config.py, cp_comm_type)."""
+MOE_BALANCING = ("Megatron-LM's auxiliary load-balancing loss is off unless --moe-aux-loss-coeff "
+                 "is given: its default is 0, its suggested start 1e-2")
 CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 DATA_ARGS = "--mock-data --tokenizer-type NullTokenizer"
 """The torchrun script's data options unless DATA_ARGS is set: Megatron's mock dataset and the
@@ -180,25 +199,55 @@ def _megatron_model_flags(shape: TransformerShape) -> list[Flag]:
     return flags
 
 
+def _expert_context_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
+    """The expert-parallel size (for a mixture of experts, whatever ep) and, with cp > 1, the
+    context-parallel size and its communication type."""
+    flags: list[Flag] = []
+    if shape.is_moe:
+        flags.append(("--expert-model-parallel-size", str(plan.expert.degree)))
+    if plan.context.degree > 1:
+        flags += [("--context-parallel-size", str(plan.context.degree)),
+                  ("--cp-comm-type", CP_COMM_TYPE[plan.context.algorithm])]
+    return flags
+
+
+def _moe_flags(shape: TransformerShape) -> list[Flag]:
+    """A mixture of experts' options (none for a dense model)."""
+    if not shape.is_moe:
+        return []
+    flags: list[Flag] = [("--num-experts", str(shape.experts)),
+                         ("--moe-router-topk", str(shape.top_k))]
+    if shape.top_k == 1:  # TransformerConfig refuses a top-1 softmax router without it
+        flags.append(("--moe-router-pre-softmax", None))
+    if shape.routed_ffn != shape.ffn:
+        flags.append(("--moe-ffn-hidden-size", str(shape.routed_ffn)))
+    if shape.shared_ffn:
+        flags.append(("--moe-shared-expert-intermediate-size", str(shape.shared_ffn)))
+    if shape.capacity_factor is not None:
+        flags.append(("--moe-expert-capacity-factor", f"{shape.capacity_factor:g}"))
+    return flags + [("--moe-grouped-gemm", None), ("--moe-token-dispatcher-type", "alltoall")]
+
+
 def megatron_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
     """Every option of the plan and the model, in the order parallelism, batch, data
-    parallelism, recomputation, precision, model."""
+    parallelism, recomputation, precision, model, mixture of experts."""
     flags = pipeline_flags(plan, shape)
     if sequence_parallel(plan):
         flags.append(("--sequence-parallel", None))
-    return (flags + batch_flags(plan) + _data_parallel_flags(plan) + _recompute_flags(plan)
-            + _precision_flags(plan) + _megatron_model_flags(shape))
+    return (flags + _expert_context_flags(plan, shape) + batch_flags(plan)
+            + _data_parallel_flags(plan) + _recompute_flags(plan) + _precision_flags(plan)
+            + _megatron_model_flags(shape) + _moe_flags(shape))
 
 
 def device_connections(plan: ParallelPlan) -> str | None:
-    """What the launch does with CUDA_DEVICE_MAX_CONNECTIONS: "1" with TP > 1 (Megatron-LM's
-    validate_args asserts it on GPUs before Blackwell, compute capability < 10: one hardware
-    work queue keeps each tensor-parallel collective ahead of the GEMM it overlaps), "unset"
-    under Megatron-FSDP (ZeRO-2/3, which asserts it is not 1, and only warns with TP > 1),
-    None when Megatron checks nothing."""
+    """What the launch does with CUDA_DEVICE_MAX_CONNECTIONS: "1" with TP or CP > 1
+    (Megatron-LM's validate_args asserts it on GPUs before Blackwell, compute capability < 10:
+    one hardware work queue keeps each tensor- or context-parallel collective ahead of the
+    kernel it overlaps), "unset" under Megatron-FSDP (ZeRO-2/3, which asserts it is not 1, and
+    only warns with TP or CP > 1), None when Megatron checks nothing."""
     if zero_stage(plan) in FSDP_STRATEGY:
         return "unset"
-    return "1" if plan.tensor.degree > 1 else None
+    return "1" if plan.tensor.degree > 1 or plan.context.degree > 1 else None
 
 
 def _environment(plan: ParallelPlan, script: bool) -> tuple[list[str], str | None]:
@@ -209,11 +258,13 @@ def _environment(plan: ParallelPlan, script: bool) -> tuple[list[str], str | Non
     if setting is None:
         return [], None
     if setting == "1":
-        lines = [f"# Megatron-LM asserts {CONNECTIONS}=1 with tensor parallelism on GPUs before "
+        split, which = (("tensor parallelism", "tp > 1") if plan.context.degree == 1 else
+                        ("tensor or context parallelism", "tp or cp > 1"))
+        lines = [f"# Megatron-LM asserts {CONNECTIONS}=1 with {split} on GPUs before "
                  f"Blackwell.", f"export {CONNECTIONS}=1"]
         need, done = f"{CONNECTIONS}=1", "the script exports it"
-        why = ("Megatron-LM's validate_args asserts it with tp > 1 on GPUs before Blackwell "
-               "(compute capability < 10; Blackwell does not need it)")
+        why = (f"Megatron-LM's validate_args asserts it with {which} on GPUs before Blackwell "
+               f"(compute capability < 10; Blackwell does not need it)")
     else:
         lines = [f"# Megatron-FSDP asserts {CONNECTIONS} is not 1.", f"unset {CONNECTIONS}"]
         need, done = f"{CONNECTIONS} unset or above 1", "the script unsets it"
@@ -242,10 +293,11 @@ def torchrun_text(flags: list[Flag], world_size: int, gpus_per_node: int, script
     return "\n".join(lines + [line + " \\" for line in body[:-1]] + body[-1:]) + "\n"
 
 
-def check_nodes(world_size: int, gpus_per_node: int, engine: str) -> None:
-    """A multi-node job fills whole nodes."""
+def check_nodes(world_size: int, gpus_per_node: int, engine: str,
+                degrees: str = "tp·pp·dp") -> None:
+    """A multi-node job fills whole nodes (`degrees`: the names whose product is the world)."""
     if world_size > gpus_per_node and world_size % gpus_per_node:
-        raise InputError("--gpus-per-node", f"the {engine} job needs tp·pp·dp = {world_size} "
+        raise InputError("--gpus-per-node", f"the {engine} job needs {degrees} = {world_size} "
                          f"GPUs, not a whole number of {gpus_per_node}-GPU nodes")
 
 
@@ -256,16 +308,19 @@ def export_megatron(plan: ParallelPlan, shape: TransformerShape | None, workload
         raise InputError("--format", f"{ENGINE} exports as {' or '.join(FORMATS)}, got "
                          f"{short_repr(output_format)}")
     shape = check_exportable(plan, shape, workload, ENGINE)
-    require_engine("megatron", plan)  # Megatron-LM's limits live in plan/engines.py
+    require_engine("megatron", plan, shape=shape)  # Megatron-LM's limits: plan/engines.py
     flags = megatron_flags(plan, shape)
     world = plan.workers
     notes = []
     if plan.tensor.sequence_parallel and plan.tensor.degree == 1:
         notes.append("sequence_parallel with tp = 1 has nothing to split: --sequence-parallel "
                      "left out (Megatron-LM turns it off itself)")
-    notes.append(f"data-parallel size {plan.data.replicas} is implied: launch tp·pp·dp = "
-                 f"{plan.tensor.degree}·{plan.pipeline.stages}·{plan.data.replicas} = {world} "
-                 f"processes and Megatron-LM takes DP = world size / (TP·PP)")
+    notes.append(f"data-parallel size {engine_data_parallel(plan)} is implied: launch "
+                 f"{mesh_product(plan)} processes and Megatron-LM takes DP = world size / "
+                 f"({'TP·PP·CP' if plan.context.degree > 1 else 'TP·PP'})"
+                 + (" and splits the experts over EP members of DP·CP"
+                    if plan.expert.degree > 1 else ""))
+    notes += expert_notes(plan, shape, ENGINE, MOE_BALANCING)
     padded = padded_vocab(shape.vocab, plan.tensor.degree)
     if padded != shape.vocab:
         notes.append(f"Megatron-LM pads the vocabulary to a multiple of {VOCAB_DIVISOR}·TP: "
@@ -280,14 +335,16 @@ def export_megatron(plan: ParallelPlan, shape: TransformerShape | None, workload
                      f"{TRAIN_ARGS}) and the optimizer's options")
         files = (ExportFile("megatron.args", args_text(flags)),)
     else:
-        check_nodes(world, gpus_per_node, ENGINE)
+        check_nodes(world, gpus_per_node, ENGINE, mesh_product(plan).split(" = ")[0])
         notes.append(f"the script trains on mock data with the NullTokenizer ({DATA_ARGS}) "
                      f"for a short run ({TRAIN_ARGS}); set DATA_ARGS and TRAIN_ARGS to replace "
                      f"them, e.g. DATA_ARGS=\"--data-path PREFIX --tokenizer-type "
                      f"HuggingFaceTokenizer --tokenizer-model DIR\"")
+        mesh = "".join(f" x {name} {size}" for name, size in (
+            ("EP", plan.expert.degree), ("CP", plan.context.degree)) if size > 1)
         header = [f"Megatron-LM launch for {workload}, exported by dnnscale.",
                   f"World size {world} = TP {plan.tensor.degree} x PP {plan.pipeline.stages} x "
-                  f"DP {plan.data.replicas} (DP is implied by the world size)."]
+                  f"DP {plan.data.replicas}{mesh} (DP is implied by the world size)."]
         environment += [
             "# Data and run length: mock data and the NullTokenizer (its vocabulary is "
             "--vocab-size) and a",

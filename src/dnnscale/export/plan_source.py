@@ -133,9 +133,11 @@ PLAN_DICT_PATHS = {
     "schedule": "pipeline.schedule", "virtual_stages": "pipeline.virtual_stages",
     "zero": "data.aggregation.zero_stage", "recompute": "memory.recompute",
     "precision": "precision.compute", "sequence_parallel": "tensor.sequence_parallel",
-    "overlap_dp": "data.aggregation.overlap", "grad_bytes": "precision.grad_bytes"}
+    "overlap_dp": "data.aggregation.overlap", "grad_bytes": "precision.grad_bytes",
+    "ep": "expert.degree", "expert_imbalance": "expert.imbalance", "cp": "context.degree",
+    "cp_algorithm": "context.algorithm"}
 """Plan field -> where `ParallelPlan.to_dict()` holds it (global_batch: micro · accumulation ·
-replicas), so that an error names the key the file has."""
+replicas · ep), so that an error names the key the file has."""
 
 
 def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
@@ -149,6 +151,9 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
     batch = _section(plan, "batch", where)
     memory = _section(plan, "memory", where)
     precision = _section(plan, "precision", where)
+    # expert and context parallelism: absent from the JSON of versions before them (ep = cp = 1)
+    expert = _section(plan, "expert", where) if "expert" in plan else {}
+    context = _section(plan, "context", where) if "context" in plan else {}
     kind = aggregation.get("kind")
     if kind != "Collective":
         raise InputError(f"{where}.data.aggregation.kind", f"{short_repr(kind)}: a "
@@ -156,20 +161,22 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
     if tensor.get("rules") != "megatron":
         raise InputError(f"{where}.tensor.rules", f"{short_repr(tensor.get('rules'))}: only "
                          f"Megatron-style tensor splits have an engine to export to")
-    micro, accumulation, replicas = (batch.get("micro_batch"), batch.get("accumulation"),
-                                     data.get("replicas"))
+    micro, accumulation, replicas, ep = (batch.get("micro_batch"), batch.get("accumulation"),
+                                         data.get("replicas"), expert.get("degree", 1))
     counts = {"batch.micro_batch": micro, "batch.accumulation": accumulation,
-              "data.replicas": replicas}
+              "data.replicas": replicas, "expert.degree": ep}
     for name, value in counts.items():
         require_int(f"{where}.{name}", value, maximum=MAX_COUNT)
     fields = {"tp": tensor.get("degree"), "pp": pipeline.get("stages"), "dp": replicas,
-              "micro_batch": micro, "global_batch": micro * accumulation * replicas,
+              "micro_batch": micro, "global_batch": micro * accumulation * replicas * ep,
               "schedule": pipeline.get("schedule"),
               "virtual_stages": pipeline.get("virtual_stages"),
               "zero": aggregation.get("zero_stage"), "recompute": memory.get("recompute"),
               "precision": precision.get("compute"),
               "sequence_parallel": tensor.get("sequence_parallel"),
-              "overlap_dp": aggregation.get("overlap"), "grad_bytes": precision.get("grad_bytes")}
+              "overlap_dp": aggregation.get("overlap"), "grad_bytes": precision.get("grad_bytes"),
+              "ep": ep, "expert_imbalance": expert.get("imbalance", 1.0),
+              "cp": context.get("degree", 1), "cp_algorithm": context.get("algorithm", "ring")}
     try:
         result = modern_plan_from_dict(fields, where)
     except InputError as exc:

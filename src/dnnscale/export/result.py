@@ -17,7 +17,7 @@ from dnnscale.plan.rules import check_plan_shape
 from dnnscale.workload.transformer_shape import TransformerShape
 
 MAX_WORLD = 1 << 18
-"""GPUs an export may launch (tp · pp · dp): about twice the largest clusters built (some 10^5
+"""GPUs an export may launch (tp · pp · dp · ep · cp): about twice the largest clusters built (some 10^5
 GPUs); more is a typing slip, not a cluster."""
 MAX_GLOBAL_BATCH = 1 << 24
 """Samples per step an export may ask for: the largest published batches of language models
@@ -43,7 +43,7 @@ class EngineExport:
     files: tuple[ExportFile, ...]
     notes: tuple[str, ...] = field(default=())
     world_size: int = 1
-    """GPUs the job needs: tp · pp · dp."""
+    """GPUs the job needs: tp · pp · dp · ep · cp."""
 
 
 def zero_stage(plan: ParallelPlan) -> int:
@@ -56,6 +56,45 @@ def overlaps_dp(plan: ParallelPlan) -> bool:
     """Whether the plan's data-parallel gradients overlap the backward pass."""
     aggregation = plan.data.aggregation
     return aggregation.overlap if isinstance(aggregation, Collective) else False
+
+
+def mesh_product(plan: ParallelPlan) -> str:
+    """The launch's process count as the plan's degrees multiply to it: 'tp·pp·dp = 8·8·12 =
+    768', with ·ep and ·cp where they are above 1."""
+    names, sizes = ["tp", "pp", "dp"], [plan.tensor.degree, plan.pipeline.stages,
+                                        plan.data.replicas]
+    for name, size in (("ep", plan.expert.degree), ("cp", plan.context.degree)):
+        if size > 1:
+            names.append(name)
+            sizes.append(size)
+    return f"{'·'.join(names)} = {'·'.join(map(str, sizes))} = {plan.workers}"
+
+
+def engine_data_parallel(plan: ParallelPlan) -> str:
+    """The data-parallel size the Megatron dialects derive (world / (TP·PP·CP)): dp, or
+    'dp·ep = 1·8 = 8' with expert parallelism (the expert-parallel members take different
+    samples, so the engine counts them as data parallel)."""
+    size = plan.data.replicas * plan.expert.degree
+    if plan.expert.degree == 1:
+        return str(size)
+    return f"dp·ep = {plan.data.replicas}·{plan.expert.degree} = {size}"
+
+
+def expert_notes(plan: ParallelPlan, shape: TransformerShape, engine: str,
+                 balancing: str) -> list[str]:
+    """The notes of a mixture-of-experts export: the plan's expert_imbalance is the router's
+    measured load, which no engine option sets (`balancing`: the engine's load-balancing
+    setting, which shapes it); none for a dense model or ep = 1 (one member holds every
+    expert)."""
+    if not shape.is_moe or plan.expert.degree == 1:
+        return []
+    imbalance = plan.expert.imbalance
+    priced = ("uniform routing (expert_imbalance 1)" if imbalance == 1 else
+              f"the busiest expert-parallel member at {imbalance:g}× the mean routed tokens "
+              f"(expert_imbalance)")
+    return [f"the plan priced {priced}: that is the router's measured load, which no {engine} "
+            f"option sets; the run's own routing decides it ({balancing}): measure it and "
+            f"predict again with the measured expert_imbalance"]
 
 
 def with_kernel_note(result: EngineExport, shape: TransformerShape | None,
@@ -91,8 +130,9 @@ def check_exportable(plan: ParallelPlan, shape: TransformerShape | None, workloa
                          f"configuration")
     check_plan_shape(plan, shape)
     if plan.workers > MAX_WORLD:
-        raise InputError("plan.dp", f"tp·pp·dp = {plan.workers:,} GPUs; {engine} launches at "
-                         f"most {MAX_WORLD:,} here (no cluster has that many)")
+        raise InputError("plan.dp", f"{mesh_product(plan).rsplit(' = ', 1)[0]} = "
+                         f"{plan.workers:,} GPUs; {engine} launches at most {MAX_WORLD:,} here "
+                         f"(no cluster has that many)")
     if plan.samples_per_step > MAX_GLOBAL_BATCH:
         raise InputError("plan.global_batch", f"{plan.samples_per_step:,} samples per step; at "
                          f"most {MAX_GLOBAL_BATCH:,} (no {engine} run trains batches this large)")

@@ -16,18 +16,31 @@ names (``--parallelism.tensor_parallel_degree 8``).
   them, ZeRO-3). What torchtitan cannot run (no ZeRO-1, DDP only as the sole parallelism,
   no fp16 or TF32) and what it always does (fp32 reduction, overlap, sequence-parallel norms)
   are plan/engines.py's.
+- expert and context parallelism, [parallelism]: expert_parallel_degree = ep with
+  expert_tensor_parallel_degree = tp (the experts split over the tensor group as well, as
+  priced; torchtitan's default 1 would fold the tensor group into ep instead), ep borrowed from
+  the FSDP2 degree, which therefore holds every sample-taking member: data_parallel_shard_degree
+  = dp · ep; context_parallel_degree = cp with context_parallel_rotate_method "alltoall" (torch's
+  _AllToAllRotater: each step passes the K/V shard to the next rank, ring attention as priced;
+  "allgather", the default, gathers every shard at once) and the default "headtail" load
+  balancer (the 2 · cp chunks the plan prices). DDP with ep or cp > 1, the all-to-all (Ulysses)
+  algorithm, a capacity factor and shared experts narrower than a multiple of a routed one are
+  refused (plan/engines.py).
 - [training] local_batch_size (per DP rank and gradient-accumulation step; with a pipeline it
   holds all the step's micro-batches, which the pipeline splits), global_batch_size, seq_len,
   mixed_precision_param, mixed_precision_reduce.
 - [activation_checkpoint] mode none | full | selective (selective_ac_option "op": per-op
   checkpointing that saves matmul and attention outputs).
 - [model] name, flavor (the shape is a registered flavor, not options), converters
-  (["quantize.linear.float8"] for fp8).
+  (["quantize.linear.float8"] for fp8). A mixture of experts is named "llama4" (torchtitan's
+  MoE decoder with pipelining, GQA and RoPE; qwen3 and gpt_oss have no pipelining_fn), whose
+  flavor a note gives to register: no shipped flavor has a dense-attention Mixtral-style shape.
 """
 
 from __future__ import annotations
 
-from dnnscale.export.result import EngineExport, ExportFile, check_exportable, zero_stage
+from dnnscale.export.result import (EngineExport, ExportFile, check_exportable, expert_notes,
+                                    mesh_product, zero_stage)
 from dnnscale.export.toml_text import TomlValue, toml_text
 from dnnscale.plan.engines import engine_differences, plan_facts, require_engine
 from dnnscale.plan.modern import plan_label
@@ -50,6 +63,14 @@ multiple_of: 8B 4096 → 10922 · 1.3 → 14336 (multiple of 1024); 70B 8192 →
 (4096); 405B 16384 → 43690 · 1.2 → 53248 (4096)."""
 LLAMA3_ROPE_THETA = 500_000.0
 """The RoPE base every llama3 flavor sets (rope_theta=500000, same file)."""
+CP_ROTATE_METHOD = "alltoall"
+"""context_parallel_rotate_method for ring attention: torch's _AllToAllRotater passes each K/V
+shard on to the next rank at every step (a ring); "allgather" gathers them all at once."""
+MOE_MODEL = "llama4"
+"""torchtitan's model for a mixture of experts (models/llama4: RMSNorm, SwiGLU, GQA, RoPE, MoE
+blocks, with pipelining)."""
+MOE_BALANCING = ("torchtitan balances the experts by an auxiliary-loss-free per-expert router "
+                 "bias, load_balance_coeff 1e-3 by default")
 
 
 def _llama3_flavor(shape: TransformerShape) -> str | None:
@@ -69,7 +90,9 @@ def _is_llama(shape: TransformerShape) -> bool:
 
 
 def _parallelism(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlValue]:
-    zero, dp = zero_stage(plan), plan.data.replicas  # zero 0, 2 or 3 (plan/engines.py)
+    # zero 0, 2 or 3, and zero 0 only without ep and cp (plan/engines.py); the ep members take
+    # different samples, so they are data parallel to torchtitan (ep borrows from dp_shard).
+    zero, dp = zero_stage(plan), plan.batch_replicas
     section: dict[str, TomlValue] = {
         "data_parallel_replicate_degree": 1 if zero else dp,
         "data_parallel_shard_degree": dp if zero else 1,
@@ -86,6 +109,12 @@ def _parallelism(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlV
             shape.layers // (pipeline.stages * pipeline.virtual_stages)
         section["pipeline_parallel_first_stage_less_layers"] = 0
         section["pipeline_parallel_last_stage_less_layers"] = 0
+    if plan.context.degree > 1:  # ring attention (plan/engines.py refuses the all-to-all)
+        section["context_parallel_degree"] = plan.context.degree
+        section["context_parallel_rotate_method"] = CP_ROTATE_METHOD
+    if plan.expert.degree > 1:
+        section["expert_parallel_degree"] = plan.expert.degree
+        section["expert_tensor_parallel_degree"] = plan.tensor.degree
     return section
 
 
@@ -109,10 +138,48 @@ def _activation_checkpoint(plan: ParallelPlan) -> dict[str, TomlValue]:
     return {"mode": recompute}
 
 
+def moe_flavor_args(shape: TransformerShape) -> tuple[dict[str, object], dict[str, object]]:
+    """The llama4 TransformerModelArgs and MoEArgs keywords of a mixture of experts: MoE blocks
+    every layer (interleave_moe_layer_step 1); each expert of width int(8 · dim / 3 ·
+    ffn_dim_multiplier) rounded up to multiple_of (auto_scale_hidden_dim False), so multiple_of
+    = the routed width, with a multiplier only where 8 · dim / 3 exceeds it; shared experts as
+    num_shared_experts MLPs of the routed width; a softmax router over normalised top-k scores
+    (torchtitan/models/llama4/model/model.py, models/moe/moe.py)."""
+    width, base = shape.routed_ffn, int(8 * shape.hidden / 3)
+    model: dict[str, object] = {
+        "dim": shape.hidden, "n_layers": shape.layers, "n_heads": shape.heads,
+        "n_kv_heads": shape.kv_heads, "rope_theta": shape.rotary_base,
+        "interleave_moe_layer_step": 1, "auto_scale_hidden_dim": False, "multiple_of": width,
+        "ffn_dim_multiplier": None if base <= width else width / base}
+    moe: dict[str, object] = {"num_experts": shape.experts,
+                              "num_shared_experts": shape.shared_ffn // width,
+                              "top_k": shape.top_k, "score_func": "softmax", "route_norm": True}
+    return model, moe
+
+
+def moe_flavor_note(shape: TransformerShape, workload: str) -> str:
+    """How to register the llama4 flavor of a mixture of experts (`moe_flavor_args`)."""
+    model, moe = moe_flavor_args(shape)
+
+    def call(name: str, keywords: dict[str, object]) -> str:
+        return f"{name}({', '.join(f'{k}={v!r}' for k, v in keywords.items())})"
+
+    return (f"no torchtitan flavor has {workload}'s shape: register a {MOE_MODEL} flavor named "
+            f"{workload!r} in torchtitan/models/llama4/__init__.py: "
+            f"{call('TransformerModelArgs', model)[:-1]}, moe_args={call('MoEArgs', moe)}) "
+            f"(experts of width {shape.routed_ffn})")
+
+
 def _notes(plan: ParallelPlan, shape: TransformerShape, workload: str,
            flavor: str | None) -> list[str]:
     notes = []
-    if flavor is None:
+    if shape.is_moe:
+        notes.append(moe_flavor_note(shape, workload))
+        if not _is_llama(shape):
+            notes.append(f"torchtitan's {MOE_MODEL} is RMSNorm + SwiGLU + RoPE, untied, no "
+                         f"biases; {workload} is not, so the flavor is only an approximation "
+                         f"of it")
+    elif flavor is None:
         if _is_llama(shape):
             notes.append(f"no torchtitan llama3 flavor has {workload}'s shape: register one "
                          f"named {workload!r} (dim={shape.hidden}, n_layers={shape.layers}, "
@@ -126,9 +193,11 @@ def _notes(plan: ParallelPlan, shape: TransformerShape, workload: str,
     notes.append(f"the vocabulary ({shape.vocab}) comes from the tokenizer at "
                  f"model.hf_assets_path")
     notes += [d.message for d in engine_differences("torchtitan", plan_facts(plan))]
-    notes.append(f"launch tp·pp·dp = {plan.tensor.degree}·{plan.pipeline.stages}·"
-                 f"{plan.data.replicas} = {plan.workers} processes: torchtitan checks that "
-                 f"the degrees multiply to the world size")
+    notes += expert_notes(plan, shape, ENGINE, MOE_BALANCING)
+    notes.append(f"launch {mesh_product(plan)} processes: torchtitan checks that the degrees "
+                 f"multiply to the world size"
+                 + (f" (data_parallel_shard_degree dp·ep = {plan.batch_replicas}: ep borrows "
+                    f"from it)" if plan.expert.degree > 1 else ""))
     return notes
 
 
@@ -136,9 +205,10 @@ def export_torchtitan(plan: ParallelPlan, shape: TransformerShape | None,
                       workload: str) -> EngineExport:
     """torchtitan's TOML job config for `plan` training `workload`."""
     shape = check_exportable(plan, shape, workload, ENGINE)
-    require_engine("torchtitan", plan)  # torchtitan's limits live in plan/engines.py
-    flavor = _llama3_flavor(shape)
-    model: dict[str, TomlValue] = {"name": "llama3", "flavor": flavor or workload}
+    require_engine("torchtitan", plan, shape=shape)  # torchtitan's limits: plan/engines.py
+    flavor = None if shape.is_moe else _llama3_flavor(shape)
+    model: dict[str, TomlValue] = {"name": MOE_MODEL if shape.is_moe else "llama3",
+                                   "flavor": flavor or workload}
     if plan.precision.compute == "fp8":
         model["converters"] = ["quantize.linear.float8"]
     tables = {"job": {"description": f"{workload}: {plan_label(plan)} (exported by dnnscale)"},

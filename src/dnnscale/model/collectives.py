@@ -31,7 +31,7 @@ from dnnscale.plan.plan import ALGORITHMS
 from dnnscale.system.topology import GroupSpan, LinkTier, Topology
 
 LIBRARIES = ("gloo", "nccl")
-OPERATIONS = ("allgather", "reduce_scatter", "allreduce", "halo", "ps_sync_pull")
+OPERATIONS = ("allgather", "reduce_scatter", "allreduce", "halo", "ps_sync_pull", "alltoall")
 FIT_OF = {("reduce_scatter", "gloo"): "allreduce"}
 """Operations priced with another's calibrated fit: gloo runs reduce_scatter as an all-reduce."""
 
@@ -180,6 +180,23 @@ def held_pull_convoy(payload_bytes: float, members: int) -> Transfer:
     return Transfer(members * payload_bytes, float(members))
 
 
+@collective_cost("alltoall", "gloo", "nccl", algorithms=EVERY_ALGORITHM)
+def pairwise_alltoall(payload_bytes: float, members: int) -> Transfer:
+    """All-to-all: each member holds a tensor of `payload_bytes` cut into g equal pieces and
+    sends piece j to member j (the expert dispatch and combine of a mixture of experts, the
+    Ulysses head/sequence swap), one message to each of the g − 1 others.
+
+    Formula: bytes = (g−1)/g · x, messages = g − 1 (the piece it keeps stays local).
+    Units: bytes, count -> bytes, count.
+    Source: Thakur, Rabenseifner & Gropp, IJHPCA 2005 (pairwise-exchange all-to-all); NCCL
+    runs it as grouped point-to-point sends and receives (nccl-tests doc/PERFORMANCE.md:
+    alltoall bus bandwidth = algorithm bandwidth · (n−1)/n).
+    """
+    if members <= 1 or payload_bytes <= 0:
+        return Transfer(0.0, 0.0)
+    return Transfer((members - 1) / members * payload_bytes, float(members - 1))
+
+
 PULL_PIECE_CURVE = "ps_sync_pull/piece"
 """The LinkTier curve key of a testbed's measured held pulls, per piece: (x / S_m, t / S_m) of
 each point measured with S_m shards (validate/profile.apply_profile)."""
@@ -248,6 +265,30 @@ def collective_time_s(operation: str, library: str, payload_bytes: float, member
     return transfer_time_s(transfer.bytes, transfer.messages, bandwidth, latency)
 
 
+def alltoall_two_tier_s(library: str, payload_bytes: float, span: GroupSpan, intra: LinkTier,
+                        inter: LinkTier) -> float:
+    """An all-to-all among k members in each of N > 1 nodes: the pieces for the k − 1 members
+    of its own node go over the intra-node tier while the pieces for the g − k members in
+    other nodes leave through its NIC, at once; the slower of the two sets the time.
+
+    Formula: with g = N·k and x the member's tensor, t = max(t_intra, t_inter), t_intra =
+    (k−1)/g · x / B_intra + (k−1)·α_intra, t_inter = (g−k)/g · x / B_inter + (g−k)·α_inter
+    (the registry's pairwise_alltoall wire bytes, (g−1)/g · x, split by where the pieces go).
+    Units: bytes, counts -> s.
+    Source: NCCL's all-to-all is grouped point-to-point sends, each over the path to its peer
+    (NCCL user guide, "Point-to-point communication": all-to-all); DGX nodes give each GPU its
+    own NIC, so a GPU's inter-node pieces share one NIC (NVIDIA DGX H100 user guide).
+    """
+    whole = collective_transfer("alltoall", library, payload_bytes, span.size)
+    if whole.messages <= 0:
+        return 0.0
+    members, per_node = span.size, span.per_node
+    near, far = per_node - 1, members - per_node
+    piece = whole.bytes / whole.messages
+    return max(transfer_time_s(near * piece, near, intra.bandwidth_bytes_per_s, intra.latency_s),
+               transfer_time_s(far * piece, far, inter.bandwidth_bytes_per_s, inter.latency_s))
+
+
 def span_members(operation: str, members: int) -> int:
     """How many members of its group a collective's span holds: its `members`, and for a halo
     exchange (whose `members` counts neighbours, halo_exchange) the member and its neighbours.
@@ -293,6 +334,8 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
         return collective_time_s(operation, library, payload_bytes, members, intra,
                                  algorithm) + call_s
     inter = topology.inter_node
+    if operation == "alltoall" and per_node > 1:
+        return alltoall_two_tier_s(library, payload_bytes, span, intra, inter) + call_s
     if per_node == 1:
         return collective_time_s(operation, library, payload_bytes, members, inter,
                                  algorithm) + call_s

@@ -60,6 +60,7 @@ from dnnscale.model.collectives import held_pull_convoy_s
 from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
                                           exposed_after_backward_s, optimizer_step_bytes,
                                           zero_traffic)
+from dnnscale.model.mesh_split import MeshSplit
 from dnnscale.model.network import overlapped_time_s, transfer_time_s
 from dnnscale.model.quota import background_exchange_s, collective_after_compute_s
 from dnnscale.model.prediction import StepPart
@@ -73,10 +74,11 @@ from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
 from dnnscale.model.stragglers import straggler_factor
 from dnnscale.model.vectors import Region, flat_layout, vector_traffic
-from dnnscale.plan.mesh import MeshDim, placement
+from dnnscale.plan.mesh import MeshDim, joint_span, placement
 from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
 from dnnscale.system.device import Device
 from dnnscale.system.system import System
+from dnnscale.system.topology import GroupSpan
 from dnnscale.workload.workload import Workload
 
 MODE_PS_ASYNC, MODE_PS_SYNC, MODE_COLLECTIVE = "ps-async", "ps-sync", "collective"
@@ -103,6 +105,8 @@ class StepContext:
         plan, system = self.plan, self.system
         self.stage = stage = self.stages[0]
         self.micro_batches = plan.batch.accumulation
+        self.split = MeshSplit.of(plan)
+        self.ep = plan.expert.degree
         self.n, self.P = plan.batch.per_replica, plan.tensor.degree
         self.params = stage.stored_params(stage.params or self.workload.params)  # W + (P−1)·W_rep
         self.bandwidth = system.network.bandwidth_bytes_per_s
@@ -147,13 +151,16 @@ class StepContext:
         self.p2p_s = self._p2p_seconds()
         recompute = plan.memory.recompute
         self.pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
-        per_stage: dict[int, tuple[float, int, float]] = {}
+        per_stage: dict[int, tuple[float, int, float, float]] = {}
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
             if id(stage) not in per_stage:
+                stored = stage.stored_params(stage.params or workload.params)
+                experts = stage.expert_params / (self.P * self.ep)
                 per_stage[id(stage)] = (
-                    stage.compute_s + stage.partition_s + stage.recompute_s(recompute),
+                    stage.compute_s + stage.partition_s + stage.recompute_s(recompute)
+                    + stage.expert_comm_s + stage.context_comm_s,
                     stage.launches(recompute),
-                    stage.stored_params(stage.params or workload.params) / self.P)
+                    (stored - stage.expert_params) / self.P + experts, experts)
         self.device_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
         self.launches = tuple(per_stage[id(stage)][1] for stage in self.stages)
         self.launch_s = self._launch_s(plan.data.replicas)
@@ -162,6 +169,9 @@ class StepContext:
         self.busy_s = pipeline_time_s(self.stage_seconds, self.micro_batches,
                                       plan.pipeline.virtual_stages)
         self.member_params = tuple(per_stage[id(stage)][2] for stage in self.stages)
+        """Parameters a member of each stage holds: its dense share W/tp and its experts'
+        (W_experts / (tp · ep))."""
+        self.member_expert_params = tuple(per_stage[id(stage)][3] for stage in self.stages)
         self.params_on_worker = self.member_params[0]
         self.ring_bytes = self.params_on_worker * self.grad_bytes_per_value
         self.update_s = self.update_time_s(1)
@@ -190,8 +200,8 @@ class StepContext:
 
     def _p2p_seconds(self) -> tuple[float, ...]:
         """Each stage's pipeline sends per micro-batch: its activation forward to the next
-        stage and its input gradient backward to the previous, b·s·h values each, over the tier
-        between adjacent stages (v times with v virtual stages), two members of a pp group
+        stage and its input gradient backward to the previous, b·(s/cp)·h values each, over the
+        tier between adjacent stages (v times with v virtual stages), two members of a pp group
         (plan/mesh.placement)."""
         stages = len(self.stages)
         if stages <= 1:
@@ -202,7 +212,8 @@ class StepContext:
         out = []
         for index, stage in enumerate(self.stages):
             values = shape.seq * shape.hidden if shape is not None else stage.boundary_values
-            payload = values * self.plan.batch.micro_batch * bytes_per_value
+            payload = (values * self.plan.batch.micro_batch * bytes_per_value
+                       * self.split.token_fraction)
             sends = (index < stages - 1) + (index > 0)
             out.append(sends * self.plan.pipeline.virtual_stages * transfer_time_s(
                 payload, 1, tier.bandwidth_bytes_per_s, tier.latency_s))
@@ -211,38 +222,55 @@ class StepContext:
     def update_time_s(self, replicas: int) -> float:
         """The slowest stage's optimizer step: on a CPU the worker's passes over the
         parameters it holds (model/bookkeeping.py); on an accelerator the memory-bound step over
-        the optimizer's shard (1/d under ZeRO)."""
+        the optimizer's shard (under ZeRO the dense parameters 1/(d·ep·cp), the experts'
+        1/(d·cp): their data-parallel groups)."""
         device = self.system.machine
-        shard = replicas if self.collective.zero_stage >= 1 else 1
+        zero = self.collective.zero_stage >= 1
+        split = self.split
+        dense_shard = replicas * split.ep * split.cp if zero else 1
+        expert_shard = replicas * split.cp if zero else 1
         if not device.is_accelerator:
             return worker_bookkeeping_s(self.params_on_worker, self.workload.bytes_per_value,
                                         False, device)
         seconds = 0.0
-        for params in self.member_params:
-            moved = optimizer_step_bytes(params / shard, self.grad_bytes_per_value,
+        for params, experts in zip(self.member_params, self.member_expert_params):
+            shard_params = (params - experts) / dense_shard + experts / expert_shard
+            moved = optimizer_step_bytes(shard_params, self.grad_bytes_per_value,
                                          self.param_bytes_per_value, self.state_bytes_per_param)
             eta = device.memory_efficiency.at(moved) if device.memory_efficiency else 1.0
             seconds = max(seconds, moved / (device.memory_bandwidth_bytes_per_s * eta))
         return seconds
 
+    def data_parallel_spans(self, replicas: int) -> tuple[GroupSpan, GroupSpan]:
+        """The spans of the dense parameters' gradient group (dp × ep × cp members) and the
+        experts' (dp × cp), with `replicas` along dp (plan/mesh.joint_span)."""
+        mesh = self.plan.mesh.with_size(MeshDim.DP, replicas)
+        per_node = self.topology.devices_per_node
+        return (joint_span(mesh, (MeshDim.DP, MeshDim.EP, MeshDim.CP), per_node),
+                joint_span(mesh, (MeshDim.DP, MeshDim.CP), per_node))
+
     def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
-        """The slowest stage's data-parallel communication per step (exposed part), among
-        a dp group of `replicas` members placed by plan/mesh.placement, each collective run
-        by the plan's algorithm (collectives.py)."""
-        if replicas <= 1:
+        """The slowest stage's data-parallel communication per step (exposed part): the dense
+        parameters' among the dp × ep × cp members holding them, then the experts' among the
+        dp × cp holding them (`data_parallel_spans`), each collective run by the plan's
+        algorithm (collectives.py)."""
+        dense_span, expert_span = self.data_parallel_spans(replicas)
+        if dense_span.size <= 1:
             return 0.0
-        span = self.placement[MeshDim.DP].span_of(replicas)
+        deferred = deferred_gradient_sync(self.collective.zero_stage, self.plan.pipeline.stages)
         slowest = 0.0
-        for stage, params in zip(self.stages, self.member_params):
+        for stage, params, experts in zip(self.stages, self.member_params,
+                                          self.member_expert_params):
             seconds = 0.0
-            for operation, payload, count in zero_traffic(
-                    self.collective.zero_stage, params * self.grad_bytes_per_value,
-                    params * self.param_bytes_per_value, micro_batches,
-                    deferred_gradient_sync(self.collective.zero_stage,
-                                           self.plan.pipeline.stages)):
-                seconds += count * collective_after_compute_s(
-                    self.system, operation, payload, span, self.topology,
-                    self.collective.algorithm)
+            for span, group_params in ((dense_span, params - experts), (expert_span, experts)):
+                if span.size <= 1 or group_params <= 0:
+                    continue
+                for operation, payload, count in zero_traffic(
+                        self.collective.zero_stage, group_params * self.grad_bytes_per_value,
+                        group_params * self.param_bytes_per_value, micro_batches, deferred):
+                    seconds += count * collective_after_compute_s(
+                        self.system, operation, payload, span, self.topology,
+                        self.collective.algorithm)
             if self.collective.overlap:
                 seconds = exposed_after_backward_s(
                     seconds, stage.input_grad_s + stage.weight_grad_s,
@@ -472,7 +500,8 @@ def _collective(ctx: StepContext, replicas: int,
     dp_s = ctx.data_parallel_s(replicas, m)
     update_s = ctx.update_s if ctx.collective.zero_stage == 0 else ctx.update_time_s(replicas)
     step_s = ctx.combine(busy_s, dp_s) + update_s
-    return replicas * ctx.plan.batch.micro_batch * m / step_s, step_s, dp_s, busy_s, update_s
+    samples = replicas * ctx.ep * ctx.plan.batch.micro_batch * m
+    return samples / step_s, step_s, dp_s, busy_s, update_s
 
 
 def throughput(ctx: StepContext, replicas: int, shards: int) -> float:
@@ -514,7 +543,7 @@ def bound(ctx: StepContext, lo: int, hi: int, replicas: int) -> float:
         return _ps_async(ctx, replicas, hi, lo)[0]
     if ctx.mode == MODE_PS_SYNC:
         return _ps_sync(ctx, replicas, hi, lo)[0]
-    return hi * ctx.n / _collective(ctx, lo)[1]
+    return hi * ctx.ep * ctx.n / _collective(ctx, lo)[1]
 
 
 # ------------------------------------------------------------------ the typed result
@@ -570,7 +599,8 @@ def _stage_record(ctx: StepContext, index: int, stage: StageCosts) -> StageRecor
                        stage.partition_s, tp_forward_s,
                        stage.recompute_s(ctx.plan.memory.recompute), ctx.device_s[index],
                        ctx.host_s[index], ctx.p2p_s[index], ctx.stage_seconds[index],
-                       stage.layers)
+                       stage.layers, stage.expert_comm_s, stage.context_comm_s,
+                       stage.totals.expert_forward_s, stage.totals.context_forward_s)
 
 
 def step_record(ctx: StepContext, busy_s: float,
@@ -687,15 +717,22 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
               Part.WEIGHT_GRAD: m * stage.weight_grad_s}
     compute_s = sum(phases.values())
     tp_s, pp_s = m * stage.tp_comm_s, m * stage.p2p_s
+    ep_s, cp_s = m * stage.ep_comm_s, m * stage.cp_comm_s
     launch_s = m * stage.launch_wait_s
     bubble_s = record.bubble_s
     record = replace(record, collectives=(CollectiveTime(Part.TP_COMM, MeshDim.TP, tp_s),
+                                          CollectiveTime(Part.EP_COMM, MeshDim.EP, ep_s),
+                                          CollectiveTime(Part.CP_COMM, MeshDim.CP, cp_s),
                                           CollectiveTime(Part.PP_COMM, MeshDim.PP, pp_s),
                                           CollectiveTime(Part.DP_COMM, MeshDim.DP, dp_s)))
     parts = [StepPart(name, seconds, PartKind.COMPUTE) for name, seconds in phases.items()]
     parts += [StepPart(Part.COMPUTE, compute_s, PartKind.SUM, tuple(phases)),
               StepPart(Part.RECOMPUTE, recompute_s, PartKind.COMPUTE),
               StepPart(Part.TP_COMM, tp_s, PartKind.COMMUNICATION),
+              *([StepPart(Part.EP_COMM, ep_s, PartKind.COMMUNICATION)]
+                if ctx.split.ep > 1 else []),
+              *([StepPart(Part.CP_COMM, cp_s, PartKind.COMMUNICATION)]
+                if ctx.split.cp > 1 else []),
               StepPart(Part.PP_COMM, pp_s, PartKind.COMMUNICATION),
               StepPart(Part.LAUNCH_WAIT, launch_s, PartKind.WAIT),
               StepPart(Part.BUBBLE, bubble_s, PartKind.WAIT),
@@ -704,11 +741,16 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
               StepPart(Part.STEP, step_s, PartKind.TOTAL)]
     bottleneck = _largest({Bottleneck.COMPUTE: compute_s + recompute_s,
                            Bottleneck.TP_COMM: tp_s,
+                           Bottleneck.EP_COMM: ep_s, Bottleneck.CP_COMM: cp_s,
                            Bottleneck.PP_COMM: pp_s, Bottleneck.BUBBLE: bubble_s,
                            Bottleneck.LAUNCHES: launch_s,
                            Bottleneck.DP_COMM: dp_s, Bottleneck.OPTIMIZER_STEP: update_s})
     utilization = {"compute": (compute_s + recompute_s) / step_s, "tp_network": tp_s / step_s,
                    "pp_network": pp_s / step_s, "dp_network": dp_s / step_s}
+    if ctx.split.ep > 1:
+        utilization["ep_network"] = ep_s / step_s
+    if ctx.split.cp > 1:
+        utilization["cp_network"] = cp_s / step_s
     return Composition(x, step_s, bottleneck, tuple(parts), utilization, {"devices": x},
                        record=record)
 

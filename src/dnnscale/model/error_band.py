@@ -46,7 +46,7 @@ BOTTLENECK_CLASSES: dict[str, tuple[Bottleneck, ...]] = {
     "compute": (Bottleneck.WORKER_COMPUTE, Bottleneck.COMPUTE, Bottleneck.LAUNCHES,
                 Bottleneck.OPTIMIZER_STEP, Bottleneck.BUBBLE),
     "partition communication": (Bottleneck.PARTITION_COMM, Bottleneck.TP_COMM,
-                                Bottleneck.PP_COMM),
+                                Bottleneck.PP_COMM, Bottleneck.EP_COMM, Bottleneck.CP_COMM),
     "aggregation": (Bottleneck.PS_NETWORK, Bottleneck.PS_CPU, Bottleneck.WORKER_PS_TRANSFER,
                     Bottleneck.ALLREDUCE_NETWORK, Bottleneck.DP_COMM),
 }

@@ -98,9 +98,12 @@ def fp8_cast_launches(layer: Layer, precision: str) -> tuple[int, int]:
     return FP8_CAST_KERNELS if kernel_precision(layer, precision) == "fp8" else (0, 0)
 
 
-def fp8_cast_bytes(layer: Layer, fraction: float, minibatch: int) -> tuple[float, float]:
+def fp8_cast_bytes(layer: Layer, fraction: float, minibatch: int,
+                   weight_fraction: float | None = None) -> tuple[float, float]:
     """(forward, backward) HBM bytes of the FP8 casts of `fraction` of an fp8_gemm `layer` over
-    a micro-batch of `minibatch` samples.
+    a micro-batch of `minibatch` samples; the member holds `weight_fraction` of its weights
+    (default `fraction`; less where the work is also split by tokens or experts are split
+    over ep: model/stage.py).
 
     Formula: forward (m·X + W)·4 B: the input X (values per sample) and the weights W cast
     and transposed; backward m·Y·4 B: the output gradient. `fraction` scales all three (a
@@ -109,15 +112,20 @@ def fp8_cast_bytes(layer: Layer, fraction: float, minibatch: int) -> tuple[float
     Engine paths do (Megatron can keep the FP8 weights of the first micro-batch).
     Units: bytes. Source: FP8_CAST_BYTES_PER_VALUE.
     """
-    forward = fraction * (minibatch * layer.input_values + layer.params) * FP8_CAST_BYTES_PER_VALUE
+    weights = fraction if weight_fraction is None else weight_fraction
+    forward = (fraction * minibatch * layer.input_values + weights * layer.params) \
+        * FP8_CAST_BYTES_PER_VALUE
     backward = fraction * minibatch * layer.activation_values * FP8_CAST_BYTES_PER_VALUE
     return float(forward), float(backward)
 
 
-def flash_efficiency(device: Device, layer: Layer) -> float | None:
+def flash_efficiency(device: Device, layer: Layer,
+                     kernel_shape: tuple[int, bool] | None = None) -> float | None:
     """η of a `flash_attention` layer from its kernel's published speed on `device`'s family
-    (system/attention_kernels.py): at its head dimension, mask and sequence length. None where
-    the device has a measured `flash` curve of its own, or no figure is published for it."""
+    (system/attention_kernels.py): at its head dimension, mask and sequence length, or at the
+    (sequence length, causal) of `kernel_shape` where the kernel runs on blocks of the
+    sequence (ring attention, model/context_parallel.py). None where the device has a
+    measured `flash` curve of its own, or no figure is published for it."""
     if "flash" in device.efficiency:
         return None
     figures = kernel_figures(str(layer.hyper.get("attention_kernel") or "fa2"), device.name)
@@ -126,13 +134,18 @@ def flash_efficiency(device: Device, layer: Layer) -> float | None:
     hidden, heads, seq = (layer.hyper.get(key) for key in ("hidden", "heads", "seq"))
     if not (isinstance(hidden, int) and isinstance(heads, int) and isinstance(seq, int)):
         return None
-    speed = figures.achieved_flops_per_s(hidden // heads, bool(layer.hyper.get("causal")), seq)
+    causal = bool(layer.hyper.get("causal"))
+    if kernel_shape is not None:
+        seq, causal = kernel_shape
+    speed = figures.achieved_flops_per_s(hidden // heads, causal, seq)
     return speed / device.peak_flops_per_s[figures.precision]
 
 
 def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Device,
                       precision: str, bytes_scale: float,
-                      skip_weight_grad: bool = False) -> tuple[float, float, float]:
+                      skip_weight_grad: bool = False, calls: int = 1,
+                      kernel_shape: tuple[int, bool] | None = None,
+                      weight_fraction: float | None = None) -> tuple[float, float, float]:
     """Forward, input-gradient and weight-gradient seconds of `fraction` of `layer` over a
     micro-batch of `minibatch` samples, each phase one kernel (`kernel_time_s`), in the
     precision `kernel_precision` gives; an FP8 GEMM adds its casts (`fp8_cast_bytes`, memory
@@ -140,14 +153,20 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     kernel's published speed (`flash_efficiency`) where the device has no measured curve.
 
     `bytes_scale`: the plan's activation width over the workload's (bf16 workload, fp32 plan: 2).
+    `calls`: GEMMs of equal size a phase runs (a member's local experts,
+    model/expert_parallel.py): η is the curve's at one call's FLOPs, F / calls.
+    `kernel_shape`: the fused attention kernel's (sequence length, causal) where it is not the
+    layer's own (`flash_efficiency`). `weight_fraction`: the share of the layer's weights the
+    member holds, for the FP8 weight cast (`fp8_cast_bytes`).
     """
     runs_in = kernel_precision(layer, precision)
     peak = peak_flops_per_s(device, runs_in)
     kernel = record_of(layer).kernel
     kernel_class = None if kernel is KernelClass.MEMORY else kernel.value  # None: no FLOPs here
-    fixed_eta = flash_efficiency(device, layer) if kernel is KernelClass.FLASH else None
+    fixed_eta = (flash_efficiency(device, layer, kernel_shape) if kernel is KernelClass.FLASH
+                 else None)
     memory_curve = device.memory_efficiency
-    casts = (fp8_cast_bytes(layer, fraction, minibatch) if runs_in == "fp8"
+    casts = (fp8_cast_bytes(layer, fraction, minibatch, weight_fraction) if runs_in == "fp8"
              else (0.0, 0.0))
     cast_s = tuple(kernel_time_s(0.0, q, peak, 1.0, device.memory_bandwidth_bytes_per_s,
                                  memory_curve.at(q) if memory_curve else 1.0) if q > 0 else 0.0
@@ -163,7 +182,7 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
         work_flops = fraction * minibatch * flops if kernel_class else 0.0
         work_bytes = fraction * minibatch * bytes_moved * bytes_scale
         flop_eta = (fixed_eta if fixed_eta is not None else
-                    efficiency(device, kernel_class, work_flops)
+                    efficiency(device, kernel_class, work_flops / max(1, calls))
                     if kernel_class and work_flops > 0 else 1.0)
         memory_eta = memory_curve.at(work_bytes) if memory_curve and work_bytes > 0 else 1.0
         times.append(kernel_time_s(work_flops, work_bytes, peak, flop_eta,

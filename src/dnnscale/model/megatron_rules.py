@@ -32,12 +32,13 @@ the sum of exponentials, the target's logit): Megatron's vocab_parallel_cross_en
 
 
 def _activation_bytes(layer: Layer, context: SplitContext) -> float:
-    """b·s·h·bytes: one micro-batch's activation entering or leaving a block's sub-layer."""
+    """b·s·h·bytes: one micro-batch's activation entering or leaving a block's sub-layer (of
+    the member's s / cp tokens under context parallelism)."""
     hidden = layer.hyper.get("hidden")
     seq = layer.hyper.get("seq")
     values = (int(hidden) * int(seq) if isinstance(hidden, int) and isinstance(seq, int)
               else layer.activation_values)
-    return values * context.bytes_per_value * context.minibatch
+    return values * context.bytes_per_value * context.minibatch * context.token_fraction
 
 
 def _column_events(layer: Layer, degree: int, context: SplitContext,
@@ -111,7 +112,7 @@ def vocab_parallel_loss(layer: Layer, degree: int, context: SplitContext) -> Sha
     """Vocabulary-parallel cross-entropy: 1/t of the logits, 3 all-reduces of b·s fp32 values
     (max logit, sum of exponentials, target logit) forward."""
     seq = layer.hyper.get("seq")
-    tokens = (int(seq) if isinstance(seq, int) else 1) * context.minibatch
+    tokens = (int(seq) if isinstance(seq, int) else 1) * context.minibatch * context.token_fraction
     events = tuple(CommEvent("allreduce", tokens * LOSS_STATISTIC_BYTES, degree,
                              PHASE_FORWARD) for _ in range(3)) if degree > 1 else ()
     return Shard(TENSOR, _split(degree), 0, events)

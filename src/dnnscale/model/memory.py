@@ -3,6 +3,8 @@ activations on a worker; weights and optimizer state on a parameter-server machi
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from dnnscale.model.prediction import MemoryPart
 
 
@@ -37,10 +39,29 @@ def ps_memory_parts(params_on_shard: float, param_bytes: float,
             MemoryPart("ps_optimizer_state", params_on_shard * optimizer_state_bytes_per_param, "ps"))
 
 
+class MoeActivations(NamedTuple):
+    """A mixture of experts' widths for the activation formula: routed copies per token
+    (top-k times the busiest member's load factor), the routed experts' activation input and
+    output widths, the experts' count (for the router's probabilities) and the shared
+    experts' widths (0 without)."""
+
+    copies: float
+    expert_in: int
+    expert_out: int
+    experts: int
+    shared_in: int = 0
+    shared_out: int = 0
+
+
+ROUTER_STATE_BYTES = 4
+"""The router keeps its E probabilities per token in fp32 for backward."""
+
+
 def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, heads: int,
                                        kv_hidden: int, ffn_in: int, ffn_out: int, tensor: int,
                                        sequence_parallel: bool, recompute: str,
-                                       flash_attention: bool) -> float:
+                                       flash_attention: bool, context: int = 1,
+                                       moe: MoeActivations | None = None) -> float:
     """Activation bytes one transformer block keeps for its backward, per micro-batch.
 
     Formula: (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
@@ -52,21 +73,34 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
       the attention core: 5·a·s²·b (softmax output, its dropout mask and output), split by t;
         0 with selective recomputation; 4·a·s·b (FlashAttention's fp32 log-sum-exp) with
         flash attention;
-      full recomputation keeps only the block's input, 2·s·b·h (/t under sequence parallel).
+      full recomputation keeps only the block's input, 2·s·b·h (/t under sequence parallel);
+      a mixture of experts (`moe`, k' = its copies per token) keeps, instead of the MLP's two
+        split terms, the routed copies entering the experts and leaving them (2·2·s·b·k'·h,
+        whole: every tensor-parallel member holds its tokens' copies), the experts'
+        activation input and output 2·s·b·k'·(f_in + f_out)/t, the router's fp32
+        probabilities 4·s·b·E, and the shared experts' 2·s·b·(f_in + f_out)/t;
+      context parallelism (cp members) divides everything by cp (each keeps s/cp tokens).
     For MHA with f = 4h this is Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) without tensor
     parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with it, and (34 + 5·a·s/h)/t with sequence
     parallelism.
     Units: tokens, samples, features, counts -> bytes.
     Source: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
     Models", MLSys 2023, §4 (eq. 1-2) and §5 (selective recomputation); Dao 2023
-    (FlashAttention-2 keeps the log-sum-exp only).
+    (FlashAttention-2 keeps the log-sum-exp only); Megatron-Core's MoE layer (the permuted
+    tokens and the experts' activations saved for backward).
     """
-    s, b, h = seq, micro_batch, hidden
+    s, b, h = seq / max(1, context), micro_batch, hidden
     t = max(1, tensor)
     if recompute == "full":
         return 2 * s * b * h / (t if sequence_parallel else 1)
     whole = 10 * s * b * h / (t if sequence_parallel else 1)
-    split = (4 * s * b * h + 4 * s * b * kv_hidden + 2 * s * b * ffn_in + 2 * s * b * ffn_out) / t
+    if moe is None:
+        mlp = (2 * s * b * ffn_in + 2 * s * b * ffn_out) / t
+    else:
+        mlp = (4 * s * b * moe.copies * h + ROUTER_STATE_BYTES * s * b * moe.experts
+               + (2 * s * b * moe.copies * (moe.expert_in + moe.expert_out)
+                  + 2 * s * b * (moe.shared_in + moe.shared_out)) / t)
+    split = (4 * s * b * h + 4 * s * b * kv_hidden) / t + mlp
     if flash_attention:
         core = 4 * heads * s * b / t
     elif recompute == "selective":

@@ -7,8 +7,10 @@ import math
 from dnnscale.model.compose import StepContext, compose, epoch_time_s
 from dnnscale.model.data_parallel import memory_zero_stage
 from dnnscale.model.error_band import band_of
+from dnnscale.model.expert_parallel import expert_load_factor
 from dnnscale.model.gpu_compute import peak_flops_per_s
-from dnnscale.model.memory import (ps_memory_parts, sharded_state_parts,
+from dnnscale.model.mesh_split import MeshSplit
+from dnnscale.model.memory import (MoeActivations, ps_memory_parts, sharded_state_parts,
                                    transformer_block_activation_bytes, worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
 from dnnscale.model.schedule import in_flight_micro_batches, stage_layers
@@ -17,6 +19,7 @@ from dnnscale.model.stage import (StageCosts, pipeline_layout, stage_costs, stag
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import OPTIMIZERS, Collective, ParallelPlan, ParameterServer
 from dnnscale.system.system import System
+from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
 
@@ -30,10 +33,11 @@ def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
     b = workload.bytes_per_value
     scale = (plan.precision.activation_bytes or b) / b
     precision, sp = plan.precision.compute, plan.tensor.sequence_parallel
+    split = MeshSplit.of(plan)
     if plan.pipeline.stages == 1:
         return (stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
                             fc_protocol, plan.tensor.rules, precision=precision,
-                            sequence_parallel=sp, bytes_scale=scale),)
+                            sequence_parallel=sp, bytes_scale=scale, split=split),)
     assignment = stage_layers(workload.layers, plan.pipeline.stages,
                               plan.pipeline.virtual_stages)
     layout = (pipeline_layout(workload, assignment)
@@ -41,11 +45,11 @@ def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
     if layout is not None:
         template = stage_template(workload, system, plan.tensor.degree, plan.batch.micro_batch,
                                   layout.block, precision=precision, sequence_parallel=sp,
-                                  bytes_scale=scale)
+                                  bytes_scale=scale, split=split)
         return stages_from_template(workload, template, layout)
     return tuple(stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
                              fc_protocol, plan.tensor.rules, indices, precision=precision,
-                             sequence_parallel=sp, bytes_scale=scale)
+                             sequence_parallel=sp, bytes_scale=scale, split=split)
                  for indices in assignment)
 
 
@@ -116,6 +120,25 @@ def memory_parts(workload: Workload, system: System, plan: ParallelPlan,
     return parts, capacity
 
 
+def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan) -> float:
+    """Activation bytes one transformer block of `shape` keeps per micro-batch under `plan`
+    (model/memory.transformer_block_activation_bytes), its MLP's terms those of its mixture
+    of experts where it has one: the routed experts' at the busiest ep member's load."""
+    ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
+    moe = None
+    if shape.is_moe:
+        routed = shape.routed_ffn
+        shared = shape.shared_ffn
+        moe = MoeActivations(
+            shape.top_k * expert_load_factor(plan.expert.imbalance, shape.capacity_factor),
+            2 * routed if shape.gated else routed, routed, shape.experts,
+            2 * shared if shape.gated else shared, shared)
+    return transformer_block_activation_bytes(
+        shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
+        ffn_in, shape.ffn, plan.tensor.degree, plan.tensor.sequence_parallel,
+        plan.memory.recompute, shape.flash_attention, plan.context.degree, moe)
+
+
 def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,
                              context: StepContext) -> tuple[tuple[MemoryPart, ...], dict[str, float]]:
     """Memory parts of the device that needs the most (the fullest pipeline stage, the first of
@@ -141,25 +164,26 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
     b = workload.bytes_per_value
     act_bytes = plan.precision.activation_bytes or b
     shape = workload.transformer
-    t, p = plan.tensor.degree, plan.pipeline.stages
+    p = plan.pipeline.stages
     per_block = 0.0
     if shape is not None:
-        ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
-        per_block = transformer_block_activation_bytes(
-            shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
-            ffn_in, shape.ffn, t, plan.tensor.sequence_parallel, plan.memory.recompute,
-            shape.flash_attention)
+        per_block = block_activation_bytes(shape, plan)
     out: list[tuple[MemoryPart, ...]] = []
     seen: set[tuple[float, float, float]] = set()
-    for index, (stage, params) in enumerate(zip(context.stages, context.member_params)):
+    zero_stage = memory_zero_stage(zero, plan.pipeline.stages)
+    for index, (stage, params, experts) in enumerate(zip(context.stages, context.member_params,
+                                                         context.member_expert_params)):
         signature = (params, stage.totals.blocks, stage.totals.outside_activation_values)
         if distinct and signature in seen:
             continue
         seen.add(signature)
-        state = sharded_state_parts(params, context.param_bytes_per_value,
-                                    context.grad_bytes_per_value, context.state_bytes_per_param,
-                                    memory_zero_stage(zero, plan.pipeline.stages),
-                                    plan.data.replicas)
+        # dense parameters shard over their dp × ep × cp group, the experts' over dp × cp
+        dense, expert = (sharded_state_parts(
+            group_params, context.param_bytes_per_value, context.grad_bytes_per_value,
+            context.state_bytes_per_param, zero_stage, replicas)
+            for group_params, replicas in ((params - experts, plan.dense_replicas),
+                                           (experts, plan.expert_replicas)))
+        state = tuple(MemoryPart(a.name, a.bytes + b.bytes) for a, b in zip(dense, expert))
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
         blocks = stage.blocks
@@ -167,6 +191,7 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
             else 0.0
         outside = (stage.totals.outside_activation_values if shape is not None
                    else stage.totals.activation_values)
-        per_micro_batch += outside * plan.batch.micro_batch * act_bytes
+        per_micro_batch += (outside * plan.batch.micro_batch * act_bytes
+                            / plan.context.degree)
         out.append(state + (MemoryPart("activations", per_micro_batch * held),))
     return tuple(out)

@@ -18,6 +18,7 @@ from dnnscale.model.error_band import ErrorBand
 from dnnscale.model.records import Bottleneck, Part, PartKind, StepRecord
 from dnnscale.model.stage import LayerCost
 from dnnscale.plan.config import Config
+from dnnscale.plan.mesh import MESH_ORDER
 from dnnscale.plan.plan import ParallelPlan
 
 PART_KINDS = tuple(PartKind)
@@ -172,10 +173,20 @@ class Prediction:
             data["straggler_factor"] = self.straggler_factor
         if self.error_band is not None:
             data["error_band"] = self.error_band.to_dict()
+        record = self.step_record
+        if record is not None and record.by_stage:
+            mesh = self.plan.mesh
+            data["mesh"] = {
+                "order": [str(dim) for dim in MESH_ORDER],
+                "sizes": {str(dim): mesh.size(dim) for dim in MESH_ORDER},
+                "devices": mesh.devices,
+                "collectives_s": {str(c.dimension): c.seconds for c in record.collectives}}
         if with_layers:
             data["layers"] = [
                 {"name": c.name, "kind": c.kind, "scheme": c.scheme, "work_fraction": c.work_fraction,
                  "forward_s": c.forward_s, "input_grad_s": c.input_grad_s,
-                 "weight_grad_s": c.weight_grad_s, "comm_bytes": c.comm_bytes, "comm_s": c.comm_s}
+                 "weight_grad_s": c.weight_grad_s, "comm_bytes": c.comm_bytes, "comm_s": c.comm_s,
+                 **({"ep_comm_s": c.ep_comm_s} if c.ep_comm_s else {}),
+                 **({"cp_comm_s": c.cp_comm_s} if c.cp_comm_s else {})}
                 for c in self.layers]
         return data

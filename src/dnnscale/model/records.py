@@ -12,7 +12,8 @@ explain, CSV and export read them and never price a plan themselves.
   recomputed forward, the kernels' device time, the host's launch time, the point-to-point
   sends to its neighbours (mesh dimension pp).
 - `StepRecord`: every stage, the slowest marked, the micro-batch count and schedule, the
-  pipeline's time and bubble, and the step's collectives by mesh dimension (tp, pp, dp).
+  pipeline's time and bubble, and the step's collectives by mesh dimension (tp, ep, cp, pp,
+  dp).
 
 Units: seconds throughout; per micro-batch on a stage record, per step on the step record.
 """
@@ -36,6 +37,8 @@ class Part(StrEnum):
     RECOMPUTE = "recompute"
     PARTITION_COMM = "partition_comm"
     TP_COMM = "tp_comm"
+    EP_COMM = "ep_comm"
+    CP_COMM = "cp_comm"
     PP_COMM = "pp_comm"
     PS_PUSH = "ps_push"
     PS_PULL = "ps_pull"
@@ -75,6 +78,8 @@ class Bottleneck(StrEnum):
     ALLREDUCE_NETWORK = "allreduce network"
     COMPUTE = "compute"
     TP_COMM = "tensor-parallel communication"
+    EP_COMM = "expert-parallel all-to-all"
+    CP_COMM = "context-parallel exchange"
     PP_COMM = "pipeline communication"
     BUBBLE = "pipeline bubble"
     LAUNCHES = "kernel launches (host bound)"
@@ -86,7 +91,10 @@ class Bottleneck(StrEnum):
 class StageRecord:
     """One pipeline stage, per micro-batch, on its most loaded device (seconds).
 
-    device_s = forward + input_grad + weight_grad + tp_comm + recompute (the kernels);
+    device_s = forward + input_grad + weight_grad + tp_comm + ep_comm + cp_comm + recompute
+    (the kernels); ep_comm_s: expert parallelism's all-to-alls, cp_comm_s: context
+    parallelism's exposed exchange (ring attention's sends past its compute, or Ulysses'
+    all-to-alls);
     host_s = launches × launch time (+ the pipeline's per-step host cost);
     micro_batch_s = max(device_s, host_s) + p2p_s (model/compose.py).
     `tp_forward_s`: the part of `tp_comm_s` in the forward phase (0 when the stage was costed
@@ -105,6 +113,12 @@ class StageRecord:
     p2p_s: float
     micro_batch_s: float
     layers: tuple[LayerCost, ...] = ()
+    ep_comm_s: float = 0.0
+    cp_comm_s: float = 0.0
+    ep_forward_s: float = 0.0
+    """The part of ep_comm_s in the forward phase (the dispatch and combine all-to-alls)."""
+    cp_forward_s: float = 0.0
+    """The part of cp_comm_s in the forward phase."""
 
     @property
     def compute_s(self) -> float:

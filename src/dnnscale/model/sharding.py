@@ -49,13 +49,15 @@ class CommEvent:
 @dataclass(frozen=True)
 class SplitContext:
     """What a rule needs besides the layer: how its input is distributed, the micro-batch and
-    the bytes per value."""
+    the bytes per value; `token_fraction`, the share of each sample's tokens a member holds
+    (1 / cp under context parallelism), scales the activations a split exchanges."""
 
     input_scheme: str
     input_distributed: bool
     minibatch: int
     bytes_per_value: float
     sequence_parallel: bool = False
+    token_fraction: float = 1.0
 
 
 @dataclass(frozen=True)

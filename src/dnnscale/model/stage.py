@@ -13,15 +13,22 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import dnnscale.model.megatron_rules  # noqa: F401  (registers Megatron's sharding rules)
+from dataclasses import replace
+
 from dnnscale.model.collectives import collective_transfer, span_members
 from dnnscale.model.compute import cpu_phase_times_s
+from dnnscale.model.context_parallel import (attention_kernel_shape, is_ring_attention,
+                                             ring_block_bytes, ring_exposed_s, ulysses_events)
+from dnnscale.model.expert_parallel import (EXPERT_WORK_KINDS, expert_exchange_events,
+                                            expert_gemm_calls, expert_work_factor)
 from dnnscale.model.gpu_compute import fp8_cast_launches, gpu_phase_times_s
+from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
-from dnnscale.plan.mesh import DeviceMesh, Placement, placement
+from dnnscale.plan.mesh import MeshDim, Placement, placement
 from dnnscale.plan.rules import layer_splits_into
 from dnnscale.system.system import System
-from dnnscale.workload.kind_record import Recompute, layer_kind, record_of
+from dnnscale.workload.kind_record import KernelClass, Recompute, layer_kind, record_of
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.splits import split_extent, split_schemes
 from dnnscale.workload.workload import Workload
@@ -50,10 +57,21 @@ class LayerCost(NamedTuple):
     backward_launches: int = 0
     activation_values: float = 0.0
     """Work fraction × the layer's output values per sample: what this member keeps of it."""
+    ep_comm_s: float = 0.0
+    """Expert parallelism's all-to-alls (dispatch, combine), forward and backward."""
+    cp_comm_s: float = 0.0
+    """Context parallelism's exchange: ring attention's exposed sends or Ulysses' all-to-alls."""
+    ep_forward_s: float = 0.0
+    cp_forward_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
         return self.forward_s + self.input_grad_s + self.weight_grad_s
+
+    @property
+    def mesh_comm_s(self) -> float:
+        """Communication the layer's splits cause over tp, ep and cp together."""
+        return self.comm_s + self.ep_comm_s + self.cp_comm_s
 
 
 class StageTotals(NamedTuple):
@@ -75,6 +93,10 @@ class StageTotals(NamedTuple):
     """Σ work fraction × output values per sample, every layer (Adam's memory model)."""
     outside_activation_values: float = 0.0
     """The same over the layers outside transformer blocks."""
+    expert_comm_s: float = 0.0
+    context_comm_s: float = 0.0
+    expert_forward_s: float = 0.0
+    context_forward_s: float = 0.0
     blocks: float = 0.0
     """Transformer blocks in the stage."""
 
@@ -89,13 +111,16 @@ class StageTotals(NamedTuple):
             for index, value in enumerate((
                     layer.forward_s, layer.input_grad_s, layer.weight_grad_s, layer.comm_s,
                     layer.comm_bytes, layer.replicated_params,
-                    layer.forward_s + layer.comm_forward_s if in_block else 0.0,
+                    layer.forward_s + layer.comm_forward_s + layer.ep_forward_s
+                    + layer.cp_forward_s if in_block else 0.0,
                     layer.forward_s if attention else 0.0,
                     layer.forward_launches + layer.backward_launches,
                     layer.forward_launches if in_block else 0,
                     layer.forward_launches if attention else 0,
                     layer.activation_values,
-                    0.0 if in_block else layer.activation_values)):
+                    0.0 if in_block else layer.activation_values,
+                    layer.ep_comm_s, layer.cp_comm_s, layer.ep_forward_s,
+                    layer.cp_forward_s)):
                 totals[index] += value
             if in_block:
                 blocks.add(layer.block)
@@ -124,6 +149,8 @@ class StageCosts:
     totals: StageTotals = StageTotals()
     """The sums the composition reads: StageTotals.of(layers) when costed layer by layer."""
     boundary_values: int = 0
+    expert_params: int = 0
+    """The part of `params` in routed experts' layers (split over ep, reduced over dp · cp)."""
 
     @property
     def forward_s(self) -> float:
@@ -150,6 +177,16 @@ class StageCosts:
     def partition_s(self) -> float:
         """T_mp: time in split-caused (tensor-group) communication."""
         return self.totals.partition_s
+
+    @property
+    def expert_comm_s(self) -> float:
+        """T_ep: expert parallelism's all-to-alls per micro-batch."""
+        return self.totals.expert_comm_s
+
+    @property
+    def context_comm_s(self) -> float:
+        """T_cp: context parallelism's exposed exchange per micro-batch."""
+        return self.totals.context_comm_s
 
     @property
     def replicated_params(self) -> int:
@@ -180,37 +217,90 @@ class StageCosts:
 
 
 def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, placed: Placement,
-                skip_weight_grad: bool, precision: str, bytes_scale: float) -> LayerCost:
+                skip_weight_grad: bool, precision: str, bytes_scale: float,
+                split: MeshSplit = NO_SPLIT, context: SplitContext | None = None,
+                partitions: int = 1) -> LayerCost:
     """One layer's phases on its shard, and each of the shard's events on the group of the
-    event's mesh dimension (its `members` placed by `placed`)."""
+    event's mesh dimension (its `members` placed by `placed`): tp events as the split's
+    communication, ep and cp events apart; ring attention's exposed exchange
+    (model/context_parallel.py) on the cp group."""
     device = system.machine
     if device.is_accelerator:
+        calls = expert_gemm_calls(layer, split)
+        # the weights a member holds: its tensor share (the work's, less the token share and
+        # the load), and of a routed expert layer's its E / ep experts
+        tensor_share = shard.work_fraction / (split.token_fraction
+                                              * expert_work_factor(layer, split))
+        weights = tensor_share / split.ep if record_of(layer).expert else tensor_share
         fwd, ing, wg = gpu_phase_times_s(layer, shard.work_fraction, minibatch, device,
-                                         precision, bytes_scale, skip_weight_grad)
+                                         precision, bytes_scale, skip_weight_grad, calls,
+                                         attention_kernel_shape(layer, split), weights)
     else:
         fwd, ing, wg = cpu_phase_times_s(layer, shard.work_fraction, minibatch, device,
                                          skip_weight_grad)
-    comm_bytes = comm_messages = comm_s = comm_forward_s = 0.0
+    comm_bytes = comm_messages = 0.0
+    seconds_by = {MeshDim.TP: [0.0, 0.0], MeshDim.EP: [0.0, 0.0], MeshDim.CP: [0.0, 0.0]}
     casts = fp8_cast_launches(layer, precision) if device.is_accelerator else (0, 0)
     launches = [int(fwd > 0) + casts[0], int(ing > 0) + int(wg > 0) + casts[1]]
     library, topology = system.collective_library, system.topology
     for event in shard.events:
         launches[event.phase != PHASE_FORWARD] += 1
-        transfer = collective_transfer(event.operation, library, event.payload_bytes,
-                                       event.members)
-        comm_bytes += transfer.bytes
-        comm_messages += transfer.messages
+        if event.dimension is MeshDim.TP:
+            transfer = collective_transfer(event.operation, library, event.payload_bytes,
+                                           event.members)
+            comm_bytes += transfer.bytes
+            comm_messages += transfer.messages
         span = placed[event.dimension].span_of(span_members(event.operation, event.members))
         seconds = collective_after_compute_s(system, event.operation, event.payload_bytes, span,
                                              topology)
-        comm_s += seconds
+        total = seconds_by.setdefault(event.dimension, [0.0, 0.0])
+        total[0] += seconds
         if event.phase == PHASE_FORWARD:
-            comm_forward_s += seconds
+            total[1] += seconds
+    if context is not None and is_ring_attention(layer, split):
+        # cp kernels per phase (one per K/V block) and the sends between them
+        launches[0] += 2 * (split.cp - 1)
+        launches[1] += 2 * (split.cp - 1)
+        forward_s, backward_s = ring_exposed_s(
+            ring_block_bytes(layer, split, partitions, context), split.cp,
+            placed[MeshDim.CP].tier, fwd, ing + wg)
+        cp_total = seconds_by[MeshDim.CP]
+        cp_total[0] += forward_s + backward_s
+        cp_total[1] += forward_s
     block = layer.hyper.get("block")
+    tp_s, ep_s, cp_s = (seconds_by[d] for d in (MeshDim.TP, MeshDim.EP, MeshDim.CP))
     return LayerCost(layer.name, layer.kind, shard.scheme, shard.work_fraction, fwd, ing, wg,
-                     comm_bytes, comm_messages, comm_s, shard.replicated_params, comm_forward_s,
+                     comm_bytes, comm_messages, tp_s[0], shard.replicated_params, tp_s[1],
                      block if isinstance(block, int) else None, launches[0], launches[1],
-                     shard.work_fraction * layer.activation_values)
+                     shard.work_fraction * layer.activation_values, ep_s[0], cp_s[0],
+                     ep_s[1], cp_s[1])
+
+
+def mesh_split_key(layer: Layer, split: MeshSplit) -> tuple[object, ...]:
+    """What of `split` a layer's cost reads: every layer its token share (cp); the mixture of
+    experts' layers also ep and the load (their all-to-alls, GEMM calls and work) and fused
+    attention the cp algorithm (ring or Ulysses). Two splits with one key cost the layer the
+    same, so a search's splits share the rest."""
+    record = record_of(layer)
+    if record.expert or record.expert_exchange is not None or layer.kind in EXPERT_WORK_KINDS:
+        return (split.cp, split.ep, split.imbalance)
+    if record.kernel is KernelClass.FLASH:
+        return (split.cp, split.cp_algorithm)
+    return (split.cp,)
+
+
+def split_over_mesh(shard: Shard, layer: Layer, split: MeshSplit, partitions: int,
+                    context: SplitContext) -> Shard:
+    """A layer's tensor-parallel shard on the rest of the stage's mesh: 1/cp of its tokens (so
+    of its work; ring attention's load-balanced causal split and Ulysses' head split alike),
+    the busiest expert member's load on the routed experts' layers, and the ep all-to-alls
+    and the Ulysses all-to-alls as events on their dimensions."""
+    if split == NO_SPLIT:
+        return shard
+    events = (shard.events + expert_exchange_events(layer, split, context)
+              + ulysses_events(layer, split, partitions, context))
+    fraction = shard.work_fraction * split.token_fraction * expert_work_factor(layer, split)
+    return replace(shard, work_fraction=fraction, events=events)
 
 
 _State = tuple[str, bool]
@@ -218,13 +308,16 @@ _State = tuple[str, bool]
 distributed over the tensor group."""
 
 _Path = tuple[LayerCost, "_Path | None"]
+
+LayerOptions = tuple[tuple[_State, LayerCost, float], ...]
+"""Each way to cost one layer entering in one state (`_options`): (state after, cost, s)."""
 """A chain of layer costs as a linked list, last layer first (extending one is O(1))."""
 
 
 def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, minibatch: int,
              system: System, placed: Placement, rules: str, fc_protocol: str, precision: str,
-             bytes_scale: float, bytes_per_value: float, sequence_parallel: bool
-             ) -> tuple[tuple[_State, LayerCost, float], ...]:
+             bytes_scale: float, bytes_per_value: float, sequence_parallel: bool,
+             split: MeshSplit = NO_SPLIT) -> tuple[tuple[_State, LayerCost, float], ...]:
     """Each way to cost `layer` entering in `state`: (the state after it, its cost, its
     compute + communication seconds). A weighted layer takes each valid scheme (`pinned`
     only, when given) and leaves its scheme behind; a layer without weights follows the state."""
@@ -235,7 +328,7 @@ def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, m
     candidates = ((pinned,) if pinned is not None else valid) if layer.has_weights else (
         (current_scheme,) if current_scheme in valid else valid[:1])
     context = SplitContext(current_scheme, input_distributed, minibatch, bytes_per_value,
-                           sequence_parallel)
+                           sequence_parallel, split.token_fraction)
     skip_weight_grad = fc_protocol == "vectors" and record_of(layer).vector_gradients
     options = []
     for scheme in candidates:
@@ -245,11 +338,12 @@ def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, m
         if (not layer.has_weights and scheme == "rows" and partitions > 1
                 and layer_splits_into(layer, "rows", partitions) is not None):
             continue  # a pooling layer on stripes with fewer rows than workers (runtime/netplan)
-        shard = shard_layer(rules, layer, scheme, partitions, context)
+        shard = split_over_mesh(shard_layer(rules, layer, scheme, partitions, context), layer,
+                                split, partitions, context)
         cost = _layer_cost(layer, shard, minibatch, system, placed, skip_weight_grad,
-                           precision, bytes_scale)
+                           precision, bytes_scale, split, context, partitions)
         after = (scheme, partitions > 1) if layer.has_weights else state
-        options.append((after, cost, cost.compute_s + cost.comm_s))
+        options.append((after, cost, cost.compute_s + cost.mesh_comm_s))
     return tuple(options)
 
 
@@ -268,7 +362,9 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
                 fc_protocol: str = "weights", rules: str = "adam",
                 layer_indices: list[int] | None = None, precision: str = "fp32",
                 sequence_parallel: bool = False, bytes_scale: float = 1.0,
-                schemes: Mapping[str, str] | None = None) -> StageCosts:
+                schemes: Mapping[str, str] | None = None,
+                split: MeshSplit = NO_SPLIT,
+                shared: dict[tuple[object, ...], LayerOptions] | None = None) -> StageCosts:
     """Cost every layer (of one pipeline stage: `layer_indices`, default all) on the most
     loaded of P tensor-parallel members, each weighted layer under a valid split (sharding.py),
     with the split-caused communication on the tiers the group spans.
@@ -286,13 +382,19 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     the FC weight gradients move to the PS. On accelerators the phases run in `precision`,
     activation bytes scaled by `bytes_scale`. `schemes` (layer name -> scheme) pins the named
     weighted layers' splits (the path is then the cheapest among those that keep them).
+    `split`: the plan's ep and cp (model/mesh_split.py), priced on every layer
+    (`split_over_mesh`). `shared`: a memo of layer options kept across calls on the same
+    workload and system (the search's many splits share most layers' costs: a layer's cost
+    depends on the split only through `mesh_split_key`).
     """
     b = workload.bytes_per_value * bytes_scale
-    params = 0
+    params = expert_params = 0
     chosen = set(layer_indices) if layer_indices is not None else None
-    memo: dict[tuple[object, ...], tuple[tuple[_State, LayerCost, float], ...]] = {}
-    # The tensor group is the mesh's innermost dimension: its placement needs only its size.
-    placed = placement(DeviceMesh.of(tp=partitions), system.topology)
+    memo: dict[tuple[object, ...], LayerOptions] = {}
+    context_key = (partitions, minibatch, rules, fc_protocol, precision, bytes_scale,
+                   sequence_parallel)
+    # tp, cp and ep are the mesh's innermost dimensions: their placement needs only their sizes.
+    placed = placement(split.mesh(partitions), system.topology)
     start: _State = ("tensor" if rules == "megatron" else "features", False)
     frontier: list[tuple[_State, float, _Path | None]] = [(start, 0.0, None)]
     last_index = -1
@@ -301,6 +403,8 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
             continue
         last_index = index
         params += layer.params
+        if record_of(layer).expert:
+            expert_params += layer.params
         block = layer.hyper.get("block")
         block_id = block if isinstance(block, int) else None
         pinned = schemes.get(layer.name) if schemes is not None and layer.has_weights else None
@@ -309,9 +413,15 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
             key = (layer.cost_key, state, pinned)
             options = memo.get(key)
             if options is None:
-                options = memo[key] = _options(layer, state, pinned, partitions, minibatch,
-                                               system, placed, rules, fc_protocol, precision,
-                                               bytes_scale, b, sequence_parallel)
+                long_key = (key, context_key, mesh_split_key(layer, split))
+                found = shared.get(long_key) if shared is not None else None
+                if found is None:
+                    found = _options(layer, state, pinned, partitions, minibatch, system,
+                                     placed, rules, fc_protocol, precision, bytes_scale, b,
+                                     sequence_parallel, split)
+                    if shared is not None:
+                        shared[long_key] = found
+                options = memo[key] = found
             for after, cost, seconds in options:
                 if cost.name != layer.name or cost.block != block_id:
                     cost = cost._replace(name=layer.name, block=block_id)
@@ -327,7 +437,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     costs.reverse()
     last = workload.layers[last_index] if last_index >= 0 else workload.layers[-1]
     return StageCosts(partitions, minibatch, tuple(costs), params, StageTotals.of(costs),
-                      boundary_values=last.activation_values)
+                      boundary_values=last.activation_values, expert_params=expert_params)
 
 
 def homogeneous_blocks(workload: Workload) -> list[int] | None:
@@ -387,21 +497,27 @@ class StageTemplate:
     block_totals: StageTotals
     block_params: int
     outside: dict[int, LayerCost]
+    block_expert_params: int = 0
 
 
 def stage_template(workload: Workload, system: System, partitions: int, minibatch: int,
                    block: tuple[int, ...], rules: str = "megatron", precision: str = "fp32",
-                   sequence_parallel: bool = False, bytes_scale: float = 1.0) -> StageTemplate:
+                   sequence_parallel: bool = False, bytes_scale: float = 1.0,
+                   split: MeshSplit = NO_SPLIT,
+                   shared: dict[tuple[object, ...], LayerOptions] | None = None
+                   ) -> StageTemplate:
     outside = [i for i, layer in enumerate(workload.layers)
                if not isinstance(layer.hyper.get("block"), int)]
     indices = sorted(outside + list(block))
     costed = stage_costs(workload, system, partitions, minibatch, "weights", rules, indices,
                          precision=precision, sequence_parallel=sequence_parallel,
-                         bytes_scale=bytes_scale)
+                         bytes_scale=bytes_scale, split=split, shared=shared)
     cost_of = dict(zip(indices, costed.layers))
     return StageTemplate(partitions, minibatch, StageTotals.of([cost_of[i] for i in block]),
                          sum(workload.layers[i].params for i in block),
-                         {i: cost_of[i] for i in outside})
+                         {i: cost_of[i] for i in outside},
+                         sum(workload.layers[i].params for i in block
+                             if record_of(workload.layers[i]).expert))
 
 
 def stages_from_template(workload: Workload, template: StageTemplate,
@@ -420,6 +536,7 @@ def stages_from_template(workload: Workload, template: StageTemplate,
             params = (template.block_params * blocks
                       + sum(workload.layers[i].params for i in others))
             stage = made[key] = StageCosts(template.partitions, template.minibatch, (), params,
-                                           totals, boundary)
+                                           totals, boundary,
+                                           template.block_expert_params * blocks)
         stages.append(stage)
     return tuple(stages)

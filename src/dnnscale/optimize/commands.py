@@ -21,7 +21,8 @@ SPACE_FLAGS: dict[str, tuple[str, ...]] = {
     **{flag: (GPU,) for flag in ("--global-batch", "--tp", "--pp", "--micro-batch", "--zero",
                                  "--recompute", "--schedule", "--precision", "--objective",
                                  "--price", "--pareto", "--tokens", "--engine",
-                                 "--sequence-parallel", "--overlap-dp")},
+                                 "--sequence-parallel", "--overlap-dp", "--ep", "--cp",
+                                 "--cp-algorithm", "--expert-imbalance")},
 }
 """optimize's flags by the space searched (plan/flags.py refuse_flags); the rest apply to both."""
 OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -105,6 +106,17 @@ def register(app: typer.Typer) -> None:
             overlap_dp: Optional[str] = typer.Option(
                 None, "--overlap-dp", help="GPU: data-parallel gradients overlap the backward "
                 "pass: on, off or on,off (default: both)"),
+            ep: Optional[str] = typer.Option(
+                None, "--ep", help="GPU: expert-parallel degrees, e.g. 1,2,4,8 (default: the "
+                "divisors of a MoE model's experts; 1 for a dense model)"),
+            cp: Optional[str] = typer.Option(
+                None, "--cp", help="GPU: context-parallel degrees, e.g. 1,2,4 (default: "
+                "1,2,4,8 from 16k-token sequences, else 1)"),
+            cp_algorithm: Optional[str] = typer.Option(
+                None, "--cp-algorithm", help="GPU: ring,alltoall (choices; default both)"),
+            expert_imbalance: Optional[float] = typer.Option(
+                None, "--expert-imbalance", help="GPU: the busiest ep member's routed tokens "
+                "over the mean, for every plan (default 1: uniform)"),
             engine: Optional[str] = typer.Option(
                 None, "--engine", help="GPU: megatron | deepspeed | torchtitan: only plans "
                 "that engine runs as priced (default: any; the result names the engines "
@@ -175,7 +187,8 @@ def register(app: typer.Typer) -> None:
         lists = {name: parse_int_list(value, name, minimum=0 if name == "zero" else 1)
                  for name, value in (("minibatch", minibatch), ("push_every", push_every),
                                      ("pull_every", pull_every), ("tp", tp), ("pp", pp),
-                                     ("micro_batch", micro_batch), ("zero", zero))}
+                                     ("micro_batch", micro_batch), ("zero", zero),
+                                     ("ep", ep), ("cp", cp))}
         if global_batch is None and space == GPU:  # after the lists: a bad --tp is named first
             raise InputError("--global-batch", "required for GPU plans (samples per step)")
         protocols = parse_fc_protocols(fc_protocol)
@@ -205,7 +218,9 @@ def register(app: typer.Typer) -> None:
                                 sequence_parallel=switches(sequence_parallel,
                                                            "--sequence-parallel"),
                                 overlap_dp=switches(overlap_dp, "--overlap-dp"),
-                                engine=engine,
+                                engine=engine, ep=lists["ep"], cp=lists["cp"],
+                                cp_algorithms=strings(cp_algorithm, "cp_algorithm"),
+                                expert_imbalance=expert_imbalance,
                                 objective=objective, pareto=pareto or None,
                                 price_per_device_hour=price)
 
@@ -243,7 +258,8 @@ def register(app: typer.Typer) -> None:
         _print_report(result, full_curve, plot, html)
 
 
-API_FLAGS = {"schedules": "--schedule", "gpus": "--machines"}
+API_FLAGS = {"schedules": "--schedule", "gpus": "--machines", "cp_algorithm": "--cp-algorithm",
+             "expert_imbalance": "--expert-imbalance"}
 """The optimize API's argument names whose flag has another name."""
 
 

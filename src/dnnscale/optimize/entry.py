@@ -100,7 +100,10 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
              overlap_dp: bool | Sequence[bool] | None = None,
              objective: str | None = None, pareto: bool | None = None,
              price_per_device_hour: float | None = None,
-             engine: str | None = None) -> OptimizeResult:
+             engine: str | None = None, ep: int | Iterable[int] | None = None,
+             cp: int | Iterable[int] | None = None,
+             cp_algorithms: str | Sequence[str] | None = None,
+             expert_imbalance: float | None = None) -> OptimizeResult:
     """The fastest plan within a budget, the top `top`, the best of each family, and the
     scalability curve, over the space the inputs call for.
 
@@ -117,7 +120,10 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     objective ('time' | 'cost'), pareto, price_per_device_hour (USD, replaces the system's,
     for objective 'cost'), engine ('megatron' | 'deepspeed' | 'torchtitan': only plans that
     engine runs as priced, plan/engines.py; None: any plan, and the result says which
-    engines run the winner).
+    engines run the winner), ep and cp (expert- and context-parallel degrees: one value or
+    choices; defaults modern.default_expert_degrees / default_context_degrees),
+    cp_algorithms ('ring', 'alltoall', or both; default both), expert_imbalance (the busiest
+    ep member's load over the mean, for every plan; default 1).
 
     Raises InputError naming the field for bad input, an argument the chosen space does not
     have, or a budget too small for any feasible plan.
@@ -135,6 +141,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                             _optional_name("objective", objective))
     tp, pp, micro_batch, zero = (_counts(tp, "tp"), _counts(pp, "pp"),
                                  _counts(micro_batch, "micro_batch"), _counts(zero, "zero"))
+    ep, cp = _counts(ep, "ep"), _counts(cp, "cp")
     if gpus is not None and machines is not None and gpus != machines:
         raise InputError("gpus", f"{gpus} but machines={machines}: give one budget")
     budget = machines if machines is not None else gpus
@@ -146,7 +153,9 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                  "schedules": schedules, "precision": precision,
                  "sequence_parallel": sequence_parallel, "overlap_dp": overlap_dp,
                  "objective": objective, "pareto": pareto,
-                 "price_per_device_hour": price_per_device_hour, "engine": engine}, ADAM_SPACE)
+                 "price_per_device_hour": price_per_device_hour, "engine": engine,
+                 "ep": ep, "cp": cp, "cp_algorithm": cp_algorithms,
+                 "expert_imbalance": expert_imbalance}, ADAM_SPACE)
         from dnnscale.optimize.api import optimize_adam
 
         return optimize_adam(w, c, budget, modes, top, minibatch, push_every, pull_every, base,
@@ -170,7 +179,10 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                               schedules=_strings(schedules, "schedules"),
                               precision="bf16" if precision is None else precision,
                               sequence_parallel=sequence_parallel, overlap_dp=overlap_dp,
-                              engine=engine)
+                              engine=engine, expert=ep, context=cp,
+                              cp_algorithms=_strings(cp_algorithms, "cp_algorithm"),
+                              expert_imbalance=1.0 if expert_imbalance is None
+                              else expert_imbalance)
     result = optimize_modern(w, c, space, gpus=budget, top=top, objective=objective or "time",
                              pareto=bool(pareto), curve=curve)
     check_prediction(result.best, "optimize")

@@ -1,5 +1,7 @@
-"""The search over Megatron-style plans: TP × PP × DP × micro-batch × schedule × ZeRO ×
+"""The search over Megatron-style plans: TP × PP × DP × EP × CP × micro-batch × schedule × ZeRO ×
 recompute × sequence parallel, for a GPU count and a global batch (performance-model.md §9).
+ep (expert parallelism) and cp (context parallelism, ring or all-to-all) are fixed within a
+group like tp; the group's devices are tp · pp · ep · cp · d.
 
 A *group* fixes everything but the data-parallel degree d. Per group the stage costs are built
 once (one block's costs times the blocks each stage holds, model/stage.py), and two facts make
@@ -32,23 +34,28 @@ from dnnscale.boundary import require_switches
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.model.compose import StepContext, throughput
 from dnnscale.model.data_parallel import memory_zero_stage
+from dnnscale.model.mesh_split import MeshSplit
 from dnnscale.model.predict import accelerator_memory_parts, predict_plan
 from dnnscale.model.prediction import Prediction
+from dnnscale.model.records import Part
 from dnnscale.model.schedule import pipeline_time_s, stage_layers
-from dnnscale.model.stage import (PipelineLayout, StageCosts, StageTemplate, pipeline_layout,
-                                  stage_template, stages_from_template)
+from dnnscale.model.stage import (LayerOptions, PipelineLayout, StageCosts, StageTemplate,
+                                  pipeline_layout, stage_template, stages_from_template)
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
 from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
 from dnnscale.plan.engines import EngineFacts, check_engine, priced_grad_bytes, search_violation
-from dnnscale.plan.plan import (RECOMPUTE, SCHEDULES, Batch, Collective, DataParallel,
-                                MemoryPolicy, ParallelPlan, Pipeline, Precision, TensorSplit)
-from dnnscale.plan.rules import (Violation, batch_divides, batch_violation,
-                                 global_batch_within_epoch,
+from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
+                                ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
+                                ParallelPlan, Pipeline, Precision, TensorSplit)
+from dnnscale.plan.rules import (Violation, batch_divides, batch_violation, context_splits,
+                                 experts_divide, global_batch_within_epoch,
+                                 imbalance_within_experts,
                                  pipeline_divides_layers,
                                  precision_on_device, require, schedule_violation,
                                  sequence_parallel_splits, tensor_divides_heads)
 from dnnscale.system.system import System
+from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
 CHECK_TOLERANCE = 1e-9
@@ -78,6 +85,14 @@ class ModernSpace:
     """The engine the plans must run on as priced (plan/engines.py), or None: any."""
     grad_bytes: int | None = None
     """Bytes per gradient value reduced, where the engine fixes it (None: the precision's)."""
+    expert: tuple[int, ...] = (1,)
+    """Expert-parallel degrees (1 only for a dense model)."""
+    context: tuple[int, ...] = (1,)
+    """Context-parallel degrees."""
+    cp_algorithms: tuple[str, ...] = ("ring",)
+    """Context parallelism's algorithms (for cp > 1)."""
+    expert_imbalance: float = 1.0
+    """The busiest ep member's load over the mean, for every plan of the search."""
 
     def precision_of(self) -> Precision:
         """The plans' precision: the preset, with the engine's gradient width if it fixes one."""
@@ -96,25 +111,47 @@ class Group(NamedTuple):
     recompute: str
     zero: int
     overlap_dp: bool = False
+    ep: int = 1
+    cp: int = 1
+    cp_algorithm: str = "ring"
+
+    @property
+    def devices_per_replica(self) -> int:
+        """tp · pp · ep · cp: the devices of the group's plan at one replica."""
+        return self.tensor * self.pipeline * self.ep * self.cp
+
+    def micro_batches(self, space: ModernSpace, replicas: int) -> int:
+        """m = B / (d · ep · b): the dp · ep members each take m micro-batches."""
+        return space.global_batch // (replicas * self.ep * self.micro_batch)
+
+    def split(self, space: ModernSpace) -> MeshSplit:
+        return _mesh_split(self.ep, self.cp, self.cp_algorithm, space.expert_imbalance)
 
     def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
-        micro_batches = space.global_batch // (replicas * self.micro_batch)
         return ParallelPlan(
             tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel),
             pipeline=Pipeline(self.pipeline, self.schedule, self.virtual_stages),
             data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp)),
-            batch=Batch(self.micro_batch, micro_batches), memory=MemoryPolicy(self.recompute),
-            precision=space.precision_of(), optimizer="adam")
+            batch=Batch(self.micro_batch, self.micro_batches(space, replicas)),
+            memory=MemoryPolicy(self.recompute), precision=space.precision_of(),
+            optimizer="adam", expert=ExpertParallel(self.ep, space.expert_imbalance),
+            context=ContextParallel(self.cp, self.cp_algorithm))
 
     def facts(self, space: ModernSpace, replicated: bool) -> EngineFacts:
         """What an engine's limits read of the group's plan, with one replica or several."""
         return EngineFacts(self.tensor, self.pipeline, replicated, self.schedule, self.zero,
                            self.overlap_dp, self.sequence_parallel, space.precision,
-                           space.precision_of().grad_bytes)
+                           space.precision_of().grad_bytes, ep=self.ep, cp=self.cp,
+                           cp_algorithm=self.cp_algorithm)
 
     def runs_on(self, space: ModernSpace, replicated: bool) -> bool:
         """Whether the space's engine (any, if None) runs the group's plan as priced."""
         return space.engine is None or _runs(space.engine, self.facts(space, replicated))
+
+
+@functools.lru_cache(maxsize=1024)
+def _mesh_split(ep: int, cp: int, algorithm: str, imbalance: float) -> MeshSplit:
+    return MeshSplit(ep, cp, algorithm, imbalance)
 
 
 @functools.lru_cache(maxsize=64)
@@ -162,9 +199,16 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                       schedules: Sequence[str] | None = None, precision: str = "bf16",
                       sequence_parallel: bool | Sequence[bool] | None = None,
                       overlap_dp: bool | Sequence[bool] | None = None,
-                      engine: str | None = None) -> ModernSpace:
+                      engine: str | None = None,
+                      expert: Iterable[int] | int | None = None,
+                      context: Iterable[int] | int | None = None,
+                      cp_algorithms: Sequence[str] | None = None,
+                      expert_imbalance: float = 1.0) -> ModernSpace:
     """The space for a transformer on GPUs; defaults: TP dividing the heads and key/value heads
-    within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch.
+    within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch,
+    ep dividing the experts (1 for a dense model: `default_expert_degrees`), cp up to 8
+    (16 from 64k tokens) for sequences of 16k tokens and more (`default_context_degrees`),
+    both cp algorithms. `expert_imbalance`: the ep load imbalance every plan is priced at.
 
     A user-given tp, pp or zero that plan/rules.py rejects on its own (tp not dividing the
     heads, pp not dividing the layers, a ZeRO stage outside 0-3) is an InputError naming the
@@ -212,11 +256,58 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     overlap = require_switches("overlap_dp", overlap_dp) or both
     if engine is not None:
         engine = check_engine(engine)
+    ep = _choices(expert, default_expert_degrees(shape, system.machines), "ep")
+    _rejected(ep, lambda e: experts_divide(e, shape))
+    cp = _choices(context, default_context_degrees(shape, system.machines), "cp")
+    algorithms = tuple(cp_algorithms) if cp_algorithms is not None else CP_ALGORITHMS
+    for value in algorithms:
+        if value not in CP_ALGORITHMS:
+            raise InputError("cp_algorithm", f"must be one of {', '.join(CP_ALGORITHMS)}, got "
+                             f"{short_repr(value)}")
+    if not algorithms:
+        raise InputError("cp_algorithm", "must list at least one algorithm")
+    imbalance = _imbalance("expert_imbalance", expert_imbalance)
+    require(imbalance_within_experts(imbalance, max(ep)), "")
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
-                        precision, overlap, engine, priced_grad_bytes(engine))
+                        precision, overlap, engine, priced_grad_bytes(engine), ep, cp,
+                        tuple(dict.fromkeys(algorithms)), imbalance)
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space
+
+
+LONG_CONTEXT_TOKENS = 16_384
+"""From this sequence length the default space offers context parallelism (Megatron-Core
+recommends it for long sequences; below it a sequence's activations fit without it)."""
+DEFAULT_CONTEXT = (1, 2, 4, 8)
+VERY_LONG_CONTEXT_TOKENS = 65_536
+"""From this length the default space offers cp = 16 too (Llama 3 trained 128k-token sequences
+with cp = 16; Dubey et al. 2024 §3.3.1)."""
+
+
+def default_expert_degrees(shape: TransformerShape, devices: int) -> tuple[int, ...]:
+    """ep choices: the divisors of the experts up to the cluster's devices; (1,) when dense."""
+    if not shape.is_moe:
+        return (1,)
+    return tuple(d for d in _divisors_cached(shape.experts) if d <= devices)
+
+
+def default_context_degrees(shape: TransformerShape, devices: int) -> tuple[int, ...]:
+    """cp choices: (1,) below LONG_CONTEXT_TOKENS or without fused attention, else the
+    DEFAULT_CONTEXT degrees (and 16 from VERY_LONG_CONTEXT_TOKENS) that fit the cluster and
+    split the sequence into 2 · cp chunks."""
+    if shape.seq < LONG_CONTEXT_TOKENS or not shape.flash_attention:
+        return (1,)
+    degrees = DEFAULT_CONTEXT + ((16,) if shape.seq >= VERY_LONG_CONTEXT_TOKENS else ())
+    return tuple(c for c in degrees if c <= devices and shape.seq % (2 * c) == 0)
+
+
+def _imbalance(field: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not value >= 1 or value == float("inf"):
+        raise InputError(field, f"must be a number >= 1 (1: uniform routing), got "
+                         f"{short_repr(value)}")
+    return float(value)
 
 
 SPACE_FIELDS = {"schedule": "schedules", "virtual_stages": "schedules", "grad_bytes": "precision"}
@@ -245,9 +336,27 @@ def _no_group(space: ModernSpace, workload: Workload, layers: int) -> None:
 def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
     """Every group of the space that plan/rules.py accepts: the schedule's virtual stages with
     pp · v dividing the layers, sequence parallelism only where it splits something (tp > 1;
-    with tp = 1 it is the plan without it, also where the space asks for it on), and, with an
-    engine, what it runs as priced at
-    one replica (the engine's limits that need replicas > 1 are replica_choices')."""
+    with tp = 1 it is the plan without it, also where the space asks for it on), ep dividing
+    the experts, cp's rules (plan/rules.context_splits), and, with an engine, what it runs as
+    priced at one replica (the engine's limits that need replicas > 1 are replica_choices')."""
+    return [member for rep in group_classes(space, workload)
+            for member in class_members(rep, space)]
+
+
+def class_members(rep: Group, space: ModernSpace) -> list[Group]:
+    """The groups of `rep`'s class in `space`: its plan at each of the space's ZeRO stages and
+    overlaps that the space's engine runs as priced at one replica."""
+    out = []
+    for zero, overlap in itertools.product(space.zero, space.overlap_dp):
+        group = rep._replace(zero=zero, overlap_dp=overlap)
+        if group.runs_on(space, False):
+            out.append(group)
+    return out
+
+
+def group_classes(space: ModernSpace, workload: Workload) -> list[Group]:
+    """One representative (ZeRO 0, no overlap) per class of groups_of: the groups that differ
+    only in their ZeRO stage and overlap, which no stage cost and no quick bound reads."""
     shape = workload.transformer
     if shape is None:
         raise InputError("workload", f"{workload.name} is not a transformer")
@@ -258,18 +367,22 @@ def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
                       if schedule_violation(pp, schedule, v, shape.layers) is None]
                  for pp in space.pipeline}
     tensors = [tp for tp in space.tensor if tensor_divides_heads(tp, shape) is None]
+    experts = [ep for ep in space.expert if experts_divide(ep, shape) is None]
+    # cp = 1 has no algorithm to choose: it is offered once, as 'ring'
+    contexts = [(cp, algorithm) for cp in space.context
+                for algorithm in (space.cp_algorithms if cp > 1 else ("ring",))]
     out = []
-    for tp, pp, mb, sp, rec, zero, overlap in itertools.product(
+    for tp, pp, mb, sp, rec, ep, (cp, algorithm) in itertools.product(
             tensors, space.pipeline, space.micro_batch, space.sequence_parallel,
-            space.recompute, space.zero, space.overlap_dp):
+            space.recompute, experts, dict.fromkeys(contexts)):
         if sp != sequence_parallel_splits(sp, tp):  # tp = 1: the plan without it, once
             if False in space.sequence_parallel:
                 continue
             sp = False
+        if context_splits(cp, algorithm, tp, shape) is not None:
+            continue
         for schedule, v in schedules[pp]:
-            group = Group(tp, pp, schedule, v, mb, sp, rec, zero, overlap)
-            if group.runs_on(space, False):
-                out.append(group)
+            out.append(Group(tp, pp, schedule, v, mb, sp, rec, 0, False, ep, cp, algorithm))
     return out
 
 
@@ -285,8 +398,9 @@ def replica_choices(group: Group, space: ModernSpace, devices: int) -> list[int]
     B / b with t · p · d ≤ devices that plan/rules.py's batch rules accept (B a multiple of
     d · b; m = B / (d · b) a multiple of p when interleaved) and, with an engine, at which
     it runs the plan as priced (plan/engines.py)."""
-    choices = _replica_choices(space.global_batch, group.micro_batch, group.schedule,
-                               group.pipeline, devices // (group.tensor * group.pipeline))
+    # the dp · ep members each take micro-batches of b: B must divide by d · (ep · b)
+    choices = _replica_choices(space.global_batch, group.micro_batch * group.ep, group.schedule,
+                               group.pipeline, devices // group.devices_per_replica)
     if group.runs_on(space, True):  # at one replica groups_of checked it
         return list(choices)
     return [d for d in choices if d == 1]
@@ -308,6 +422,22 @@ def _replica_choices(global_batch: int, micro_batch: int, schedule: str, pipelin
                                                    pipeline) is None)
 
 
+SUBSPACE_FIELDS = {"tensor": "tensor", "pipeline": "pipeline", "zero": "zero",
+                   "expert": "ep", "context": "cp"}
+"""Space fields a family may narrow -> the Group field each chooses (Caches.classes_for)."""
+
+
+def _narrows(space: ModernSpace, parent: ModernSpace) -> bool:
+    """Whether `space` is `parent` with some SUBSPACE_FIELDS narrowed to subsets."""
+    for name in ModernSpace.__dataclass_fields__:
+        mine, theirs = getattr(space, name), getattr(parent, name)
+        if mine == theirs:
+            continue
+        if name not in SUBSPACE_FIELDS or not set(mine) <= set(theirs):
+            return False
+    return True
+
+
 @dataclass
 class Priced:
     """One plan the search priced: its step time, devices, fit, and cost per step."""
@@ -324,18 +454,45 @@ class Caches:
     """What one workload on one system shares across searches (budgets, families): per-split
     stage templates, per-pipeline layouts, built stages, and their device seconds."""
 
-    templates: dict[tuple[int, int, bool], StageTemplate] = field(default_factory=dict)
+    templates: dict[tuple[object, ...], StageTemplate] = field(default_factory=dict)
+    """Per (tp, micro-batch, sequence parallel, ep, cp, cp algorithm, imbalance)."""
     layouts: dict[tuple[int, int], PipelineLayout] = field(default_factory=dict)
-    built: dict[tuple[int, int, bool, int, int], tuple[StageCosts, ...]] = field(
-        default_factory=dict)
+    built: dict[tuple[object, ...], tuple[StageCosts, ...]] = field(default_factory=dict)
     seconds: dict[tuple[int, str], tuple[float, ...]] = field(default_factory=dict)
-    whole: dict[tuple[int, int, bool, str], float] = field(default_factory=dict)
-    """The whole model's T on one stage per (tp, micro-batch, sequence parallel, recompute)."""
+    whole: dict[tuple[object, ...], float] = field(default_factory=dict)
+    """The whole model's T on one stage per (split, recompute)."""
     fits: dict[tuple[Group, int], bool] = field(default_factory=dict)
     """Whether a plan fits, per (memory_group, replicas): budgets share it."""
-    groups: dict[ModernSpace, list[Group]] = field(default_factory=dict)
+    classes: dict[ModernSpace, list[Group]] = field(default_factory=dict)
+    """Per space, one representative per class of groups (group_classes)."""
+    bounds: dict[tuple[object, ...], float] = field(default_factory=dict)
+    """Quick bounds by what they read (quick_bound)."""
+    layer_options: dict[tuple[object, ...], LayerOptions] = field(default_factory=dict)
+    """Layer options shared by every split's stage template (model/stage.stage_costs)."""
     checked: dict[tuple[Group, int], Prediction] = field(default_factory=dict)
     """Plans already re-predicted by predict_plan (the same plan in several searches)."""
+
+    def classes_for(self, space: ModernSpace, workload: Workload) -> list[Group]:
+        """group_classes(space), once per space. A family's space (a known space with some of
+        SUBSPACE_FIELDS narrowed) filters that space's classes instead of building its own:
+        group_classes makes each from the fields' values alone, so the narrowed space's are
+        the known ones whose values it allows (ZeRO, which no class fixes, is narrowed when
+        a class is split into its groups, class_members)."""
+        known = self.classes.get(space)
+        if known is not None:
+            return known
+        for parent, classes in self.classes.items():
+            if _narrows(space, parent):
+                narrowed = [(SUBSPACE_FIELDS[name], set(getattr(space, name)))
+                            for name in SUBSPACE_FIELDS if name != "zero"
+                            and getattr(space, name) != getattr(parent, name)]
+                known = [rep for rep in classes
+                         if all(getattr(rep, f) in allowed for f, allowed in narrowed)]
+                break
+        else:
+            known = group_classes(space, workload)
+        self.classes[space] = known
+        return known
 
 
 @dataclass
@@ -349,7 +506,7 @@ class _Search:
     caches: "Caches" = field(default_factory=lambda: Caches())
 
     @property
-    def templates(self) -> dict[tuple[int, int, bool], StageTemplate]:
+    def templates(self) -> dict[tuple[object, ...], StageTemplate]:
         return self.caches.templates
 
     @property
@@ -357,7 +514,7 @@ class _Search:
         return self.caches.layouts
 
     @property
-    def built(self) -> dict[tuple[int, int, bool, int, int], tuple[StageCosts, ...]]:
+    def built(self) -> dict[tuple[object, ...], tuple[StageCosts, ...]]:
         return self.caches.built
 
     def price(self) -> float:
@@ -374,7 +531,8 @@ class _Search:
                 raise InputError("workload", f"{self.workload.name}: the GPU-plan search needs "
                                  "identical transformer blocks")
             self.layouts[key] = layout
-        split = (group.tensor, group.micro_batch, group.sequence_parallel)
+        mesh_split = group.split(self.space)
+        split = (group.tensor, group.micro_batch, group.sequence_parallel, mesh_split)
         built = self.built.get((*split, *key))
         if built is not None:
             return built
@@ -386,7 +544,8 @@ class _Search:
                                       group.micro_batch, layout.block,
                                       precision=precision.compute,
                                       sequence_parallel=group.sequence_parallel,
-                                      bytes_scale=(precision.activation_bytes or b) / b)
+                                      bytes_scale=(precision.activation_bytes or b) / b,
+                                      split=mesh_split, shared=self.caches.layer_options)
             self.templates[split] = template
         built = stages_from_template(self.workload, template, layout)
         self.built[(*split, *key)] = built
@@ -414,13 +573,14 @@ class _Search:
         return first, priced.devices, priced.group, priced.replicas
 
     def seconds(self, group: Group, stages: tuple[StageCosts, ...]) -> tuple[float, ...]:
-        """t_i per stage: compute + tensor-parallel communication + recompute, one micro-batch
-        on the devices alone (no launch or transfer time)."""
+        """t_i per stage: compute + tensor-, expert- and context-parallel communication +
+        recompute, one micro-batch on the devices alone (no launch or transfer time)."""
         key = (id(stages), group.recompute)
         seconds = self.caches.seconds.get(key)
         if seconds is None:
-            seconds = tuple(stage.compute_s + stage.partition_s
-                            + stage.recompute_s(group.recompute) for stage in stages)
+            seconds = tuple(stage.compute_s + stage.partition_s + stage.expert_comm_s
+                            + stage.context_comm_s + stage.recompute_s(group.recompute)
+                            for stage in stages)
             self.caches.seconds[key] = seconds
         return seconds
 
@@ -429,11 +589,11 @@ class _Search:
         """The objective's lower bound over the data-parallel degrees, from a lower bound
         pipeline_s(m) of the pipeline's time at m micro-batches (which falls as d grows)."""
         if self.objective == "time":
-            return pipeline_s(self.space.global_batch // (choices[-1] * group.micro_batch))
+            return pipeline_s(group.micro_batches(self.space, choices[-1]))
         best = float("inf")
         for replicas in choices:
-            m = self.space.global_batch // (replicas * group.micro_batch)
-            devices = group.tensor * group.pipeline * replicas
+            m = group.micro_batches(self.space, replicas)
+            devices = group.devices_per_replica * replicas
             best = min(best, pipeline_s(m) * devices * self.price() / 3600)
         return best
 
@@ -453,38 +613,59 @@ class _Search:
         m · t_max + (T − t_max) / v grows with t_max (m ≥ 1 ≥ 1/v). QUICK_SLACK covers the
         rounding of the two sums' orders."""
         self.bounded += 1
-        key = (group.tensor, group.micro_batch, group.sequence_parallel, group.recompute)
+        memo = (group.tensor, group.micro_batch, group.sequence_parallel, group.ep, group.cp,
+                group.cp_algorithm, group.recompute, group.pipeline, group.virtual_stages,
+                choices[-1] if self.objective == "time" else tuple(choices))
+        known = self.caches.bounds.get(memo)
+        if known is not None:
+            return known
+        key = memo[:7]
         total = self.caches.whole.get(key)
         if total is None:
             whole = self.stages(group._replace(pipeline=1, schedule="1f1b", virtual_stages=1))
             total = self.caches.whole[key] = self.seconds(group, whole)[0]
         share, v = total / group.pipeline, group.virtual_stages
-        return self.over_choices(group, choices, lambda m: (m * share + (total - share) / v)
-                                 * (1 - QUICK_SLACK))
+        bound = self.caches.bounds[memo] = self.over_choices(
+            group, choices, lambda m: (m * share + (total - share) / v) * (1 - QUICK_SLACK))
+        return bound
 
     def run(self, devices: int, top: int) -> list[Priced]:
         """The `top` best plans within `devices` GPUs: groups in order of their bound, each
         priced at every data-parallel degree, until no bound can beat the top-th plan. Groups
         enter with their quick bound; the first time one comes up it is laid out and goes back
         with its exact bound (best-first search with lazily tightened bounds: exact, because
-        every bound is a lower bound of the group's objective)."""
-        heap: list[tuple[float, int, Group, list[int], tuple[StageCosts, ...] | None]] = []
-        groups = self.caches.groups.get(self.space)
-        if groups is None:
-            groups = self.caches.groups[self.space] = groups_of(self.space, self.workload)
-        for index, group in enumerate(groups):
-            choices = replica_choices(group, self.space, devices)
+        every bound is a lower bound of the group's objective).
+
+        Groups that differ only in their ZeRO stage and overlap share their quick bound (it
+        reads neither): they enter as one class, bounded at the replica counts of any engine
+        (a superset of each member's, so a lower bound of each), and are split into their
+        groups when the class comes up."""
+        heap: list[tuple[float, tuple[int, int], bool, Group, list[int],
+                         tuple[StageCosts, ...] | None]] = []
+        classes = self.caches.classes_for(self.space, self.workload)
+        for index, rep in enumerate(classes):
+            choices = list(_replica_choices(self.space.global_batch, rep.micro_batch * rep.ep,
+                                            rep.schedule, rep.pipeline,
+                                            devices // rep.devices_per_replica))
             if choices:
-                heap.append((self.quick_bound(group, choices), index, group, choices, None))
+                heap.append((self.quick_bound(rep, choices), (index, -1), True, rep,
+                             choices, None))
         heapq.heapify(heap)
         found: list[Priced] = []
         while heap:
-            bound, index, group, choices, stages = heapq.heappop(heap)
+            bound, order, is_class, group, choices, stages = heapq.heappop(heap)
             if len(found) >= top and bound >= self.key(found[top - 1])[0] * (1 + 1e-12):
                 break
+            if is_class:  # a class: its groups, each at its own replica counts
+                for j, member in enumerate(class_members(group, self.space)):
+                    own = replica_choices(member, self.space, devices)
+                    if own:
+                        heapq.heappush(heap, (self.quick_bound(member, own), (order[0], j),
+                                              False, member, own, None))
+                continue
             if stages is None:
                 stages = self.stages(group)
-                heapq.heappush(heap, (self.bound(group, choices, stages), index, group,
+                heapq.heappush(heap, (self.bound(group, choices, stages), order, False, group,
                                       choices, stages))
                 continue
             for replicas in reversed(choices):  # memory never grows with d: stop at a misfit
@@ -494,7 +675,7 @@ class _Search:
                 self.evaluated += 1
                 x = throughput(context, replicas, 0)
                 step = self.space.global_batch / x
-                used = group.tensor * group.pipeline * replicas
+                used = group.devices_per_replica * replicas
                 found.append(Priced(group, replicas, step, used, step * used * self.price() / 3600))
             found.sort(key=self.key)
             del found[max(top, 1) * 4:]
@@ -513,7 +694,9 @@ def _checked(workload: Workload, system: System, space: ModernSpace, priced: Pri
 
 FAMILIES = {"no pipeline (pp = 1)": {"pipeline": (1,)},
             "no tensor parallelism (tp = 1)": {"tensor": (1,)},
-            "ZeRO-3 / FSDP": {"zero": (3,), "pipeline": (1,)}}
+            "ZeRO-3 / FSDP": {"zero": (3,), "pipeline": (1,)},
+            "no expert parallelism (ep = 1)": {"expert": (1,)},
+            "no context parallelism (cp = 1)": {"context": (1,)}}
 """The best plan of each family is reported beside the winner ("why it wins")."""
 LARGE_BATCH_TOKENS = 4 * 2**20
 """A global batch above ~4M tokens is beyond what GPT-3 trained with (3.2M tokens for 175B,
@@ -545,6 +728,25 @@ def _budgets(gpus: int, per_node: int) -> list[int]:
     return sorted(counts)
 
 
+def _mesh_lines(best: Prediction) -> list[str]:
+    """Why the winner's ep and cp are what they are: what each splits, and what its exchange
+    costs of the step."""
+    plan, step = best.plan, best.step_time_s
+    lines = []
+    if plan.expert.degree > 1:
+        ep = plan.expert.degree
+        lines.append(f"ep {ep}: each GPU holds 1/{ep} of the experts' weights (the memory and "
+                     f"gradient traffic they save), their all-to-alls take "
+                     f"{100 * best.part(Part.EP_COMM) / step:.0f} % of the step")
+    if plan.context.degree > 1:
+        cp, algorithm = plan.context.degree, plan.context.algorithm
+        how = "ring attention" if algorithm == "ring" else "all-to-all (Ulysses)"
+        lines.append(f"cp {cp} ({how}): each GPU holds 1/{cp} of every sequence's tokens and "
+                     f"activations; the exchange not hidden behind attention takes "
+                     f"{100 * best.part(Part.CP_COMM) / step:.0f} % of the step")
+    return lines
+
+
 def _why(best: Prediction, families: dict[str, Prediction], objective: str) -> list[str]:
     parts = {p.name: p.seconds for p in best.parts if p.kind not in ("sum", "total")}
     step = best.step_time_s
@@ -552,6 +754,7 @@ def _why(best: Prediction, families: dict[str, Prediction], objective: str) -> l
     lines = [f"bottleneck: {best.bottleneck}",
              "largest parts: " + ", ".join(f"{name.replace('_', ' ')} {100 * s / step:.0f} %"
                                            for name, s in top_parts)]
+    lines += _mesh_lines(best)
     if best.plan.memory.recompute != "none":
         lines.append(f"recompute {best.plan.memory.recompute}: the plan fits in memory only "
                      "with it, or it is faster overall" if objective == "time" else
@@ -566,10 +769,14 @@ def _smallest_plan_fits(space: ModernSpace, devices: int) -> None:
     """InputError naming tp or pp when even the smallest plan the search may take (its least
     tp × its least pp, one replica) needs more than the `devices` of the budget."""
     tp, pp = min(space.tensor), min(space.pipeline)
-    if tp * pp > devices:
-        field = "tp" if tp > 1 and (pp == 1 or tp > devices) else "pp"
-        raise InputError(field, f"the smallest plan the search may take, tp {tp} × pp {pp}, "
-                         f"needs {tp * pp} GPUs; the budget is {devices}")
+    ep, cp = min(space.expert), min(space.context)
+    if tp * pp * ep * cp > devices:
+        field = ("ep" if ep > 1 else "cp" if cp > 1 else
+                 "tp" if tp > 1 and (pp == 1 or tp > devices) else "pp")
+        mesh = f"tp {tp} × pp {pp}" + (f" × ep {ep}" if ep > 1 else "") + (
+            f" × cp {cp}" if cp > 1 else "")
+        raise InputError(field, f"the smallest plan the search may take, {mesh}, needs "
+                         f"{tp * pp * ep * cp} GPUs; the budget is {devices}")
 
 
 def optimize_modern(workload: Workload, system: System, space: ModernSpace,
@@ -599,8 +806,9 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
     for name, restriction in FAMILIES.items():
         allowed = {k: tuple(v for v in values if v in getattr(space, k))
                    for k, values in restriction.items()}
-        if any(not values for values in allowed.values()):
-            continue
+        if any(not values for values in allowed.values()) or all(
+                values == getattr(space, k) for k, values in allowed.items()):
+            continue  # the family is empty, or it is the whole space (nothing to compare)
         family_space = replace(space, **allowed)
         found, extra = _search(workload, system, family_space, devices, 1, objective, caches)
         evaluated, bounded = evaluated + extra.evaluated, bounded + extra.bounded

@@ -34,6 +34,42 @@ The facts and their sources (each engine's own code; docs/export.md gives the op
   (mixed_precision_reduce), overlaps data-parallel communication with computation, and shards
   the norms over the sequence with tensor parallelism (SequenceParallel).
 - No engine reduces 1-byte gradients or has a TF32 option.
+
+Expert parallelism (ep) and context parallelism (cp, by ring attention or all-to-all), checked
+at NVIDIA/Megatron-LM d98e8a64, deepspeedai/Megatron-DeepSpeed 4efb479d with DeepSpeed 0.19.8,
+and pytorch/torchtitan v0.2.2 (73a0e697); docs/export.md gives the option lines:
+
+- Megatron-LM runs both: --expert-model-parallel-size (core/model_parallel_config.py; the
+  experts split over a sub-group of DP · CP, so DP = world / (TP · PP · CP) = dp · ep), and
+  --context-parallel-size with --cp-comm-type p2p (ring attention: K/V blocks exchanged in a
+  ring, overlapped with attention) or a2a ("like DeepSpeed Ulysses", core/transformer/
+  transformer_config.py; training/arguments.py defines the option, default p2p). Its MoE layer
+  raises in training with tensor parallelism but no sequence parallelism (core/transformer/moe/
+  moe_layer.py: "MoE and tensor parallelism are enabled without also enabling sequence
+  parallelism").
+- DeepSpeed (Megatron-DeepSpeed, megatron/arguments.py) runs MoE as DeepSpeed-MoE
+  (--num-experts, --moe-expert-parallel-size; expert groups over the data-parallel ranks,
+  deepspeed/utils/groups.py) but not under ZeRO-3 (runtime/engine.py: "Native DeepSpeed MoE is
+  not supported with ZeRO Stage 3"), and context parallelism only as DeepSpeed-Ulysses
+  (--ds-sequence-parallel-size: all-to-alls around the attention, deepspeed/sequence/layer.py),
+  so ring attention has no option; Ulysses runs without tensor or pipeline parallelism
+  (megatron/core/parallel_state.py asserts "DeepSpeed's sequence parallel does not work with
+  tensor parallel or pipeline parallel"), and together with ep is refused conservatively: the
+  expert groups are built over world / (TP · PP) ranks (groups.py, _get_expert_parallel_ranks)
+  without regard to the sequence-parallel group. Its one shared-expert form is the residual MoE
+  (--mlp-type residual: one dense MLP as wide as an expert).
+- torchtitan 0.2 (config/job_config.py, distributed/parallel_dims.py): expert_parallel_degree
+  with expert_tensor_parallel_degree (1 or tp) borrows ep from the FSDP dimension (its expert
+  mesh is efsdp = dp_shard · cp · tp / (etp · ep)), and context_parallel_degree turns FSDP on
+  whatever dp_shard is (fsdp_enabled = dp_shard > 1 or cp > 1), so both need zero 2 or 3; its
+  context parallelism is ring attention over SDPA (context_parallel_rotate_method "allgather"
+  or "alltoall" picks how K/V shards move: torch's _AllToAllRotater passes them to the next
+  rank, _AllGatherRotater gathers them at once), no head split, so the all-to-all (Ulysses)
+  algorithm has no option; the sequence must divide by tp · 2 · cp (parallelize.py asserts
+  ParallelDims.seq_len_divisor). Its MoE (models/moe/moe.py) is dropless token choice, no
+  capacity factor, with shared experts as wide as a multiple of one routed expert.
+
+`workload_violation` holds the limits that read the workload's shape too (MoE or not).
 """
 
 from __future__ import annotations
@@ -43,6 +79,7 @@ from dataclasses import dataclass
 from dnnscale.errors import InputError, short_repr
 from dnnscale.plan.plan import Collective, ParallelPlan
 from dnnscale.plan.rules import Violation, require
+from dnnscale.workload.transformer_shape import TransformerShape
 
 ENGINES = ("megatron", "deepspeed", "torchtitan")
 ENGINE_NAMES = {"megatron": "Megatron-LM", "deepspeed": "DeepSpeed", "torchtitan": "torchtitan"}
@@ -55,8 +92,9 @@ class EngineFacts:
     """What an engine's limits read of a plan: tp and pp degrees, whether there are several
     data-parallel replicas (no limit reads more of dp, so the search checks a group at one and
     at several replicas only), the schedule, the ZeRO stage, overlap of data-parallel
-    communication, sequence parallelism, the compute precision and the bytes per gradient value
-    reduced."""
+    communication, sequence parallelism, the compute precision, the bytes per gradient value
+    reduced, and the expert and context parallel degrees with the context-parallel algorithm
+    (plan/plan.py CP_ALGORITHMS)."""
 
     tp: int
     pp: int
@@ -68,16 +106,21 @@ class EngineFacts:
     compute: str
     grad_bytes: int | None
     """None: the workload's own width."""
+    ep: int = 1
+    cp: int = 1
+    cp_algorithm: str = "ring"
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
-    """The EngineFacts of a Megatron-style plan (a parameter server counts as ZeRO-0)."""
+    """The EngineFacts of a Megatron-style plan (a parameter server counts as ZeRO-0).
+    Replicated: the dense gradients meet over more than one member (dp · ep · cp > 1)."""
     aggregation = plan.data.aggregation
     collective = aggregation if isinstance(aggregation, Collective) else Collective()
-    return EngineFacts(plan.tensor.degree, plan.pipeline.stages, plan.data.replicas > 1,
+    return EngineFacts(plan.tensor.degree, plan.pipeline.stages, plan.dense_replicas > 1,
                        plan.pipeline.schedule, collective.zero_stage, collective.overlap,
                        plan.tensor.sequence_parallel, plan.precision.compute,
-                       plan.precision.grad_bytes)
+                       plan.precision.grad_bytes, ep=plan.expert.degree,
+                       cp=plan.context.degree, cp_algorithm=plan.context.algorithm)
 
 
 def check_engine(engine: object, field: str = "engine") -> str:
@@ -119,6 +162,24 @@ def _deepspeed(f: EngineFacts) -> Violation | None:
         return Violation("overlap_dp", f"{name} overlaps gradient reduction with the backward "
                          f"pass only under ZeRO (zero_optimization.overlap_comm); use zero >= 1 "
                          f"or overlap_dp false")
+    return _deepspeed_context(f) if f.cp > 1 else None
+
+
+def _deepspeed_context(f: EngineFacts) -> Violation | None:
+    """DeepSpeed's context parallelism is DeepSpeed-Ulysses (--ds-sequence-parallel-size)."""
+    name = ENGINE_NAMES["deepspeed"]
+    if f.cp_algorithm != "alltoall":
+        return Violation("cp_algorithm", f"{name}'s context parallelism is DeepSpeed-Ulysses "
+                         f"(--ds-sequence-parallel-size: all-to-alls around the attention); "
+                         f"ring attention has no {name} option: use cp_algorithm alltoall")
+    if f.tp > 1 or f.pp > 1:
+        return Violation("cp", f"DeepSpeed-Ulysses runs without tensor or pipeline parallelism "
+                         f"(Megatron-DeepSpeed's parallel_state asserts it); got cp {f.cp} with "
+                         f"tp {f.tp} × pp {f.pp}")
+    if f.ep > 1:
+        return Violation("ep", f"{name} builds its expert-parallel groups over world / (TP·PP) "
+                         f"ranks without regard to the Ulysses group (utils/groups.py), not the "
+                         f"plan's ep × cp layout; use ep 1 or cp 1")
     return None
 
 
@@ -134,6 +195,18 @@ def _torchtitan(f: EngineFacts) -> Violation | None:
         return Violation("zero", f"{name}'s DDP (zero 0) runs only as the sole parallelism "
                          f"(\"DDP has not supported > 1D parallelism\"); with tp {f.tp} × pp "
                          f"{f.pp} use zero 2 or 3 (FSDP2)")
+    if f.cp > 1 and f.cp_algorithm != "ring":
+        return Violation("cp_algorithm", f"{name}'s context parallelism is ring attention over "
+                         f"SDPA (context_parallel_rotate_method only picks how K/V shards move); "
+                         f"the all-to-all (Ulysses) head split has no {name} option: use "
+                         f"cp_algorithm ring")
+    if f.zero == 0 and f.cp > 1:
+        return Violation("zero", f"{name} shards the weights with FSDP2 whenever cp > 1 (its "
+                         f"FSDP mesh is dp_shard × cp); use zero 2 or 3 with cp {f.cp}")
+    if f.zero == 0 and f.ep > 1:
+        return Violation("zero", f"{name}'s expert parallelism borrows ep from the FSDP2 "
+                         f"dimension (experts sharded over dp_shard · cp / ep); use zero 2 or "
+                         f"3 with ep {f.ep}")
     return None
 
 
@@ -155,6 +228,68 @@ def engine_violation(engine: str, facts: EngineFacts) -> Violation | None:
     if facts.compute == "tf32":
         return Violation("precision", f"{name} has no TF32 option ({NO_TF32[engine]})")
     return _LIMITS[engine](facts)
+
+
+def workload_violation(engine: str, facts: EngineFacts,
+                       shape: TransformerShape) -> Violation | None:
+    """Why `engine` cannot run the workload of `shape` under a plan with these facts (None: it
+    can). The field is a plan field (relative to the plan) where another plan would run; ''
+    where no plan does: the engine has no option for the shape itself."""
+    if engine == "torchtitan":
+        divisor = facts.tp * 2 * facts.cp
+        if shape.seq % divisor:
+            return Violation("cp" if facts.cp > 1 else "tp", f"torchtitan needs the sequence "
+                             f"length divisible by tp × 2 × cp = {divisor} (sequence "
+                             f"parallelism and the load-balanced context split); seq "
+                             f"{shape.seq} is not")
+    if engine == "megatron" and facts.cp > 1 and shape.seq % (2 * facts.cp):
+        return Violation("cp", f"Megatron-LM asserts the sequence length is a multiple of 2 × "
+                         f"cp = {2 * facts.cp} with context parallelism (every --cp-comm-type); "
+                         f"seq {shape.seq} is not")
+    if engine == "deepspeed" and shape.seq % facts.cp:
+        return Violation("cp", f"Megatron-DeepSpeed splits each sequence over the Ulysses group "
+                         f"and asserts seq {shape.seq} divides by cp {facts.cp}")
+    if not shape.is_moe:
+        return None
+    if engine == "megatron":
+        if facts.tp > 1 and not facts.sequence_parallel:
+            return Violation("sequence_parallel", "Megatron-LM's MoE layer refuses to train "
+                             "with tensor parallelism but no sequence parallelism "
+                             "(moe_layer.py); use sequence_parallel true with tp > 1")
+        return None
+    if engine == "deepspeed":
+        if facts.zero == 3:
+            return Violation("zero", "DeepSpeed's MoE is not supported with ZeRO-3 (its engine "
+                             "asserts \"Native DeepSpeed MoE is not supported with ZeRO Stage "
+                             "3\"); use zero 0, 1 or 2")
+        if shape.shared_ffn not in (0, shape.routed_ffn):
+            return Violation("", f"DeepSpeed's one shared expert is the residual MoE's dense MLP, "
+                             f"as wide as a routed expert ({shape.routed_ffn}); a shared width "
+                             f"of {shape.shared_ffn} has no DeepSpeed option")
+        return None
+    if shape.capacity_factor is not None:
+        return Violation("", f"torchtitan's MoE is dropless token choice (no capacity factor); "
+                         f"the workload drops tokens above {shape.capacity_factor:g}× the mean "
+                         f"(give capacity_factor null)")
+    if shape.shared_ffn % shape.routed_ffn:
+        return Violation("", f"torchtitan's shared experts are num_shared_experts MLPs as wide "
+                         f"as a routed expert ({shape.routed_ffn}); a shared width of "
+                         f"{shape.shared_ffn} is not a multiple of it")
+    return None
+
+
+def workload_differences(engine: str, facts: EngineFacts,
+                         shape: TransformerShape) -> tuple[Violation, ...]:
+    """How `engine` runs the workload of `shape` otherwise than the plan priced it (field
+    relative to the plan; '' for the workload); empty where it runs as priced."""
+    if engine != "deepspeed" or not shape.is_moe or shape.capacity_factor is None:
+        return ()
+    factor = shape.capacity_factor
+    return (Violation("", f"DeepSpeed-MoE pads every expert's tokens to its capacity "
+                      f"({factor:g}× the mean, at least --moe-min-capacity 4): each expert "
+                      f"computes and exchanges {factor:g}× the mean routed tokens, where the "
+                      f"plan priced the busiest member's min(expert_imbalance, "
+                      f"{factor:g})× the mean and the rest below it"),)
 
 
 def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]:
@@ -202,6 +337,13 @@ def runnable_engines(plan: ParallelPlan) -> dict[str, Violation | None]:
     return {engine: engine_violation(engine, facts) for engine in ENGINES}
 
 
-def require_engine(engine: str, plan: ParallelPlan, where: str = "plan") -> None:
-    """The InputError of the first limit of `engine` that `plan` breaks (export's refusal)."""
-    require(engine_violation(engine, plan_facts(plan)), where)
+def require_engine(engine: str, plan: ParallelPlan, where: str = "plan",
+                   shape: TransformerShape | None = None) -> None:
+    """The InputError of the first limit of `engine` that `plan` breaks (export's refusal),
+    then, given the workload's `shape`, of the first limit the pair breaks (named
+    `where`.FIELD, or 'workload' for the shape itself)."""
+    facts = plan_facts(plan)
+    require(engine_violation(engine, facts), where)
+    if shape is not None:
+        violation = workload_violation(engine, facts, shape)
+        require(violation, where if violation is None or violation.field else "workload")

@@ -186,6 +186,49 @@ class Placement:
         return iter(self.dimensions)
 
 
+def joint_span(mesh: DeviceMesh, dims: tuple[MeshDim, ...], devices_per_node: int) -> GroupSpan:
+    """The span of a group over several dimensions at once (the members that differ only in
+    their coordinates along `dims`): the dense gradients' group dp × ep × cp, the experts'
+    dp × cp. Nodes are filled by rank, so the node of rank 0 holds as many members as any.
+
+    Formula: size = Π size(d) over `dims`; per node = #{members r of rank 0's group with
+    r < devices_per_node}, r = Σ c_d · stride(d) (the mesh's strides), counted without
+    listing the group (at most devices_per_node members are visited).
+    Units: counts.
+    Source: Megatron-Core's rank order (plan/mesh.py); its expert data-parallel group with
+    context parallelism spans dp and cp.
+    """
+    return _joint_span(mesh, tuple(sorted({_dimension(d) for d in dims}, key=_index)),
+                       devices_per_node)
+
+
+@lru_cache(maxsize=4096)
+def _joint_span(mesh: DeviceMesh, dims: tuple[MeshDim, ...], devices_per_node: int) -> GroupSpan:
+    sizes = [mesh.size(d) for d in dims]
+    size = 1
+    for value in sizes:
+        size *= value
+    if size <= 1:
+        return GroupSpan(1, 1)
+    wide = [d for d in dims if mesh.size(d) > 1]
+    if len(wide) == 1:  # one dimension: exactly its own placement
+        return group_span(size, mesh.stride(wide[0]), devices_per_node)
+    strides = [mesh.stride(d) for d in dims]
+
+    def below(index: int, budget: int) -> int:
+        """Members whose offsets along dims[index:] sum to less than `budget`."""
+        if index == len(dims):
+            return 1
+        count, stride = 0, strides[index]
+        for step in range(sizes[index]):
+            if step * stride >= budget:
+                break
+            count += below(index + 1, budget - step * stride)
+        return count
+
+    return GroupSpan(size, max(1, min(size, below(0, devices_per_node))))
+
+
 def span_tiers(span: GroupSpan, topology: Topology) -> tuple[LinkTier, ...]:
     """The tiers a group of `span` uses: inside one node its intra-node tier; one member per
     node the inter-node tier; k > 1 members in each of N > 1 nodes both (a hierarchical

@@ -17,19 +17,29 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     sequence_parallel: false
     overlap_dp: false   # data-parallel gradients overlap the backward pass in buckets
     grad_bytes: 2       # bytes per gradient value all-reduced (default: the precision's)
+    ep: 8               # expert parallelism: experts split over ep devices (MoE workloads)
+    cp: 2               # context parallelism: each sample's sequence split over cp devices
+    cp_algorithm: ring  # ring (ring attention) | alltoall (DeepSpeed-Ulysses)
+    expert_imbalance: 1.0  # busiest ep member's routed tokens / the mean (1: uniform)
+
+The mesh is pp × dp × ep × cp × tp devices; dp · ep members take different samples, so
+global_batch is a multiple of dp × ep × micro_batch.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dnnscale.boundary import require_bool, require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
-from dnnscale.plan.plan import (ALGORITHMS, OPTIMIZERS, RECOMPUTE, SCHEDULES, Batch, Collective,
-                                DataParallel, MemoryPolicy, ParallelPlan, ParameterServer,
+from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, OPTIMIZERS, RECOMPUTE, SCHEDULES,
+                                Batch, Collective, ContextParallel, DataParallel,
+                                ExpertParallel, MemoryPolicy, ParallelPlan, ParameterServer,
                                 Pipeline, Precision, TensorSplit)
-from dnnscale.plan.rules import (batch_divides, interleaved_micro_batches, megatron_aggregation,
-                                 require, schedule_virtual_stages)
+from dnnscale.plan.rules import (batch_divides, imbalance_within_experts,
+                                 interleaved_micro_batches, megatron_aggregation, require,
+                                 schedule_virtual_stages)
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
@@ -46,7 +56,7 @@ with fp32 Adam state and master weights (Micikevicius et al. 2018; Rajbhandari e
 
 MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
-                 "grad_bytes")
+                 "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -89,7 +99,17 @@ def _plan_rules(plan: ParallelPlan, where: str) -> ParallelPlan:
     require(interleaved_micro_batches(plan.pipeline.schedule, plan.batch.accumulation, pp), where)
     aggregation = plan.data.aggregation
     require(megatron_aggregation(isinstance(aggregation, ParameterServer)), where)
+    require(imbalance_within_experts(plan.expert.imbalance, plan.expert.degree), where)
     return plan
+
+
+def _imbalance(field: str, value: object) -> float:
+    """A load imbalance: a finite number >= 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value < 1:
+        raise InputError(field, f"must be a number >= 1 (1: uniform routing), got "
+                         f"{short_repr(value)}")
+    return float(value)
 
 
 def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> ParallelPlan:
@@ -107,10 +127,15 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
     tp = require_int(f"{where}.tp", values.get("tp", 1), maximum=MAX_DEGREE)
     pp = require_int(f"{where}.pp", values.get("pp", 1), maximum=MAX_DEGREE)
     dp = require_int(f"{where}.dp", values.get("dp", 1), maximum=MAX_DEGREE)
+    ep = require_int(f"{where}.ep", values.get("ep", 1), maximum=MAX_DEGREE)
+    cp = require_int(f"{where}.cp", values.get("cp", 1), maximum=MAX_DEGREE)
+    cp_algorithm = _choice(values, "cp_algorithm", CP_ALGORITHMS, "ring", where)
+    imbalance = _imbalance(f"{where}.expert_imbalance", values.get("expert_imbalance", 1.0))
     micro = require_int(f"{where}.micro_batch", values.get("micro_batch", 1))
-    global_batch = require_int(f"{where}.global_batch", values.get("global_batch", dp * micro))
-    require(batch_divides(global_batch, dp, micro), where)
-    micro_batches = global_batch // (dp * micro)
+    global_batch = require_int(f"{where}.global_batch",
+                               values.get("global_batch", dp * ep * micro))
+    require(batch_divides(global_batch, dp * ep, micro), where)
+    micro_batches = global_batch // (dp * ep * micro)
     schedule = _choice(values, "schedule", SCHEDULES, "1f1b", where)
     virtual = require_int(f"{where}.virtual_stages", values.get("virtual_stages", 1),
                           maximum=MAX_VIRTUAL_STAGES)
@@ -128,7 +153,8 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
         pipeline=Pipeline(pp, schedule, virtual),
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where))),
         batch=Batch(micro, micro_batches), memory=MemoryPolicy(recompute), precision=precision,
-        optimizer="adam"), where)
+        optimizer="adam", expert=ExpertParallel(ep, imbalance),
+        context=ContextParallel(cp, cp_algorithm)), where)
 
 
 def _value_bytes(field: str, value: object) -> int:
@@ -139,7 +165,8 @@ def _value_bytes(field: str, value: object) -> int:
 
 
 _PARTS = (("tensor", TensorSplit), ("pipeline", Pipeline), ("data", DataParallel),
-          ("batch", Batch), ("memory", MemoryPolicy), ("precision", Precision))
+          ("batch", Batch), ("memory", MemoryPolicy), ("precision", Precision),
+          ("expert", ExpertParallel), ("context", ContextParallel))
 
 
 def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
@@ -167,6 +194,10 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
     require_int(f"{where}.virtual_stages", plan.pipeline.virtual_stages,
                 maximum=MAX_VIRTUAL_STAGES)
     require_int(f"{where}.dp", plan.data.replicas, maximum=MAX_DEGREE)
+    require_int(f"{where}.ep", plan.expert.degree, maximum=MAX_DEGREE)
+    _imbalance(f"{where}.expert_imbalance", plan.expert.imbalance)
+    require_int(f"{where}.cp", plan.context.degree, maximum=MAX_DEGREE)
+    _one_of(f"{where}.cp_algorithm", plan.context.algorithm, CP_ALGORITHMS)
     aggregation = plan.data.aggregation
     if isinstance(aggregation, Collective):
         _one_of(f"{where}.data.aggregation.algorithm", aggregation.algorithm, ALGORITHMS)
@@ -206,7 +237,9 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
             "zero": zero, "recompute": plan.memory.recompute,
             "precision": plan.precision.compute,
             "sequence_parallel": plan.tensor.sequence_parallel, "overlap_dp": overlap,
-            "grad_bytes": plan.precision.grad_bytes}
+            "grad_bytes": plan.precision.grad_bytes, "ep": plan.expert.degree,
+            "cp": plan.context.degree, "cp_algorithm": plan.context.algorithm,
+            "expert_imbalance": plan.expert.imbalance}
 
 
 def plan_label(plan: ParallelPlan) -> str:
@@ -215,5 +248,10 @@ def plan_label(plan: ParallelPlan) -> str:
               else "", "sp" if d["sequence_parallel"] else "",
               f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
               "overlap" if d["overlap_dp"] and d["dp"] > 1 else ""]
-    return (f"TP{d['tp']} PP{d['pp']} DP{d['dp']} mb{d['micro_batch']} GBS{d['global_batch']} "
-            f"{d['schedule']} {d['precision']}" + "".join(f" {e}" for e in extras if e))
+    mesh = (f" EP{d['ep']}" if d["ep"] > 1 else "") + (
+        f" CP{d['cp']}{'' if d['cp_algorithm'] == 'ring' else '-a2a'}" if d["cp"] > 1 else "")
+    imbalance = (f" imbalance{d['expert_imbalance']:g}" if d["ep"] > 1
+                 and d["expert_imbalance"] != 1 else "")
+    return (f"TP{d['tp']} PP{d['pp']} DP{d['dp']}{mesh} mb{d['micro_batch']} "
+            f"GBS{d['global_batch']} {d['schedule']} {d['precision']}"
+            + "".join(f" {e}" for e in extras if e) + imbalance)

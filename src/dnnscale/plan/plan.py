@@ -23,6 +23,11 @@ OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 FC_PROTOCOLS = ("weights", "vectors")
 ALGORITHMS = ("ring", "tree", "hierarchical")
+CP_ALGORITHMS = ("ring", "alltoall")
+"""Context parallelism's attention: 'ring' (ring attention: K/V blocks passed around the cp
+group while each member computes on the block it holds; Liu et al. 2023, Megatron-Core's
+context parallelism) or 'alltoall' (DeepSpeed-Ulysses: all-to-alls swap the sequence split for
+a head split around the attention core; Jacobs et al. 2023)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,28 @@ class Precision:
 
 
 @dataclass(frozen=True)
+class ExpertParallel:
+    """Mixture-of-experts layers' experts split over `degree` devices (the mesh's ep): each
+    holds experts / ep of them and the tokens routed to them arrive by all-to-all.
+
+    imbalance: the busiest ep member's routed tokens over the mean (1.0: uniform routing, the
+    default; a real router's is measured, not modelled). It slows that member's expert GEMMs
+    and its all-to-all, capped by the workload's capacity factor where tokens are dropped."""
+
+    degree: int = 1
+    imbalance: float = 1.0
+
+
+@dataclass(frozen=True)
+class ContextParallel:
+    """The sequence split over `degree` devices (the mesh's cp): every member holds s / cp
+    tokens of each sample; attention runs by `algorithm` (CP_ALGORITHMS)."""
+
+    degree: int = 1
+    algorithm: str = "ring"
+
+
+@dataclass(frozen=True)
 class ParallelPlan:
     """The whole plan: tensor × pipeline × data parallelism, batch, memory policy, precision.
 
@@ -144,14 +171,36 @@ class ParallelPlan:
     optimizer: str = "sgd"
     overlap: bool = False
     epoch_fraction: float = 1.0
+    expert: ExpertParallel = field(default_factory=ExpertParallel)
+    context: ContextParallel = field(default_factory=ContextParallel)
 
     @cached_property
     def mesh(self) -> DeviceMesh:
         """The plan's device mesh (plan/mesh.py): tp = the tensor split's degree (Adam's P,
-        split by Adam's rules), pp = the pipeline's stages, dp = the replicas (Adam's R);
-        ep = cp = 1. Raises InputError naming `mesh.<dim>` for a size below 1."""
+        split by Adam's rules), pp = the pipeline's stages, dp = the replicas (Adam's R),
+        ep = the expert split, cp = the sequence split. Raises InputError naming
+        `mesh.<dim>` for a size below 1."""
         return DeviceMesh.of(tp=self.tensor.degree, pp=self.pipeline.stages,
-                             dp=self.data.replicas)
+                             dp=self.data.replicas, ep=self.expert.degree,
+                             cp=self.context.degree)
+
+    @property
+    def batch_replicas(self) -> int:
+        """Members that take different samples: dp · ep (the ep members of a dense layer are
+        data parallel; the cp members share their samples' sequences)."""
+        return self.data.replicas * self.expert.degree
+
+    @property
+    def dense_replicas(self) -> int:
+        """Members holding the same dense (non-expert) parameter shard, whose gradients meet:
+        dp · ep · cp (Megatron-Core's data-parallel group with context parallelism)."""
+        return self.data.replicas * self.expert.degree * self.context.degree
+
+    @property
+    def expert_replicas(self) -> int:
+        """Members holding the same experts, whose expert gradients meet: dp · cp
+        (Megatron-Core's expert data-parallel group)."""
+        return self.data.replicas * self.context.degree
 
     @property
     def devices_per_replica(self) -> int:
@@ -176,8 +225,9 @@ class ParallelPlan:
 
     @property
     def samples_per_step(self) -> int:
-        """Samples all replicas together process per step (the global batch)."""
-        return self.batch.per_replica * self.data.replicas
+        """Samples all replicas together process per step (the global batch): dp · ep
+        members each run micro_batch · accumulation samples."""
+        return self.batch.per_replica * self.batch_replicas
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

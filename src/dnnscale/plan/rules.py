@@ -12,12 +12,16 @@ Megatron-style plans (Shoeybi et al. 2019; Narayanan et al. SC'21):
 
 - tp divides the attention heads and the key/value heads (query groups);
 - pp · v divides the layers (v virtual stages per device, the interleaved schedule only);
-- the global batch B is a multiple of dp · b (b the micro-batch);
+- the global batch B is a multiple of dp · ep · b (b the micro-batch; the ep members take
+  different samples);
+- ep divides the routed experts (ep = 1 for a dense model) and the load imbalance is at most
+  ep; cp > 1 needs fused attention, s divisible by 2 · cp for ring attention and cp · tp
+  dividing the heads for the all-to-all (Ulysses) variant;
 - the interleaved schedule needs pp ≥ 2 and v ≥ 2, and micro-batches m = B / (dp · b) a
   multiple of pp (Megatron-LM's rule);
 - ZeRO-2/3 partition gradients, which pipeline parallelism cannot accumulate over micro-batches
   (DeepSpeed allows ZeRO-1 with pp > 1);
-- tp · pp · dp devices within the cluster, and a precision the device has units for;
+- tp · pp · dp · ep · cp devices within the cluster, and a precision the device has units for;
 - sequence parallelism splits over the tensor group: with tp = 1 it changes nothing (Megatron-LM
   turns it off), so a search does not offer it as a distinct plan.
 
@@ -136,6 +140,45 @@ def interleaved_micro_batches(schedule: str, micro_batches: int, pp: int) -> Vio
     return None
 
 
+def imbalance_within_experts(imbalance: float, ep: int) -> Violation | None:
+    """The busiest ep member gets at most every routed token of the ep group: imbalance ≤ ep
+    (with ep = 1 one member holds every expert, so the imbalance is 1)."""
+    if imbalance > ep:
+        return Violation("expert_imbalance", f"{imbalance:g} is more than ep = {ep}: the "
+                         f"busiest of {ep} expert-parallel members gets at most all the tokens")
+    return None
+
+
+def experts_divide(ep: int, shape: TransformerShape) -> Violation | None:
+    """ep divides the routed experts (each member holds experts / ep of them); a dense model
+    has none to split."""
+    if ep > 1 and not shape.experts:
+        return Violation("ep", f"{ep} expert-parallel members, but the model has no experts "
+                         f"(a dense model takes ep = 1)")
+    if shape.experts and shape.experts % ep:
+        return Violation("ep", f"{ep} does not divide the model's {shape.experts} experts")
+    return None
+
+
+def context_splits(cp: int, algorithm: str, tp: int, shape: TransformerShape) -> Violation | None:
+    """Context parallelism's rules: fused attention (ring attention and Ulysses run on flash
+    kernels); ring attention's load-balanced causal split into 2 · cp chunks needs s divisible
+    by 2 · cp; the all-to-all (Ulysses) split of the heads over cp inside each tensor shard
+    needs cp · tp to divide the attention heads."""
+    if cp <= 1:
+        return None
+    if not shape.flash_attention:
+        return Violation("cp", "context parallelism runs on fused attention: the workload needs "
+                         "flash=true")
+    if algorithm == "ring" and shape.seq % (2 * cp):
+        return Violation("cp", f"ring attention splits each sequence into 2 × cp chunks: seq "
+                         f"{shape.seq} is not a multiple of {2 * cp}")
+    if algorithm == "alltoall" and shape.heads % (cp * tp):
+        return Violation("cp", f"the all-to-all (Ulysses) split needs cp × tp = {cp} × {tp} to "
+                         f"divide the model's {shape.heads} attention heads")
+    return None
+
+
 def precision_on_device(precision: str, system: System) -> Violation | None:
     """An accelerator computes in `precision` only if it has units for it."""
     machine = system.machine
@@ -145,10 +188,15 @@ def precision_on_device(precision: str, system: System) -> Violation | None:
     return None
 
 
-def devices_within_system(tp: int, pp: int, dp: int, system: System) -> Violation | None:
-    """tp · pp · dp devices, at most the cluster's."""
-    if tp * pp * dp > system.machines:
-        return Violation("", f"needs {tp * pp * dp} devices (tp·pp·dp = {tp}·{pp}·{dp}) but "
+def devices_within_system(tp: int, pp: int, dp: int, system: System, ep: int = 1,
+                          cp: int = 1) -> Violation | None:
+    """tp · pp · dp · ep · cp devices (the mesh), at most the cluster's."""
+    devices = tp * pp * dp * ep * cp
+    if devices > system.machines:
+        names = "tp·pp·dp" + ("·ep" if ep > 1 else "") + ("·cp" if cp > 1 else "")
+        sizes = "·".join(str(v) for v in (tp, pp, dp) + ((ep,) if ep > 1 else ())
+                         + ((cp,) if cp > 1 else ()))
+        return Violation("", f"needs {devices} devices ({names} = {sizes}) but "
                          f"cluster {system.name!r} has {system.machines}")
     return None
 
@@ -217,6 +265,9 @@ def check_plan_shape(plan: ParallelPlan, shape: TransformerShape) -> None:
     require(tensor_divides_heads(plan.tensor.degree, shape))
     require(pipeline_divides_layers(plan.pipeline.stages, plan.pipeline.virtual_stages,
                                     shape.layers))
+    require(experts_divide(plan.expert.degree, shape))
+    require(context_splits(plan.context.degree, plan.context.algorithm, plan.tensor.degree,
+                           shape))
 
 
 def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) -> None:
@@ -224,7 +275,7 @@ def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) ->
     divisibility, a global batch within one epoch, aggregation the model prices on this
     system, the device's precision."""
     require(devices_within_system(plan.tensor.degree, plan.pipeline.stages, plan.data.replicas,
-                                  system))
+                                  system, plan.expert.degree, plan.context.degree))
     require(global_batch_within_epoch(plan.samples_per_step, workload))
     require(parameter_server_on_device(plan.data.uses_ps, system))
     shape = workload.transformer
@@ -232,6 +283,10 @@ def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) ->
         check_plan_shape(plan, shape)
     else:
         require(pipeline_within_layers(plan.pipeline.stages, len(workload.layers)))
+        if plan.expert.degree > 1 or plan.context.degree > 1:
+            raise InputError("plan.ep" if plan.expert.degree > 1 else "plan.cp",
+                             f"{workload.name} is not a transformer: expert and context "
+                             f"parallelism split transformer blocks")
     require(precision_on_device(plan.precision.compute, system))
 
 

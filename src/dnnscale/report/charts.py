@@ -20,6 +20,7 @@ COLORS: dict[str, str] = {
     Part.FORWARD: "#4c78a8", "backward": "#3f8f8a", Part.INPUT_GRAD: "#72b7b2",
     Part.WEIGHT_GRAD: "#54a24b", Part.RECOMPUTE: "#9d755d",
     Part.PARTITION_COMM: "#f58518", Part.TP_COMM: "#f58518", Part.PP_COMM: "#e45756",
+    Part.EP_COMM: "#17becf", Part.CP_COMM: "#bcbd22",
     Part.PS_PUSH: "#f58518", Part.PS_PULL: "#ff9d4d", Part.ALLREDUCE: "#e45756",
     Part.DP_COMM: "#b279a2", Part.PS_SERVE_WAIT: "#bab0ac", Part.PS_WAIT: "#8c8c8c",
     Part.LAUNCH_WAIT: "#d0d0d0", Part.BUBBLE: "#e8e8e8",

@@ -33,6 +33,12 @@ PART_TEXT: dict[Part, str] = {
                          "Adam's model parallelism)",
     Part.TP_COMM: "tensor-parallel collectives inside each layer (all-reduce, or all-gather and "
                   "reduce-scatter with sequence parallelism) among the TP group",
+    Part.EP_COMM: "expert parallelism's all-to-alls: each MoE layer's routed tokens sent to "
+                  "the members holding their experts (dispatch) and back (combine), forward "
+                  "and backward, among the ep group; the busiest member's load sets the time",
+    Part.CP_COMM: "context parallelism's exchange among the cp group: ring attention's K/V "
+                  "block sends not hidden behind the attention compute, or the Ulysses "
+                  "all-to-alls around it",
     Part.PP_COMM: "point-to-point sends between adjacent pipeline stages: activations forward, "
                   "input gradients backward, every micro-batch",
     Part.PS_PUSH: "the worker sending its share of the weight updates to the parameter-server "
@@ -86,6 +92,8 @@ UTILIZATION_TEXT: dict[str, str] = {
     "compute": "fraction of the step the device computes (recomputation included)",
     "tp_network": "fraction of the step in tensor-parallel collectives",
     "pp_network": "fraction of the step in pipeline sends",
+    "ep_network": "fraction of the step in expert parallelism's all-to-alls",
+    "cp_network": "fraction of the step in context parallelism's exposed exchange",
     "dp_network": "fraction of the step in data-parallel communication",
 }
 

@@ -139,8 +139,10 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
     pieces_b: list[tuple[tuple[str, float], ...]] = []
     for stage in stages:
         tp_forward = stage.tp_forward_s
-        forward = stage.forward_s + tp_forward
-        backward = stage.input_grad_s + stage.weight_grad_s + stage.tp_comm_s - tp_forward
+        ep_forward, cp_forward = stage.ep_forward_s, stage.cp_forward_s
+        forward = stage.forward_s + tp_forward + ep_forward + cp_forward
+        backward = (stage.input_grad_s + stage.weight_grad_s + stage.tp_comm_s - tp_forward
+                    + stage.ep_comm_s - ep_forward + stage.cp_comm_s - cp_forward)
         redo = stage.recompute_s
         device = forward + backward + redo
         launch = stage.launch_wait_s
@@ -148,11 +150,14 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
         pp = stage.p2p_s
         pieces_f.append(tuple((name, seconds / v) for name, seconds in (
             (Part.FORWARD, stage.forward_s), (Part.TP_COMM, tp_forward),
+            (Part.EP_COMM, ep_forward), (Part.CP_COMM, cp_forward),
             (Part.LAUNCH_WAIT, launch * share), (Part.PP_COMM, pp / 2)) if seconds > 0))
         pieces_b.append(tuple((name, seconds / v) for name, seconds in (
             (Part.RECOMPUTE, redo), (Part.INPUT_GRAD, stage.input_grad_s),
             (Part.WEIGHT_GRAD, stage.weight_grad_s),
             (Part.TP_COMM, stage.tp_comm_s - tp_forward),
+            (Part.EP_COMM, stage.ep_comm_s - ep_forward),
+            (Part.CP_COMM, stage.cp_comm_s - cp_forward),
             (Part.LAUNCH_WAIT, launch * (1 - share)), (Part.PP_COMM, pp / 2)) if seconds > 0))
     forward_s = [sum(s for _, s in pieces) for pieces in pieces_f]
     backward_s = [sum(s for _, s in pieces) for pieces in pieces_b]

@@ -65,6 +65,11 @@ class LayerKind:
     (te.Linear, LayerNormLinear, LayerNormMLP): under an FP8 plan its three GEMMs run in FP8
     with a cast of their inputs (model/gpu_compute.py); every other kind (attention, norms, the
     embedding and the output layer, which engines keep in higher precision) runs in bf16.
+    expert: a routed expert's linear layer (workload/moe_kinds.py): its weights are the
+    experts', split over the mesh's ep (experts / ep per member, their gradients reduced over
+    dp · cp only), and its GEMMs run one per local expert at the tokens routed to it.
+    expert_exchange: 'dispatch' or 'combine', the token exchange around the experts, an
+    all-to-all over ep forward and backward (model/expert_parallel.py); None for other kinds.
     """
 
     name: str
@@ -76,6 +81,8 @@ class LayerKind:
     recompute: Recompute
     vector_gradients: bool = False
     fp8_gemm: bool = False
+    expert: bool = False
+    expert_exchange: str | None = None
 
     def split_rule(self, rules: str) -> str:
         """The name of the rule `rules` splits this kind by; InputError when it has none."""

@@ -39,15 +39,17 @@ model/sharding.py) and Megatron has no split for (whole on every member)."""
 def register_kind(name: str, *, kernel: KernelClass, splits: Mapping[str, str],
                   cpu_rate: str = "default", tensor_extent_key: str | None = None,
                   recompute: Recompute = Recompute.BLOCK, vector_gradients: bool = False,
-                  fp8_gemm: bool = False) -> Callable[[LayerBuilder], LayerBuilder]:
+                  fp8_gemm: bool = False, expert: bool = False,
+                  expert_exchange: str | None = None) -> Callable[[LayerBuilder], LayerBuilder]:
     """Register the builder of kind `name` with the kind's facts (kind_record.LayerKind). The
     kernel class and the split rules are always stated; the rest default to their neutral
     value: the CPU device's default curve, no unit of Megatron split, recomputed only with its
-    block, weight gradients formed where they are computed, no FP8 GEMM."""
+    block, weight gradients formed where they are computed, no FP8 GEMM, not an expert."""
 
     def decorate(builder: LayerBuilder) -> LayerBuilder:
         LAYER_KINDS[name] = LayerKind(name, builder, kernel, cpu_rate, MappingProxyType(dict(splits)),
-                                      tensor_extent_key, recompute, vector_gradients, fp8_gemm)
+                                      tensor_extent_key, recompute, vector_gradients, fp8_gemm,
+                                      expert, expert_exchange)
         return builder
 
     return decorate

@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass, field
 
 
-COST_HYPER_KEYS = ("hidden", "seq", "heads", "kv_heads", "ffn", "vocab", "attention_kernel")
+COST_HYPER_KEYS = ("hidden", "seq", "heads", "kv_heads", "ffn", "vocab", "attention_kernel",
+                   "experts", "top_k", "capacity_factor")
 """Hyper-parameters (besides shapes and counts) that cost rules read."""
 
 

@@ -10,6 +10,9 @@ Layers, in order (pre-norm; kinds in workload/transformer_kinds.py):
     block{i}.attn_residual  residual_add
     block{i}.mlp_norm       layernorm | rmsnorm    (after mlp_residual when post-norm)
     block{i}.mlp_up, block{i}.mlp_act, block{i}.mlp_down
+      or, with experts (workload/moe_kinds.py): block{i}.moe_router, block{i}.moe_dispatch,
+      block{i}.expert_up, block{i}.expert_act, block{i}.expert_down, block{i}.moe_combine,
+      then the shared experts (mlp_up/act/down kinds, roles shared_up/act/down) if any
     block{i}.mlp_residual   residual_add
     final_norm              layernorm | rmsnorm    (pre-norm only)
     logits
@@ -51,6 +54,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          positions: int | None = None, token_types: int = 0,
                          norm_position: str = "pre", bias: bool = True, dropout: bool = True,
                          rope_theta: float | None = None, attention_kernel: str = "fa2",
+                         experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
+                         shared_ffn: int = 0, capacity_factor: float | None = None,
                          bytes_per_value: int = 2,
                          description: str = "") -> Workload:
     """A transformer as a `Workload` whose `transformer` field summarises its shape.
@@ -58,6 +63,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
     `dropout` the attention and residual dropouts, `rope_theta` RoPE's base (None: 10,000).
+    `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape).
     One sample is one sequence of `seq` tokens; `bytes_per_value` 2 (bf16 activations; the
     model rescales for other precisions). Bad values raise `InputError` naming
     ``transformer.<field>``.
@@ -70,7 +76,9 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         tied_embeddings=tied_embeddings, causal=causal, positional=positional,
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
-        rope_theta=rope_theta, attention_kernel=attention_kernel)
+        rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
+        top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn,
+        capacity_factor=capacity_factor)
     # Blocks differ only in their names and `block` index: build the chain with block 0 once
     # (through build_workload, as a YAML file of it would be) and copy its layers for the rest.
     prefix, suffix = _prefix_specs(shape), _suffix_specs(shape)
@@ -129,13 +137,34 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
                   _spec(shape, "attn_context", "attn_context", i)]
     specs += [_spec(shape, "attn_out", "attn_out", i, bias=shape.bias),
               _spec(shape, "residual_add", "attn_residual", i, dropout=shape.dropout),
-              _norm(shape, "attn_norm" if post else "mlp_norm", i),
-              _spec(shape, "mlp_up", "mlp_up", i, bias=shape.bias),
-              _spec(shape, "mlp_act", "mlp_act", i),
-              _spec(shape, "mlp_down", "mlp_down", i, bias=shape.bias),
-              _spec(shape, "residual_add", "mlp_residual", i, dropout=shape.dropout)]
+              _norm(shape, "attn_norm" if post else "mlp_norm", i)]
+    specs += _moe_specs(shape, i) if shape.is_moe else [
+        _spec(shape, "mlp_up", "mlp_up", i, bias=shape.bias),
+        _spec(shape, "mlp_act", "mlp_act", i),
+        _spec(shape, "mlp_down", "mlp_down", i, bias=shape.bias)]
+    specs.append(_spec(shape, "residual_add", "mlp_residual", i, dropout=shape.dropout))
     if post:
         specs.append(_norm(shape, "mlp_norm", i))
+    return specs
+
+
+def _moe_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
+    """A block's mixture of experts: router, dispatch, the routed experts' MLP (at their own
+    width), combine, then the shared experts as a dense MLP of width `shared_ffn`."""
+    moe = {"experts": shape.experts, "top_k": shape.top_k,
+           "capacity_factor": shape.capacity_factor}
+    expert = {**moe, "ffn": shape.routed_ffn}
+    specs = [_spec(shape, "moe_router", "moe_router", i, **moe),
+             _spec(shape, "moe_dispatch", "moe_dispatch", i, **moe),
+             _spec(shape, "expert_up", "expert_up", i, bias=shape.bias, **expert),
+             _spec(shape, "expert_act", "expert_act", i, **expert),
+             _spec(shape, "expert_down", "expert_down", i, bias=shape.bias, **expert),
+             _spec(shape, "moe_combine", "moe_combine", i, **moe)]
+    if shape.shared_ffn:
+        shared = {"ffn": shape.shared_ffn}
+        specs += [_spec(shape, "mlp_up", "shared_up", i, bias=shape.bias, **shared),
+                  _spec(shape, "mlp_act", "shared_act", i, **shared),
+                  _spec(shape, "mlp_down", "shared_down", i, bias=shape.bias, **shared)]
     return specs
 
 

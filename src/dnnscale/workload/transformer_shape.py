@@ -43,6 +43,13 @@ class TransformerShape:
     (`rotary_base`); only a RoPE shape has one. It changes no count, only the engines' options.
     `attention_kernel` is the fused attention kernel (ATTENTION_KERNELS) when
     `flash_attention` is on; it changes no count, only the kernel's speed.
+
+    Mixture of experts (`experts` > 0; 0 is a dense MLP): every block's MLP is a router over
+    `experts` routed experts, each token sent to `top_k` of them, each expert a (gated, as the
+    dense MLP would be) MLP of inner width `expert_ffn` (0: `ffn`), plus shared experts of
+    total inner width `shared_ffn` (0: none) that every token passes through. `capacity_factor`
+    caps each expert's tokens at that multiple of the mean, dropping the rest (None: dropless).
+    The router's auxiliary load-balancing loss is not priced (a few values per token).
     """
 
     layers: int
@@ -65,11 +72,16 @@ class TransformerShape:
     dropout: bool = True
     rope_theta: float | None = None
     attention_kernel: str = "fa2"
+    experts: int = 0
+    top_k: int = 0
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         for name in REQUIRED_FIELDS:
             _require_int(name, getattr(self, name), 1)
-        for name in ("positions", "token_types"):
+        for name in ("positions", "token_types", "experts", "top_k", "expert_ffn", "shared_ffn"):
             _require_int(name, getattr(self, name), 0)
         for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias", "dropout"):
             if not isinstance(getattr(self, name), bool):
@@ -94,9 +106,35 @@ class TransformerShape:
             raise InputError("transformer.positions", f"must be 0 without learned positions, "
                              f"got {self.positions}")
         self._check_rope_theta()
+        self._check_experts()
         if self.attention_kernel != "fa2" and not self.flash_attention:
             raise InputError("transformer.attention_kernel", f"only fused attention has a "
                              f"kernel choice; {self.attention_kernel!r} needs flash attention on")
+
+    def _check_experts(self) -> None:
+        if not self.experts:
+            for name in ("top_k", "expert_ffn", "shared_ffn"):
+                if getattr(self, name):
+                    raise InputError(f"transformer.{name}", f"only a mixture of experts has "
+                                     f"one (experts is 0), got {getattr(self, name)!r}")
+            if self.capacity_factor is not None:
+                raise InputError("transformer.capacity_factor", "only a mixture of experts has "
+                                 "one (experts is 0)")
+            return
+        if not 1 <= self.top_k <= self.experts:
+            raise InputError("transformer.top_k", f"must be an integer in [1, experts = "
+                             f"{self.experts}], got {short_repr(self.top_k)}")
+        check_capacity_factor(self.capacity_factor)
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the blocks' MLPs are mixtures of experts."""
+        return self.experts > 0
+
+    @property
+    def routed_ffn(self) -> int:
+        """Each routed expert's inner width: `expert_ffn`, or `ffn` when it gives none."""
+        return self.expert_ffn or self.ffn
 
     def _check_rope_theta(self) -> None:
         if self.rope_theta is None:
@@ -133,6 +171,22 @@ def check_rope_theta(value: object, field: str = "transformer.rope_theta") -> fl
             not math.isfinite(value) or not 1 < value <= MAX_ROPE_THETA:
         raise InputError(field, f"must be a number in (1, {MAX_ROPE_THETA:.0e}], got "
                          f"{short_repr(value)}")
+    return float(value)
+
+
+MAX_CAPACITY_FACTOR = 64.0
+"""The largest capacity factor accepted (published runs use 1.0-2.0; Fedus et al. 2022)."""
+
+
+def check_capacity_factor(value: object, field: str = "transformer.capacity_factor"
+                          ) -> float | None:
+    """An expert capacity factor: None (dropless) or a number in (0, MAX_CAPACITY_FACTOR]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or not 0 < value <= MAX_CAPACITY_FACTOR:
+        raise InputError(field, f"must be a number in (0, {MAX_CAPACITY_FACTOR:g}] or null "
+                         f"(dropless), got {short_repr(value)}")
     return float(value)
 
 

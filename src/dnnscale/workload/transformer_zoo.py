@@ -1,17 +1,21 @@
 """Transformer zoo entries with published shapes, and the parametric ``gpt:key=value,...`` name.
 
 Names: gpt3-125m, gpt3-350m, gpt3-760m, gpt3-1.3b, gpt3-2.7b, gpt3-6.7b, gpt3-13b, gpt3-175b,
-llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, bert-large. One sample is one
-sequence; `samples_per_epoch` is the published training run's token budget in sequences.
+llama2-7b, llama2-13b, llama2-70b, llama3-8b, llama3-70b, bert-large, and the mixtures of
+experts mixtral-8x7b, mixtral-8x22b, deepseek-v3-like. One sample is one sequence;
+`samples_per_epoch` is the published training run's token budget in sequences (where none is
+published, DEFAULT_SAMPLES_PER_EPOCH).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
-from dnnscale.workload.transformer import transformer_workload
-from dnnscale.workload.transformer_shape import ATTENTION_KERNELS, ROPE_THETA_DEFAULT
+from dnnscale.workload.transformer import DEFAULT_SAMPLES_PER_EPOCH, transformer_workload
+from dnnscale.workload.transformer_shape import (ATTENTION_KERNELS, ROPE_THETA_DEFAULT,
+                                                 check_capacity_factor)
 from dnnscale.workload.workload import Workload
 
 GPT3_SEQ, GPT3_VOCAB = 2048, 50257
@@ -107,15 +111,118 @@ def bert_large() -> Workload:
                                             "16 heads, seq 512, vocab 30522, bidirectional")
 
 
+# Mixtral (Jiang et al. 2024, "Mixtral of Experts"): the config.json values Mistral AI published
+# for mistralai/Mixtral-8x7B-v0.1 and mistralai/Mixtral-8x22B-v0.1 on the Hugging Face Hub (as
+# copied verbatim into public repositories; NVIDIA NeMo's MixtralConfig8x7B / 8x22B agree):
+# (num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
+# intermediate_size = each expert's SwiGLU width, vocab_size, max_position_embeddings). Both:
+# num_local_experts 8, num_experts_per_tok 2, rope_theta 1,000,000, sliding_window null,
+# tie_word_embeddings false, RMSNorm, no biases, no dropout, no shared expert. seq is
+# max_position_embeddings, as for Llama (the pre-training context: 32k for 8x7B, Jiang et al.
+# §2; 64k for 8x22B). Dropless: no capacity factor (Mixtral routes every token, as the
+# Megablocks kernels it was released with do). The training token budget is not published.
+MIXTRAL_SHAPES = {
+    "mixtral-8x7b": (32, 4096, 32, 8, 14336, 32000, 32768),
+    "mixtral-8x22b": (56, 6144, 48, 8, 16384, 32000, 65536),
+}
+MIXTRAL_EXPERTS, MIXTRAL_TOP_K, MIXTRAL_ROPE_THETA = 8, 2, 1_000_000.0
+MIXTRAL_PUBLISHED = {"mixtral-8x7b": ("46.7B", "12.9B"), "mixtral-8x22b": ("141B", "39B")}
+"""Total and active-per-token parameters as Mistral AI announced them (mistral.ai/news,
+"Mixtral of experts", Dec. 2023, and the Mixtral 8x22B release, Apr. 2024)."""
+
+
+def _mixtral(name: str) -> Callable[[], Workload]:
+    layers, hidden, heads, kv_heads, ffn, vocab, seq = MIXTRAL_SHAPES[name]
+    total, active = MIXTRAL_PUBLISHED[name]
+
+    def build() -> Workload:
+        return transformer_workload(name, layers, hidden, heads, seq, vocab, ffn=ffn,
+                                    kv_heads=kv_heads, gated=True, norm="rmsnorm",
+                                    tied_embeddings=False, positional="rope", bias=False,
+                                    dropout=False, flash_attention=True,
+                                    rope_theta=MIXTRAL_ROPE_THETA, experts=MIXTRAL_EXPERTS,
+                                    top_k=MIXTRAL_TOP_K,
+                                    description=f"{name}: {layers} layers x {hidden}, {heads} "
+                                                f"heads ({kv_heads} key/value), 8 SwiGLU "
+                                                f"experts of {ffn}, top-2, dropless, vocab "
+                                                f"{vocab}, seq {seq}")
+
+    build.__doc__ = (f"{name} (Mistral AI's published config.json): {layers} layers x {hidden}, "
+                     f"{heads} heads, {kv_heads} key/value heads, 8 SwiGLU experts of inner "
+                     f"width {ffn} per block, top-2 routing, no shared expert, dropless, vocab "
+                     f"{vocab}, seq {seq} (max_position_embeddings), RMSNorm, RoPE (base "
+                     f"1,000,000), untied output, flash attention. Published: {total} total, "
+                     f"{active} active parameters per token. Training tokens unpublished: "
+                     f"{DEFAULT_SAMPLES_PER_EPOCH:,} sequences per epoch.")
+    return build
+
+
+DEEPSEEK_V3 = {"layers": 61, "hidden": 7168, "heads": 128, "ffn": 18432, "vocab": 129280,
+               "experts": 256, "top_k": 8, "expert_ffn": 2048, "shared_ffn": 2048, "seq": 4096}
+"""DeepSeek-V3's published dimensions: deepseek-ai/DeepSeek-V3's config.json on the Hugging Face
+Hub (num_hidden_layers 61, hidden_size 7168, num_attention_heads 128, num_key_value_heads 128,
+intermediate_size 18432 (the dense blocks' width), vocab_size 129280, n_routed_experts 256,
+num_experts_per_tok 8, moe_intermediate_size 2048, n_shared_experts 1, first_k_dense_replace
+3, q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim
+128, rope_theta 10000, tie_word_embeddings false), the same values as the GitHub repository's
+inference/configs/config_671B.json (github.com/deepseek-ai/DeepSeek-V3 at 9b4e978). seq 4096:
+the pre-training sequence length (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §4.2; the
+config's rope_scaling.original_max_position_embeddings), later extended to 128K with YaRN;
+14.8 T pre-training tokens (ibid., abstract)."""
+DEEPSEEK_V3_TRAIN_TOKENS = 14_800_000_000_000
+
+
+def deepseek_v3_like() -> Workload:
+    """DeepSeek-V3-like: DeepSeek-V3's published dimensions (DEEPSEEK_V3) priced as the blocks
+    dnnscale has, which are all alike. NOT DeepSeek-V3 itself.
+
+    Kept: 61 blocks x 7168, 256 routed SwiGLU experts of 2048 per block, top-8, one shared
+    expert of 2048 (shared_ffn 2048), dropless (DeepSeek-V3 drops no token in training), vocab
+    129,280, untied output, RMSNorm, RoPE (base 10,000), no biases, no dropout, flash attention,
+    seq 4096 (the pre-training length), 14.8 T tokens = 3,613,281,250 sequences per epoch.
+    Changed: multi-head latent attention (MLA: low-rank query (1536) and key/value (512)
+    projections, heads of 192 query/key and 128 value dims) is priced as multi-head attention
+    with 128 heads of head dim 56 (hidden / heads), 4·h² parameters per block; and every one of
+    the 61 blocks is a mixture of experts, where DeepSeek-V3's first 3 (first_k_dense_replace)
+    are dense MLPs of 18,432. Not modelled: the multi-token-prediction module (14 B more
+    parameters), the sigmoid, group-limited routing and its bias terms (a few values a token).
+
+    Parameters: 704.92 B here against the published 671 B (+5.0 %): +32.77 B from pricing the 3
+    dense blocks as mixtures (11.32 B each, against 0.40 B dense) and +1.12 B from MHA's
+    205.5 M attention parameters per block against MLA's 187.1 M; without those two the count
+    is 671.03 B. Active per token: 38.68 B here against the published 37 B (+4.5 %; MHA's
+    attention alone adds 1.12 B). The attention products run at head dim 56 where MLA's run at
+    192 (scores) and 128 (context): their s² FLOPs are about 0.35x DeepSeek-V3's, a fraction of
+    a percent of a step's FLOPs at seq 4096.
+    """
+    d = DEEPSEEK_V3
+    return transformer_workload(
+        "deepseek-v3-like", d["layers"], d["hidden"], d["heads"], d["seq"], d["vocab"],
+        ffn=d["ffn"], kv_heads=d["heads"], gated=True, norm="rmsnorm", tied_embeddings=False,
+        positional="rope", bias=False, dropout=False, flash_attention=True,
+        experts=d["experts"], top_k=d["top_k"], expert_ffn=d["expert_ffn"],
+        shared_ffn=d["shared_ffn"], samples_per_epoch=DEEPSEEK_V3_TRAIN_TOKENS // d["seq"],
+        description="DeepSeek-V3-like, not DeepSeek-V3: its published dimensions (61 layers x "
+                    "7168, vocab 129280, 256 routed experts of 2048 top-8 plus 1 shared of "
+                    "2048, seq 4096) with EVERY block a mixture of experts (DeepSeek-V3's "
+                    "first 3 are dense) and multi-head latent attention priced as multi-head "
+                    "attention of 128 heads of 56; 704.9 B parameters (published 671 B, "
+                    "+5.0 %), 38.7 B active (published 37 B)")
+
+
 TRANSFORMER_ZOO: dict[str, Callable[[], Workload]] = {
     **{name: _gpt3(name) for name in GPT3_SHAPES},
     **{name: _llama(name) for name in LLAMA_SHAPES},
     "bert-large": bert_large,
+    **{name: _mixtral(name) for name in MIXTRAL_SHAPES},
+    "deepseek-v3-like": deepseek_v3_like,
 }
 
 # The parametric name: gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200[,...]
 _GPT_INTS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads", "positions",
-             "samples", "rope_theta")
+             "samples", "rope_theta", "experts", "top_k", "expert_ffn", "shared_ffn")
+_GPT_NUMBERS = ("capacity",)
+"""Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
               "tied": "tied_embeddings", "causal": "causal", "bias": "bias",
               "dropout": "dropout"}
@@ -126,12 +233,14 @@ _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
 
 def parse_options(text: str, field: str, ints: tuple[str, ...], bools: dict[str, str],
-                  choices: dict[str, tuple[str, ...]]) -> dict[str, object]:
+                  choices: dict[str, tuple[str, ...]],
+                  numbers: tuple[str, ...] = ()) -> dict[str, object]:
     """Parse ``key=value,key=value`` into builder arguments; errors name ``field.key``.
 
     `ints` are integer keys, `bools` map a key to its argument name (true/false, yes/no, 1/0),
-    `choices` map a key to its allowed words."""
-    known = sorted({*ints, *bools, *choices})
+    `choices` map a key to its allowed words, `numbers` are real-number keys (finite: nan and
+    inf are refused here, ranges by the builder)."""
+    known = sorted({*ints, *bools, *choices, *numbers})
     options: dict[str, object] = {}
     seen: set[str] = set()
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -147,6 +256,14 @@ def parse_options(text: str, field: str, ints: tuple[str, ...], bools: dict[str,
                 options[key] = int(value)
             except ValueError:
                 raise InputError(where, f"must be an integer, got {short_repr(value)}") from None
+        elif key in numbers:
+            try:
+                number = float(value)
+            except ValueError:
+                raise InputError(where, f"must be a number, got {short_repr(value)}") from None
+            if not math.isfinite(number):
+                raise InputError(where, f"must be a finite number, got {short_repr(value)}")
+            options[key] = number
         elif key in bools:
             if value.lower() not in (*_TRUE, *_FALSE):
                 raise InputError(where, f"must be true or false, got {short_repr(value)}")
@@ -166,13 +283,22 @@ def gpt_from_name(argument: str) -> Workload:
     vocab=51200``; optional keys ffn, kv_heads, positions, samples (per epoch), rope_theta
     (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout
     (true/false), norm (layernorm|rmsnorm), positional (learned|rope|none), attention_kernel
-    (fa2|triton, with flash=true). Defaults as
-    `transformer_workload`."""
-    options = parse_options(argument, "workload.gpt", _GPT_INTS, _GPT_BOOLS, _GPT_CHOICES)
+    (fa2|triton, with flash=true). A mixture of experts: experts (routed experts per block;
+    0, the default, is a dense MLP), top_k (experts per token, needed with experts),
+    expert_ffn (each routed expert's inner width; default ffn), shared_ffn (the shared
+    experts' total inner width; default none), capacity (the capacity factor, a number;
+    default dropless). Defaults as `transformer_workload`."""
+    options = parse_options(argument, "workload.gpt", _GPT_INTS, _GPT_BOOLS, _GPT_CHOICES,
+                            _GPT_NUMBERS)
+    if "capacity" in options:
+        options["capacity_factor"] = options.pop("capacity")
     for key in GPT_REQUIRED:
         if key not in options:
             raise InputError(f"workload.gpt.{key}", f"missing (gpt: needs "
                              f"{', '.join(GPT_REQUIRED)})")
+    if options.get("experts") and "top_k" not in options:
+        raise InputError("workload.gpt.top_k", f"missing (experts={options['experts']} needs "
+                         f"top_k, the experts each token is routed to)")
     if "samples" in options:
         options["samples_per_epoch"] = options.pop("samples")
     try:
@@ -180,5 +306,5 @@ def gpt_from_name(argument: str) -> Workload:
     except InputError as exc:  # transformer.<field> -> the key the user wrote
         key = exc.field.rpartition(".")[2]
         key = {v: k for k, v in _GPT_BOOLS.items() if k != "flash_attention"}.get(key, key)
-        key = "samples" if key == "samples_per_epoch" else key
+        key = {"samples_per_epoch": "samples", "capacity_factor": "capacity"}.get(key, key)
         raise InputError(f"workload.gpt.{key}", exc.problem) from None

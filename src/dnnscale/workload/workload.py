@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.workload import transformer_kinds  # noqa: F401  (registers the transformer kinds)
+from dnnscale.workload import moe_kinds  # noqa: F401  (registers the mixture-of-experts kinds)
 from dnnscale.workload.kinds import build_layer, check_layer, check_shape
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.transformer_shape import TransformerShape

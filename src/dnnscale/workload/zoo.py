@@ -1,9 +1,11 @@
 """Built-in workloads. Each builder's docstring gives its source and what was assumed.
 
 Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, mlp, and the transformers of
-workload/transformer_zoo.py (gpt3-*, llama2-*, llama3-*, bert-large). `mlp` takes widths in its
-name: ``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
-``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200``.
+workload/transformer_zoo.py (gpt3-*, llama2-*, llama3-*, bert-large, and the mixtures of experts
+mixtral-8x7b, mixtral-8x22b, deepseek-v3-like). `mlp` takes widths in its name:
+``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
+``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200`` (``experts=8,top_k=2`` more for a
+mixture of experts).
 """
 
 from __future__ import annotations

@@ -1,0 +1,355 @@
+"""Expert parallelism (ep) and context parallelism (cp) priced by hand (issue 25).
+
+A tiny mixture of experts: 2 blocks, h = 256, 8 heads, s = 128, V = 1000, fused attention, 4
+experts of f = 1024 (4h, not gated), top-2, biases, learned positions, tied embeddings, bf16
+(2 bytes per value), on one DGX A100 node (NVLink 231 GB/s and 0.6 µs per message inside it,
+24 GB/s and 2.7 µs between nodes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dnnscale.errors import InputError
+from dnnscale.model.collectives import alltoall_two_tier_s, collective_transfer
+from dnnscale.model.context_parallel import ring_bytes_per_pass
+from dnnscale.model.predict import predict_plan
+from dnnscale.model.records import Part
+from dnnscale.optimize.modern import exhaustive_modern, make_modern_space, optimize_modern
+from dnnscale.plan.mesh import DeviceMesh, MeshDim, joint_span
+from dnnscale.plan.modern import modern_plan_from_dict
+from dnnscale.plan.rules import check_modern_plan
+from dnnscale.system import load_system
+from dnnscale.system.topology import GroupSpan, LinkTier
+from dnnscale.workload.transformer import transformer_workload
+
+NVLINK_B, NVLINK_A = 231e9, 0.6e-6
+IB_B, IB_A = 24e9, 2.7e-6
+
+
+def tiny_moe(**overrides):  # noqa: ANN201
+    options = dict(flash_attention=True, experts=4, top_k=2)
+    options.update(overrides)
+    return transformer_workload("tiny-moe", 2, 256, 8, 128, 1000, **options)
+
+
+def tiny_dense(seq: int = 128):  # noqa: ANN201
+    return transformer_workload("tiny-dense", 2, 256, 8, seq, 1000, flash_attention=True)
+
+
+def node(nodes: int = 1):  # noqa: ANN201
+    return load_system(f"dgx-a100-80g:{nodes}")
+
+
+def plan(**fields):  # noqa: ANN201
+    return modern_plan_from_dict(fields)
+
+
+def layer(prediction, name):  # noqa: ANN001, ANN201
+    return next(cost for cost in prediction.layers if cost.name == name)
+
+
+# ------------------------------------------------------------------ the workload's counts
+
+def test_parameters_split_into_dense_and_expert_by_hand() -> None:
+    """Per block: norms 2·512, QKV 256·768 + 768, out 256² + 256, router 256·4 = 265,216
+    dense; experts 4·(256·1024 + 1024) + 4·(1024·256 + 256) = 2,102,272. Outside: the
+    embedding (1000 + 128)·256 = 288,768 and the final norm 512."""
+    workload = tiny_moe()
+    assert workload.params == 2 * (265_216 + 2_102_272) + 288_768 + 512
+    stage = predict_plan(workload, node(), plan(ep=2, global_batch=2)).layers
+    assert sum(1 for cost in stage if cost.kind == "moe_dispatch") == 2
+
+
+# ------------------------------------------------------------------ the dispatch by hand
+
+def _alltoall_s(system, payload: float, members: int) -> float:  # noqa: ANN001
+    """One all-to-all inside a node: (g−1)/g·x / B + (g−1)·α + the system's call cost."""
+    return ((members - 1) / members * payload / NVLINK_B + (members - 1) * NVLINK_A
+            + system.call_s(members))
+
+
+def test_dispatch_and_combine_all_to_alls_by_hand() -> None:
+    """One micro-batch of 1 sequence: each member sends its 128 tokens' 2 copies of 256 bf16
+    values, 1·128·2·256·2 = 131,072 B, in the dispatch all-to-all among ep = 4 (3/4 of it on
+    the wire in 3 messages), forward and backward; the combine the same."""
+    system = node()
+    prediction = predict_plan(tiny_moe(), system, plan(ep=4, global_batch=4))
+    one = _alltoall_s(system, 131_072, 4)
+    for name in ("block0.moe_dispatch", "block0.moe_combine"):
+        cost = layer(prediction, name)
+        assert cost.ep_comm_s == pytest.approx(2 * one, rel=1e-12)
+        assert cost.ep_forward_s == pytest.approx(one, rel=1e-12)
+    assert collective_transfer("alltoall", "nccl", 131_072, 4) == (98_304.0, 3.0)
+    # two blocks, four all-to-alls each, one micro-batch per step
+    assert prediction.part(Part.EP_COMM) == pytest.approx(8 * one, rel=1e-9)
+    assert prediction.step_record.collective_s(MeshDim.EP) == prediction.part(Part.EP_COMM)
+
+
+@pytest.mark.parametrize("capacity, load", [(None, 1.5), (1.25, 1.25), (2.0, 1.5)])
+def test_imbalance_scales_the_busiest_member(capacity, load) -> None:  # noqa: ANN001
+    """The busiest member gets 1.5× the mean: its all-to-all payload and expert work grow by
+    min(1.5, capacity factor) (dropless: 1.5)."""
+    system = node()
+    workload = tiny_moe(capacity_factor=capacity)
+    even = predict_plan(workload, system, plan(ep=4, global_batch=4))
+    uneven = predict_plan(workload, system, plan(ep=4, global_batch=4, expert_imbalance=1.5))
+    dispatch = layer(uneven, "block0.moe_dispatch")
+    assert dispatch.ep_comm_s == pytest.approx(2 * _alltoall_s(system, 131_072 * load, 4),
+                                               rel=1e-12)
+    for name in ("block0.expert_up", "block0.expert_act", "block0.expert_down"):
+        assert layer(uneven, name).work_fraction == pytest.approx(
+            load * layer(even, name).work_fraction, rel=1e-12)
+    for name in ("block0.attn_qkv", "block0.moe_router"):  # dense layers are unaffected
+        assert layer(uneven, name).forward_s == layer(even, name).forward_s
+
+
+def test_expert_gemms_run_per_local_expert() -> None:
+    """ep = 1 runs the 4 experts' GEMMs on one device, ep = 4 one expert per device: the
+    same FLOPs per member (every member computes its tokens' copies), each call 4× larger,
+    so at least as efficient; the experts' weights per member fall 4×."""
+    system = node()
+    one = predict_plan(tiny_moe(), system, plan(ep=1, dp=4, global_batch=4))
+    four = predict_plan(tiny_moe(), system, plan(ep=4, global_batch=4))
+    up1, up4 = layer(one, "block0.expert_up"), layer(four, "block0.expert_up")
+    assert up1.work_fraction == up4.work_fraction == 1.0
+    assert up4.forward_s <= up1.forward_s
+    weights = {p.name: p.bytes for p in four.memory}["weights"]
+    dense, experts = 2 * 265_216 + 288_768 + 512, 2 * 2_102_272
+    assert weights == pytest.approx(2 * (dense + experts / 4), rel=1e-12)
+
+
+def test_zero_shards_dense_state_over_dp_ep_and_experts_over_dp() -> None:
+    """ZeRO-1 with dp = 2, ep = 4: the dense parameters' 12 B/param of Adam state over the
+    8 members holding them, the experts' over the 2 holding the same experts."""
+    prediction = predict_plan(tiny_moe(), node(), plan(ep=4, dp=2, zero=1, global_batch=8))
+    dense, experts = 2 * 265_216 + 288_768 + 512, 2 * 2_102_272 / 4
+    state = {p.name: p.bytes for p in prediction.memory}["optimizer_state"]
+    assert state == pytest.approx(12 * (dense / 8 + experts / 2), rel=1e-12)
+
+
+def test_dense_gradients_meet_over_ep_experts_do_not() -> None:
+    """dp = 1, ep = 2, ZeRO 0, no overlap: the dense gradients (bf16) are all-reduced among
+    the 2 ep members, which took different samples; each expert lives on one member, so its
+    gradients meet nobody. Ring all-reduce of x among 2: 2·(1/2)·x / B + 2·α + call."""
+    system = node()
+    prediction = predict_plan(tiny_moe(), system, plan(ep=2, global_batch=2))
+    dense = 2 * 265_216 + 288_768 + 512
+    x = dense * 2
+    assert prediction.part(Part.DP_COMM) == pytest.approx(
+        x / NVLINK_B + 2 * NVLINK_A + system.call_s(2), rel=1e-9)
+    assert prediction.throughput_samples_per_s == pytest.approx(2 / prediction.step_time_s)
+
+
+def test_two_tier_alltoall_by_hand() -> None:
+    """16 members, 8 per node, a 1 MB tensor each: 7 pieces of 62.5 kB over NVLink and 8 over
+    the NIC at once; the slower sets the time."""
+    intra, inter = LinkTier(NVLINK_B, NVLINK_A), LinkTier(IB_B, IB_A)
+    x = 1e6
+    expected = max(7 * x / 16 / NVLINK_B + 7 * NVLINK_A, 8 * x / 16 / IB_B + 8 * IB_A)
+    assert alltoall_two_tier_s("nccl", x, GroupSpan(16, 8), intra, inter) == pytest.approx(
+        expected, rel=1e-12)
+
+
+# ------------------------------------------------------------------ ring attention by hand
+
+def test_ring_attention_traffic_by_hand() -> None:
+    """cp = 4, s = 128, one sequence, 8 K/V heads of 32 (h_kv = 256), tp = 1: a member's K|V
+    block is 1·32·2·256·2 = 32,768 B; a pass sends 3 of them forward and 6 backward."""
+    assert ring_bytes_per_pass(32_768, 4) == (98_304, 196_608)
+
+
+def _slow_intra(system):  # noqa: ANN001, ANN201
+    slow = dataclasses.replace(system.intra_node, bandwidth_bytes_per_s=1e6)
+    return dataclasses.replace(system, intra_node=slow)
+
+
+def test_ring_attention_overlap_by_hand() -> None:
+    """cp = 2 on a 1 MB/s link (so the sends cannot hide): a 64-token block of K|V is
+    1·64·2·256·2 = 65,536 B, t_x = 65,536 / 1e6 + 0.6 µs. Exposed: forward (2 − 1)·(t_x −
+    t_fwd/2), backward (2 − 1)·(2·t_x − t_bwd/2), t the member's attention compute."""
+    system = _slow_intra(node())
+    prediction = predict_plan(tiny_dense(), system, plan(cp=2, global_batch=1))
+    flash = layer(prediction, "block0.flash_attention")
+    t_x = 65_536 / 1e6 + NVLINK_A
+    forward = t_x - flash.forward_s / 2
+    backward = 2 * t_x - (flash.input_grad_s + flash.weight_grad_s) / 2
+    assert flash.cp_comm_s == pytest.approx(forward + backward, rel=1e-12)
+    assert flash.cp_forward_s == pytest.approx(forward, rel=1e-12)
+    # on NVLink the same sends hide behind the compute: nothing exposed
+    fast = layer(predict_plan(tiny_dense(), node(), plan(cp=2, global_batch=1)),
+                 "block0.flash_attention")
+    assert fast.cp_comm_s == 0.0
+
+
+def test_context_parallel_splits_every_layer_by_cp() -> None:
+    """cp = 2: every layer works on half the tokens, its TP exchanges half as large."""
+    one = predict_plan(tiny_dense(), node(), plan(tp=2, global_batch=1))
+    two = predict_plan(tiny_dense(), node(), plan(tp=2, cp=2, global_batch=1))
+    for a, b in zip(one.layers, two.layers):
+        assert b.work_fraction == pytest.approx(a.work_fraction / 2, rel=1e-12), a.name
+    qkv = layer(two, "block0.attn_qkv")
+    # the f operator's all-reduce backward of b·(s/2)·h·2 = 32,768 B among 2
+    assert qkv.comm_s == pytest.approx(32_768 / NVLINK_B + 2 * NVLINK_A
+                                       + node().call_s(2), rel=1e-12)
+
+
+def test_ulysses_all_to_alls_by_hand() -> None:
+    """cp = 2 all-to-all: Q|K|V of 64 tokens, 1·64·(256 + 512)·2 = 98,304 B, and the output
+    1·64·256·2 = 32,768 B, each among 2 (half on the wire, 1 message), forward and backward."""
+    system = node()
+    prediction = predict_plan(tiny_dense(), system,
+                              plan(cp=2, cp_algorithm="alltoall", global_batch=1))
+    flash = layer(prediction, "block0.flash_attention")
+    qkv, out = (_alltoall_s(system, x, 2) for x in (98_304, 32_768))
+    assert flash.cp_comm_s == pytest.approx(2 * (qkv + out), rel=1e-12)
+    assert flash.cp_forward_s == pytest.approx(qkv + out, rel=1e-12)
+
+
+# ------------------------------------------------------------------ the mesh's groups
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.tuples(*[st.sampled_from([1, 2, 3, 4, 8])] * 5),
+       dims=st.lists(st.sampled_from(list(MeshDim)), min_size=1, max_size=3, unique=True),
+       per_node=st.sampled_from([1, 2, 4, 8, 16]))
+def test_joint_span_counts_the_members_in_a_node(sizes, dims, per_node) -> None:  # noqa: ANN001
+    """joint_span against listing the group of rank 0 and counting its members below the first
+    node's end (a single dimension: its own placement, system/topology.group_span)."""
+    mesh = DeviceMesh(tuple(sizes))
+    members = [sum(c * mesh.stride(d) for c, d in zip(coords, dims))
+               for coords in itertools.product(*[range(mesh.size(d)) for d in dims])]
+    span = joint_span(mesh, tuple(dims), per_node)
+    assert span.size == len(members)
+    if len([d for d in dims if mesh.size(d) > 1]) > 1:
+        assert span.per_node == max(1, sum(1 for r in members if r < per_node))
+
+
+# ------------------------------------------------------------------ the rules
+
+@pytest.mark.parametrize("workload, fields, field", [
+    (tiny_moe, dict(ep=3, global_batch=3), "plan.ep"),
+    (tiny_dense, dict(ep=2, global_batch=2), "plan.ep"),
+    (tiny_dense, dict(cp=3, global_batch=1), "plan.cp"),           # 128 % 6
+    (tiny_dense, dict(tp=4, cp=4, cp_algorithm="alltoall", global_batch=1), "plan.cp"),
+    (lambda: transformer_workload("nf", 2, 256, 8, 128, 1000), dict(cp=2, global_batch=1),
+     "plan.cp"),
+])
+def test_rules_name_the_field(workload, fields, field) -> None:  # noqa: ANN001
+    with pytest.raises(InputError) as error:
+        check_modern_plan(plan(**fields), workload(), node(2))
+    assert error.value.field == field
+
+
+@pytest.mark.parametrize("fields, field", [
+    (dict(ep=2, expert_imbalance=3.0), "plan.expert_imbalance"),
+    (dict(ep=2, expert_imbalance=0.5), "plan.expert_imbalance"),
+    (dict(cp=2, cp_algorithm="tree"), "plan.cp_algorithm"),
+    (dict(ep=2, dp=2, micro_batch=1, global_batch=6), "plan.global_batch"),
+    (dict(ep=0), "plan.ep"),
+])
+def test_plan_fields_are_validated(fields, field) -> None:  # noqa: ANN001
+    with pytest.raises(InputError) as error:
+        modern_plan_from_dict(fields)
+    assert error.value.field == field
+
+
+# ------------------------------------------------------------------ the search
+
+def test_search_over_ep_and_cp_is_exact() -> None:
+    """The fast search equals the exhaustive one (every plan through predict_plan) over tp,
+    pp, ep, cp and both cp algorithms on 8 GPUs."""
+    workload = tiny_moe()
+    system = node()
+    space = make_modern_space(workload, system, 8, tensor=(1, 2), pipeline=(1, 2),
+                              micro_batch=(1, 2), zero=(0, 1), recompute=("none",),
+                              expert=(1, 2, 4), context=(1, 2))
+    fast = optimize_modern(workload, system, space, top=3, curve=False)
+    slow = exhaustive_modern(workload, system, space, 8)
+    assert fast.best.step_time_s == pytest.approx(slow[0].step_time_s, rel=1e-9)
+    assert [p.step_time_s for p in fast.top] == pytest.approx(
+        [p.step_time_s for p in slow[:3]], rel=1e-9)
+    assert {(p.plan.expert.degree, p.plan.context.degree) for p in slow} >= {(4, 2), (1, 1)}
+
+
+def test_optimize_picks_ep_for_mixtral_and_says_why() -> None:
+    """Mixtral 8x7B on 64 H100 at 256 sequences of 4k: the winner splits the experts (ep > 1)
+    and the explanation names ep and the best plan without it."""
+    workload = transformer_workload(
+        "mixtral-4k", 32, 4096, 32, 4096, 32000, ffn=14336, kv_heads=8, gated=True,
+        norm="rmsnorm", positional="rope", tied_embeddings=False, bias=False, dropout=False,
+        flash_attention=True, experts=8, top_k=2)
+    system = load_system("dgx-h100:8")
+    result = optimize_modern(workload, system, make_modern_space(workload, system, 256),
+                             curve=False)
+    assert result.best.plan.expert.degree > 1
+    assert any(line.startswith("ep ") for line in result.explanation)
+    assert any("no expert parallelism" in line for line in result.explanation)
+
+
+# ------------------------------------------------------------------ the command line
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dnnscale", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+SMALL_MOE = "gpt:layers=2,hidden=256,heads=8,seq=128,vocab=1000,flash=true,experts=4,top_k=2"
+
+
+def test_predict_json_carries_the_mesh_and_its_parts() -> None:
+    done = _cli("predict", "-w", SMALL_MOE, "-c", "dgx-a100-80g:1", "--ep", "4", "--dp", "2",
+                "--global-batch", "8", "--json")
+    if done.returncode == 2 and "experts" in done.stderr:
+        pytest.skip("gpt: has no experts key in this tree")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["mesh"]["sizes"] == {"pp": 1, "dp": 2, "ep": 4, "cp": 1, "tp": 1}
+    assert data["mesh"]["devices"] == 8
+    assert data["breakdown_s"]["ep_comm"] > 0
+    assert data["mesh"]["collectives_s"]["ep"] == data["breakdown_s"]["ep_comm"]
+    assert data["plan"]["expert"] == {"degree": 4, "imbalance": 1.0}
+
+
+def test_predict_context_parallel_json_and_bad_flags() -> None:
+    workload = "gpt:layers=2,hidden=256,heads=8,seq=128,vocab=1000,flash=true"
+    done = _cli("predict", "-w", workload, "-c", "dgx-a100-80g:1", "--cp", "2",
+                "--cp-algorithm", "alltoall", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["breakdown_s"]["cp_comm"] > 0 and data["mesh"]["sizes"]["cp"] == 2
+    bad = _cli("predict", "-w", workload, "-c", "dgx-a100-80g:1", "--cp", "3")
+    assert bad.returncode == 2 and "cp" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    dense = _cli("predict", "-w", workload, "-c", "dgx-a100-80g:1", "--ep", "2")
+    assert dense.returncode == 2 and "ep" in dense.stderr and "no experts" in dense.stderr
+
+
+def test_timeline_shows_the_all_to_alls_and_the_ring_exchange() -> None:
+    """The report's step timeline draws each micro-batch's ep all-to-alls and cp exchange as
+    pieces of its forward and backward passes, which add up to the stage's time."""
+    from dnnscale.report.timeline import step_timeline
+
+    workload = transformer_workload("m", 4, 1024, 16, 8192, 32000, flash_attention=True,
+                                    experts=8, top_k=2)
+    prediction = predict_plan(workload, node(2), plan(pp=2, ep=4, cp=2, global_batch=8,
+                                                      cp_algorithm="alltoall"))
+    timeline = step_timeline(prediction)
+    first = timeline.segments[0]
+    pieces = dict(first.pieces)
+    stage = prediction.step_record.stages[0]
+    assert stage.ep_forward_s > 0 and stage.cp_forward_s > 0
+    assert pieces[Part.EP_COMM] == pytest.approx(stage.ep_forward_s, rel=1e-12)
+    assert pieces[Part.CP_COMM] == pytest.approx(stage.cp_forward_s, rel=1e-12)
+    assert sum(pieces.values()) == pytest.approx(first.seconds, rel=1e-9)
+    passes = [s for s in timeline.segments if s.lane == 0 and s.name in ("forward", "backward")]
+    drawn = sum(s.seconds for s in passes)
+    assert drawn == pytest.approx(prediction.step_record.micro_batches
+                                  * stage.micro_batch_s, rel=1e-9)
