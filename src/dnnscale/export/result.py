@@ -17,8 +17,8 @@ from dnnscale.plan.rules import check_plan_shape
 from dnnscale.workload.transformer_shape import TransformerShape
 
 MAX_WORLD = 1 << 18
-"""GPUs an export may launch (tp · pp · dp · ep · cp): about twice the largest clusters built (some 10^5
-GPUs); more is a typing slip, not a cluster."""
+"""GPUs an export may launch (tp · pp · dp · ep · cp): about twice the largest clusters built
+(some 10^5 GPUs); more is a typing slip, not a cluster."""
 MAX_GLOBAL_BATCH = 1 << 24
 """Samples per step an export may ask for: the largest published batches of language models
 are of the order of 10^4 sequences, so 16,777,216 leaves three orders of magnitude."""

@@ -44,9 +44,9 @@ and pytorch/torchtitan v0.2.2 (73a0e697); docs/export.md gives the option lines:
   --context-parallel-size with --cp-comm-type p2p (ring attention: K/V blocks exchanged in a
   ring, overlapped with attention) or a2a ("like DeepSpeed Ulysses", core/transformer/
   transformer_config.py; training/arguments.py defines the option, default p2p). Its MoE layer
-  raises in training with tensor parallelism but no sequence parallelism (core/transformer/moe/
-  moe_layer.py: "MoE and tensor parallelism are enabled without also enabling sequence
-  parallelism").
+  raises a ValueError in training when the attention's tensor-parallel group is above 1 without
+  sequence parallelism (core/transformer/moe/moe_layer.py, forward); validate_args asserts the
+  sequence length a multiple of 2 · cp whatever --cp-comm-type.
 - DeepSpeed (Megatron-DeepSpeed, megatron/arguments.py) runs MoE as DeepSpeed-MoE
   (--num-experts, --moe-expert-parallel-size; expert groups over the data-parallel ranks,
   deepspeed/utils/groups.py) but not under ZeRO-3 (runtime/engine.py: "Native DeepSpeed MoE is
