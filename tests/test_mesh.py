@@ -140,11 +140,13 @@ def test_rank_coordinates_round_trip(sizes: tuple[int, ...], data: st.DataObject
 @given(sizes=sizes, per_node=st.sampled_from([1, 2, 4, 8]))
 def test_placement_agrees_with_the_topology(sizes: tuple[int, ...], per_node: int) -> None:
     """Each dimension's slowest tier is the topology's for a group of its size and stride, and
-    its nodes times members per node cover the group."""
+    its nodes times members per node cover the group. The stride is the mesh's, except ep's:
+    tp (the expert layers' rank order, plan/mesh.expert_stride)."""
     topology = Topology(per_node, IB, NVLINK if per_node > 1 else None)
     mesh = DeviceMesh(sizes)
     for placed in placement(mesh, topology):
-        assert placed.stride == mesh.stride(placed.dimension)
+        assert placed.stride == (mesh.size(MeshDim.TP) if placed.dimension is MeshDim.EP
+                                 else mesh.stride(placed.dimension))
         assert placed.tier is topology.tier_for(placed.size, placed.stride)
         assert placed.tier is topology.tier(placed.span)
         assert placed.span.nodes * placed.span.per_node >= placed.size

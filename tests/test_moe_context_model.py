@@ -94,6 +94,38 @@ def test_dispatch_and_combine_all_to_alls_by_hand() -> None:
     assert prediction.step_record.collective_s(MeshDim.EP) == prediction.part(Part.EP_COMM)
 
 
+def test_sequence_parallel_members_exchange_their_own_tokens_by_hand() -> None:
+    """tp = 2 with sequence parallelism: each tensor-parallel member holds 64 of the 128
+    tokens and exchanges their copies, 1·64·2·256·2 = 65,536 B per all-to-all among ep = 2
+    (Megatron-Core's A2A(EP) on the sequence-parallel input); without sequence parallelism
+    every member exchanges all 128 tokens' copies, 131,072 B."""
+    system = node()
+    for sp, payload in ((True, 65_536), (False, 131_072)):
+        prediction = predict_plan(tiny_moe(), system, plan(tp=2, ep=2, global_batch=2,
+                                                           sequence_parallel=sp))
+        one = _alltoall_s(system, payload, 2)
+        assert layer(prediction, "block0.moe_dispatch").ep_comm_s == pytest.approx(
+            2 * one, rel=1e-12)
+
+
+def test_expert_linears_gather_the_token_copies_over_tp_by_hand() -> None:
+    """The expert linears' tensor-group exchanges carry the s·k copies: with sequence
+    parallelism the all-gather before expert_up moves 1·128·2·256·2 = 131,072 B (AG(TP) of the
+    copies the all-to-all brought), k = 2 times attn_qkv's 65,536 B, the reduce-scatter after
+    expert_down the same; under an imbalance of 1.5 the busiest member's 1.5×."""
+    system = node()
+    even = predict_plan(tiny_moe(), system, plan(tp=2, ep=2, global_batch=2,
+                                                 sequence_parallel=True))
+    qkv, up = layer(even, "block0.attn_qkv"), layer(even, "block0.expert_up")
+    # an all-gather among 2 moves (g−1)/g of the tensor: 65,536 B of 131,072, 32,768 of 65,536
+    assert up.comm_bytes == 2 * qkv.comm_bytes == 2 * 65_536
+    assert layer(even, "block0.expert_down").comm_bytes == 2 * 65_536
+    uneven = predict_plan(tiny_moe(), system, plan(tp=2, ep=2, global_batch=2,
+                                                   sequence_parallel=True,
+                                                   expert_imbalance=1.5))
+    assert layer(uneven, "block0.expert_up").comm_bytes == pytest.approx(1.5 * 2 * 65_536)
+
+
 @pytest.mark.parametrize("capacity, load", [(None, 1.5), (1.25, 1.25), (2.0, 1.5)])
 def test_imbalance_scales_the_busiest_member(capacity, load) -> None:  # noqa: ANN001
     """The busiest member gets 1.5× the mean: its all-to-all payload and expert work grow by
@@ -239,6 +271,9 @@ def test_joint_span_counts_the_members_in_a_node(sizes, dims, per_node) -> None:
     (tiny_dense, dict(ep=2, global_batch=2), "plan.ep"),
     (tiny_dense, dict(cp=3, global_batch=1), "plan.cp"),           # 128 % 6
     (tiny_dense, dict(tp=4, cp=4, cp_algorithm="alltoall", global_batch=1), "plan.cp"),
+    # Ulysses: 8 heads split 4 ways fine, but 130 tokens do not split over cp 4
+    (lambda: tiny_dense(seq=130), dict(cp=4, cp_algorithm="alltoall", global_batch=1),
+     "plan.cp"),
     (lambda: transformer_workload("nf", 2, 256, 8, 128, 1000), dict(cp=2, global_batch=1),
      "plan.cp"),
 ])
@@ -353,3 +388,25 @@ def test_timeline_shows_the_all_to_alls_and_the_ring_exchange() -> None:
     drawn = sum(s.seconds for s in passes)
     assert drawn == pytest.approx(prediction.step_record.micro_batches
                                   * stage.micro_batch_s, rel=1e-9)
+
+
+def test_ep_groups_sit_tp_apart_across_the_cp_ranks() -> None:
+    """tp 2 × cp 4 × ep 2 on 8-GPU nodes: Megatron-Core's expert order (etp-ep-edp) puts the
+    two ep members 2 ranks apart (ranks 0 and 2: one node, NVLink), not tp · cp = 8 apart
+    (two nodes); the experts' gradient group, dp 2 · cp 4 = 8 members, lies tp · ep = 4 apart:
+    ranks 0, 4, ..., 28 over 4 nodes, 2 per node."""
+    from dnnscale.model.compose import StepContext
+    from dnnscale.model.predict import plan_stage_costs
+    from dnnscale.plan.mesh import placement
+    from dnnscale.system.topology import GroupSpan
+
+    workload = tiny_moe()
+    system = node(4)
+    the_plan = plan(tp=2, cp=4, ep=2, dp=2, global_batch=4)
+    placed = placement(the_plan.mesh, system.topology)
+    assert placed[MeshDim.EP].stride == 2 and placed[MeshDim.EP].span == GroupSpan(2, 2)
+    context = StepContext(workload, system, the_plan, plan_stage_costs(workload, system,
+                                                                        the_plan))
+    dense, experts = context.data_parallel_spans(2)
+    assert experts == GroupSpan(8, 2)
+    assert dense == GroupSpan(16, 4)  # dp · ep · cp = 16 members tp apart: 4 per node

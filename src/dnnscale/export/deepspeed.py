@@ -36,14 +36,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from dnnscale.errors import InputError
 from dnnscale.export.megatron import (CONNECTIONS, batch_flags, model_flags, pipeline_flags,
                                       rotary_base, sequence_parallel)
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
                                     engine_data_parallel, expert_notes, mesh_product,
                                     overlaps_dp, zero_stage)
 from dnnscale.jsonout import dumps
-from dnnscale.plan.engines import plan_facts, require_engine, workload_differences
+from dnnscale.plan.engines import (moe_interval, plan_facts, require_engine,
+                                   workload_differences)
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
 
@@ -93,7 +93,9 @@ def _moe_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
     """DeepSpeed-MoE's options in Megatron-DeepSpeed (none for a dense model)."""
     if not shape.is_moe:
         return []
-    flags: list[Flag] = [("--num-experts", str(shape.experts)), ("--expert-interval", "1"),
+    interval = moe_interval(shape) or 1  # plan/engines.py refuses the patterns it cannot take
+    flags: list[Flag] = [("--num-experts", str(shape.experts)),
+                         ("--expert-interval", str(interval)),
                          ("--topk", str(shape.top_k))]
     if shape.shared_ffn:  # as wide as a routed expert (plan/engines.py refuses the rest)
         flags.append(("--mlp-type", "residual"))

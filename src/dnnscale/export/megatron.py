@@ -211,6 +211,20 @@ def _expert_context_flags(plan: ParallelPlan, shape: TransformerShape) -> list[F
     return flags
 
 
+def moe_layer_pattern(shape: TransformerShape) -> str:
+    """--moe-layer-freq's list expression (1: a mixture of experts, 0: a dense MLP of
+    --ffn-hidden-size), runs of equal blocks as [v]*n joined by +, e.g. "[0]*3+[1]*58"
+    (megatron/training/arguments.py moe_freq_type evaluates it)."""
+    runs: list[tuple[int, int]] = []
+    for i in range(shape.layers):
+        value = int(shape.is_moe_block(i))
+        if runs and runs[-1][0] == value:
+            runs[-1] = (value, runs[-1][1] + 1)
+        else:
+            runs.append((value, 1))
+    return "+".join(f"[{value}]*{count}" for value, count in runs)
+
+
 def _moe_flags(shape: TransformerShape) -> list[Flag]:
     """A mixture of experts' options (none for a dense model)."""
     if not shape.is_moe:
@@ -221,6 +235,8 @@ def _moe_flags(shape: TransformerShape) -> list[Flag]:
         flags.append(("--moe-router-pre-softmax", None))
     if shape.routed_ffn != shape.ffn:
         flags.append(("--moe-ffn-hidden-size", str(shape.routed_ffn)))
+    if shape.dense_blocks:
+        flags.append(("--moe-layer-freq", moe_layer_pattern(shape)))
     if shape.shared_ffn:
         flags.append(("--moe-shared-expert-intermediate-size", str(shape.shared_ffn)))
     if shape.capacity_factor is not None:

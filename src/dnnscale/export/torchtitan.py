@@ -140,7 +140,7 @@ def _activation_checkpoint(plan: ParallelPlan) -> dict[str, TomlValue]:
 
 def moe_flavor_args(shape: TransformerShape) -> tuple[dict[str, object], dict[str, object]]:
     """The llama4 TransformerModelArgs and MoEArgs keywords of a mixture of experts: MoE blocks
-    every layer (interleave_moe_layer_step 1); each expert of width int(8 · dim / 3 ·
+    every layer (interleave_moe_layer_step 1; plan/engines.py refuses dense blocks); each expert of width int(8 · dim / 3 ·
     ffn_dim_multiplier) rounded up to multiple_of (auto_scale_hidden_dim False), so multiple_of
     = the routed width, with a multiplier only where 8 · dim / 3 exceeds it; shared experts as
     num_shared_experts MLPs of the routed width; a softmax router over normalised top-k scores

@@ -74,11 +74,11 @@ from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
 from dnnscale.model.stragglers import straggler_factor
 from dnnscale.model.vectors import Region, flat_layout, vector_traffic
-from dnnscale.plan.mesh import MeshDim, joint_span, placement
+from dnnscale.plan.mesh import MeshDim, expert_stride, joint_span, placement
 from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
 from dnnscale.system.device import Device
 from dnnscale.system.system import System
-from dnnscale.system.topology import GroupSpan
+from dnnscale.system.topology import GroupSpan, group_span
 from dnnscale.workload.workload import Workload
 
 MODE_PS_ASYNC, MODE_PS_SYNC, MODE_COLLECTIVE = "ps-async", "ps-sync", "collective"
@@ -242,12 +242,14 @@ class StepContext:
         return seconds
 
     def data_parallel_spans(self, replicas: int) -> tuple[GroupSpan, GroupSpan]:
-        """The spans of the dense parameters' gradient group (dp × ep × cp members) and the
-        experts' (dp × cp), with `replicas` along dp (plan/mesh.joint_span)."""
+        """The spans of the dense parameters' gradient group (dp × ep × cp members,
+        plan/mesh.joint_span) and the experts' (dp × cp members tp · ep apart: the expert
+        layers' rank order, plan/mesh.expert_stride), with `replicas` along dp."""
         mesh = self.plan.mesh.with_size(MeshDim.DP, replicas)
         per_node = self.topology.devices_per_node
         return (joint_span(mesh, (MeshDim.DP, MeshDim.EP, MeshDim.CP), per_node),
-                joint_span(mesh, (MeshDim.DP, MeshDim.CP), per_node))
+                group_span(replicas * mesh.size(MeshDim.CP),
+                           expert_stride(mesh) * mesh.size(MeshDim.EP), per_node))
 
     def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
         """The slowest stage's data-parallel communication per step (exposed part): the dense

@@ -61,31 +61,39 @@ def expert_gemm_calls(layer: Layer, split: MeshSplit) -> int:
     return max(1, int(experts) // split.ep) if isinstance(experts, int) else 1
 
 
-def dispatch_bytes(layer: Layer, split: MeshSplit, context: SplitContext) -> float:
+def dispatch_bytes(layer: Layer, split: MeshSplit, context: SplitContext,
+                   partitions: int = 1) -> float:
     """Bytes of the routed token copies one member sends (and the busiest receives) in one
     dispatch or combine all-to-all, per micro-batch.
 
-    Formula: b · (s / cp) · k · h · bytes · load (load = expert_load_factor): the member's
-    tokens, k copies each, h values each. With tp > 1 every tensor-parallel member exchanges
-    the whole of its tokens' copies (the expert GEMMs are split over tp inside each expert).
+    Formula: b · (s / cp) / t_sp · k · h · bytes · load (load = expert_load_factor): the
+    member's tokens, k copies each, h values each; t_sp = tp under sequence parallelism, where
+    each tensor-parallel member holds and exchanges 1/tp of the tokens and the copies are then
+    gathered over tp for the tensor-split experts (AG(TP), priced on the expert linears,
+    model/megatron_rules.py); t_sp = 1 without, where every tensor-parallel member exchanges
+    the whole of its tokens' copies (DeepSpeed-MoE with expert tensor parallelism).
     Units: bytes.
-    Source: Megatron-Core's MoEAlltoAllTokenDispatcher (dispatch and combine all-to-alls of
-    the permuted tokens); Rajbhandari et al. 2022 (DeepSpeed-MoE) §4.
+    Source: Megatron-Core's MoEAlltoAllTokenDispatcher, workflow "A2A(EP) -> AG(TP) ->
+    experts -> RS(TP) -> A2A(EP)" on the sequence-parallel input (transformer/moe/
+    token_dispatcher.py at NVIDIA/Megatron-LM d98e8a64; MoE with tp > 1 requires sequence
+    parallelism); Rajbhandari et al. 2022 (DeepSpeed-MoE) §4.
     """
     seq, hidden, top_k = (layer.hyper.get(key) for key in ("seq", "hidden", "top_k"))
     if not (isinstance(seq, int) and isinstance(hidden, int) and isinstance(top_k, int)):
         return 0.0
     load = expert_load_factor(split.imbalance, _capacity(layer))
+    sequence_split = partitions if context.sequence_parallel and partitions > 1 else 1
     return (context.minibatch * seq * split.token_fraction * top_k * hidden
-            * context.bytes_per_value * load)
+            * context.bytes_per_value * load / sequence_split)
 
 
-def expert_exchange_events(layer: Layer, split: MeshSplit,
-                           context: SplitContext) -> tuple[CommEvent, ...]:
-    """The all-to-alls over ep of a dispatch or combine layer: one forward, one backward (the
-    gradients travel the reverse way); none with ep = 1 or for other kinds."""
+def expert_exchange_events(layer: Layer, split: MeshSplit, context: SplitContext,
+                           partitions: int = 1) -> tuple[CommEvent, ...]:
+    """The all-to-alls over ep of a dispatch or combine layer (`dispatch_bytes` at the
+    stage's tp, `partitions`): one forward, one backward (the gradients travel the reverse
+    way); none with ep = 1 or for other kinds."""
     if split.ep <= 1 or record_of(layer).expert_exchange is None:
         return ()
-    payload = dispatch_bytes(layer, split, context)
+    payload = dispatch_bytes(layer, split, context, partitions)
     return (CommEvent("alltoall", payload, split.ep, PHASE_FORWARD, MeshDim.EP),
             CommEvent("alltoall", payload, split.ep, PHASE_BACKWARD, MeshDim.EP))

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from dnnscale.model.sharding import (PHASE_BACKWARD, PHASE_FORWARD, CommEvent, Shard,
                                      SplitContext, shard_layer, sharding_rule)
+from dnnscale.workload.kind_record import record_of
 from dnnscale.workload.layer import Layer
 
 TENSOR = "tensor"
@@ -33,11 +34,17 @@ the sum of exponentials, the target's logit): Megatron's vocab_parallel_cross_en
 
 def _activation_bytes(layer: Layer, context: SplitContext) -> float:
     """b·s·h·bytes: one micro-batch's activation entering or leaving a block's sub-layer (of
-    the member's s / cp tokens under context parallelism)."""
+    the member's s / cp tokens under context parallelism); b·s·k·h·bytes for a routed expert's
+    linear, whose rows are the s·k token copies (Megatron-Core's AlltoAll dispatcher gathers
+    the copies the expert-parallel exchange brought over the tensor group, AG(TP), and
+    reduce-scatters the experts' outputs, RS(TP): transformer/moe/token_dispatcher.py)."""
     hidden = layer.hyper.get("hidden")
     seq = layer.hyper.get("seq")
     values = (int(hidden) * int(seq) if isinstance(hidden, int) and isinstance(seq, int)
               else layer.activation_values)
+    top_k = layer.hyper.get("top_k")
+    if record_of(layer).expert and isinstance(top_k, int):
+        values *= top_k
     return values * context.bytes_per_value * context.minibatch * context.token_fraction
 
 

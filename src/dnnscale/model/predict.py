@@ -26,8 +26,8 @@ from dnnscale.workload.workload import Workload
 def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
                      per_layer: bool = True) -> tuple[StageCosts, ...]:
     """The costs of each pipeline stage of `plan` (its tensor split at its micro-batch);
-    without `per_layer`, a pipeline of identical transformer blocks is built from one block's
-    totals (model/stage.py; the same totals up to the order of summation, no per-layer list)."""
+    without `per_layer`, a pipeline of transformer blocks is built from one block's totals per
+    kind of block (model/stage.py; the same totals up to the order of summation, no per-layer list)."""
     aggregation = plan.data.aggregation
     fc_protocol = aggregation.fc_protocol if isinstance(aggregation, ParameterServer) else "weights"
     b = workload.bytes_per_value
@@ -44,7 +44,7 @@ def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
               if not per_layer and plan.tensor.rules == "megatron" else None)
     if layout is not None:
         template = stage_template(workload, system, plan.tensor.degree, plan.batch.micro_batch,
-                                  layout.block, precision=precision, sequence_parallel=sp,
+                                  layout.kinds, precision=precision, sequence_parallel=sp,
                                   bytes_scale=scale, split=split)
         return stages_from_template(workload, template, layout)
     return tuple(stage_costs(workload, system, plan.tensor.degree, plan.batch.micro_batch,
@@ -120,13 +120,16 @@ def memory_parts(workload: Workload, system: System, plan: ParallelPlan,
     return parts, capacity
 
 
-def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan) -> float:
+def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
+                           experts: bool | None = None) -> float:
     """Activation bytes one transformer block of `shape` keeps per micro-batch under `plan`
     (model/memory.transformer_block_activation_bytes), its MLP's terms those of its mixture
-    of experts where it has one: the routed experts' at the busiest ep member's load."""
+    of experts where it has one: the routed experts' at the busiest ep member's load.
+    `experts`: whether the block is one of the mixture-of-experts blocks (default: whether the
+    shape is a mixture of experts); False prices a dense block (`dense_blocks`)."""
     ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
     moe = None
-    if shape.is_moe:
+    if shape.is_moe if experts is None else experts:
         routed = shape.routed_ffn
         shared = shape.shared_ffn
         moe = MoeActivations(
@@ -165,15 +168,18 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
     act_bytes = plan.precision.activation_bytes or b
     shape = workload.transformer
     p = plan.pipeline.stages
-    per_block = 0.0
+    per_block = per_dense_block = 0.0
     if shape is not None:
         per_block = block_activation_bytes(shape, plan)
+        per_dense_block = (block_activation_bytes(shape, plan, experts=False)
+                           if shape.dense_blocks else per_block)
     out: list[tuple[MemoryPart, ...]] = []
-    seen: set[tuple[float, float, float]] = set()
+    seen: set[tuple[float, ...]] = set()
     zero_stage = memory_zero_stage(zero, plan.pipeline.stages)
     for index, (stage, params, experts) in enumerate(zip(context.stages, context.member_params,
                                                          context.member_expert_params)):
-        signature = (params, stage.totals.blocks, stage.totals.outside_activation_values)
+        signature = (params, stage.totals.blocks, stage.totals.expert_blocks,
+                     stage.totals.outside_activation_values)
         if distinct and signature in seen:
             continue
         seen.add(signature)
@@ -187,8 +193,12 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
         blocks = stage.blocks
-        per_micro_batch = per_block * blocks * act_bytes / 2 if shape is not None and blocks \
-            else 0.0
+        per_micro_batch = 0.0
+        if shape is not None and blocks:
+            # a dense model's blocks hold no experts: every block is priced by per_block
+            moe_blocks = stage.expert_blocks if shape.dense_blocks else blocks
+            per_micro_batch = (per_block * moe_blocks + per_dense_block * (blocks - moe_blocks)
+                               ) * act_bytes / 2
         outside = (stage.totals.outside_activation_values if shape is not None
                    else stage.totals.activation_values)
         per_micro_batch += (outside * plan.batch.micro_batch * act_bytes

@@ -99,15 +99,18 @@ class StageTotals(NamedTuple):
     context_forward_s: float = 0.0
     blocks: float = 0.0
     """Transformer blocks in the stage."""
+    expert_blocks: float = 0.0
+    """Those of them whose MLP is a mixture of experts (the rest have a dense MLP)."""
 
     @classmethod
     def of(cls, layers: Sequence[LayerCost]) -> "StageTotals":
         totals = [0.0] * len(cls._fields)
-        blocks = set()
+        blocks, expert_blocks = set(), set()
         for layer in layers:
             in_block = layer.block is not None
+            record = layer_kind(layer.kind)
             # selective recomputation recomputes the attention core (its record says so)
-            attention = layer_kind(layer.kind).recompute is Recompute.ATTENTION_CORE
+            attention = record.recompute is Recompute.ATTENTION_CORE
             for index, value in enumerate((
                     layer.forward_s, layer.input_grad_s, layer.weight_grad_s, layer.comm_s,
                     layer.comm_bytes, layer.replicated_params,
@@ -124,7 +127,9 @@ class StageTotals(NamedTuple):
                 totals[index] += value
             if in_block:
                 blocks.add(layer.block)
-        totals[-1] = float(len(blocks))
+                if record.expert:
+                    expert_blocks.add(layer.block)
+        totals[-2], totals[-1] = float(len(blocks)), float(len(expert_blocks))
         return cls(*totals)
 
     def plus(self, other: "StageTotals", times: float = 1.0) -> "StageTotals":
@@ -197,6 +202,11 @@ class StageCosts:
     @property
     def blocks(self) -> int:
         return int(self.totals.blocks)
+
+    @property
+    def expert_blocks(self) -> int:
+        """Blocks whose MLP is a mixture of experts."""
+        return int(self.totals.expert_blocks)
 
     def stored_params(self, params: int) -> int:
         """Parameters the replica's P workers hold together, W + (P−1)·W_rep: what they push,
@@ -293,13 +303,18 @@ def split_over_mesh(shard: Shard, layer: Layer, split: MeshSplit, partitions: in
                     context: SplitContext) -> Shard:
     """A layer's tensor-parallel shard on the rest of the stage's mesh: 1/cp of its tokens (so
     of its work; ring attention's load-balanced causal split and Ulysses' head split alike),
-    the busiest expert member's load on the routed experts' layers, and the ep all-to-alls
-    and the Ulysses all-to-alls as events on their dimensions."""
+    the busiest expert member's load on the routed experts' layers (their work and their
+    tensor-group exchanges of the token copies), and the ep all-to-alls and the Ulysses
+    all-to-alls as events on their dimensions."""
     if split == NO_SPLIT:
         return shard
-    events = (shard.events + expert_exchange_events(layer, split, context)
+    load = expert_work_factor(layer, split)
+    own = shard.events
+    if load != 1.0 and record_of(layer).expert:  # the busiest member gathers its load's copies
+        own = tuple(replace(event, payload_bytes=event.payload_bytes * load) for event in own)
+    events = (own + expert_exchange_events(layer, split, context, partitions)
               + ulysses_events(layer, split, partitions, context))
-    fraction = shard.work_fraction * split.token_fraction * expert_work_factor(layer, split)
+    fraction = shard.work_fraction * split.token_fraction * load
     return replace(shard, work_fraction=fraction, events=events)
 
 
@@ -440,9 +455,16 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
                       boundary_values=last.activation_values, expert_params=expert_params)
 
 
-def homogeneous_blocks(workload: Workload) -> list[int] | None:
-    """Indices of block 0's layers when every transformer block is a copy of it (same costs,
-    layer for layer), else None."""
+MAX_BLOCK_KINDS = 4
+"""The most kinds of block a pipeline layout prices by template (an MoE stack with dense
+blocks has two); a workload of more distinct blocks is costed layer by layer."""
+
+
+def block_kinds(workload: Workload) -> tuple[tuple[tuple[int, ...], ...], dict[int, int]] | None:
+    """The transformer blocks grouped by kind, blocks of a kind being copies of each other (same
+    costs, layer for layer): each kind's first block's layer indices (kinds in order of first
+    appearance) and each block's kind; None without blocks or with more than MAX_BLOCK_KINDS
+    kinds."""
     by_block: dict[int, list[int]] = {}
     for index, layer in enumerate(workload.layers):
         block = layer.hyper.get("block")
@@ -450,93 +472,121 @@ def homogeneous_blocks(workload: Workload) -> list[int] | None:
             by_block.setdefault(block, []).append(index)
     if not by_block:
         return None
-    first = by_block[min(by_block)]
-    keys = [workload.layers[i].cost_key for i in first]
-    for indices in by_block.values():
-        if [workload.layers[i].cost_key for i in indices] != keys:
-            return None
-    return first
+    firsts: dict[tuple[object, ...], int] = {}
+    kinds: list[tuple[int, ...]] = []
+    kind_of: dict[int, int] = {}
+    for block in sorted(by_block):
+        indices = by_block[block]
+        keys = tuple(workload.layers[i].cost_key for i in indices)
+        kind = firsts.get(keys)
+        if kind is None:
+            if len(kinds) == MAX_BLOCK_KINDS:
+                return None
+            kind = firsts[keys] = len(kinds)
+            kinds.append(tuple(indices))
+        kind_of[block] = kind
+    return tuple(kinds), kind_of
 
 
 @dataclass(frozen=True)
 class PipelineLayout:
-    """What each pipeline device holds: its number of (identical) blocks, its other layers, and
+    """What each pipeline device holds: its number of blocks of each kind, its other layers, and
     its last layer (the boundary) — computed once per (workload, stages, virtual stages)."""
 
-    block: tuple[int, ...]
-    """Indices of block 0's layers (every block costs the same)."""
-    blocks: tuple[int, ...]
+    kinds: tuple[tuple[int, ...], ...]
+    """Per kind of block (block_kinds), the indices of its first block's layers (every block of
+    a kind costs the same)."""
+    blocks: tuple[tuple[int, ...], ...]
+    """Per device, its number of blocks of each kind."""
     others: tuple[tuple[int, ...], ...]
     last: tuple[int, ...]
 
 
 def pipeline_layout(workload: Workload, assignment: list[list[int]]) -> PipelineLayout | None:
-    """The layout of `assignment` (schedule.stage_layers), or None when blocks differ."""
-    block = homogeneous_blocks(workload)
-    if block is None:
+    """The layout of `assignment` (schedule.stage_layers), or None when the blocks are of too
+    many kinds (block_kinds)."""
+    grouped = block_kinds(workload)
+    if grouped is None:
         return None
+    kinds, kind_of = grouped
     layers = workload.layers
     blocks, others = [], []
     for indices in assignment:
         held = {layers[i].hyper["block"] for i in indices
                 if isinstance(layers[i].hyper.get("block"), int)}
-        blocks.append(len(held))
+        counts = [0] * len(kinds)
+        for block in held:
+            counts[kind_of[block]] += 1  # type: ignore[index]
+        blocks.append(tuple(counts))
         others.append(tuple(i for i in indices if not isinstance(layers[i].hyper.get("block"),
                                                                  int)))
-    return PipelineLayout(tuple(block), tuple(blocks), tuple(others),
+    return PipelineLayout(kinds, tuple(blocks), tuple(others),
                           tuple(indices[-1] for indices in assignment))
 
 
 @dataclass(frozen=True)
+class BlockTemplate:
+    """One kind of block priced once: its totals, parameters and routed experts' parameters."""
+
+    totals: StageTotals
+    params: int
+    expert_params: int = 0
+
+
+@dataclass(frozen=True)
 class StageTemplate:
-    """One split and micro-batch priced once: block 0's totals and parameters, and the cost of
-    every layer outside the blocks."""
+    """One split and micro-batch priced once: each kind of block's totals and parameters, and
+    the cost of every layer outside the blocks."""
 
     partitions: int
     minibatch: int
-    block_totals: StageTotals
-    block_params: int
+    kinds: tuple[BlockTemplate, ...]
     outside: dict[int, LayerCost]
-    block_expert_params: int = 0
 
 
 def stage_template(workload: Workload, system: System, partitions: int, minibatch: int,
-                   block: tuple[int, ...], rules: str = "megatron", precision: str = "fp32",
-                   sequence_parallel: bool = False, bytes_scale: float = 1.0,
-                   split: MeshSplit = NO_SPLIT,
+                   kinds: tuple[tuple[int, ...], ...], rules: str = "megatron",
+                   precision: str = "fp32", sequence_parallel: bool = False,
+                   bytes_scale: float = 1.0, split: MeshSplit = NO_SPLIT,
                    shared: dict[tuple[object, ...], LayerOptions] | None = None
                    ) -> StageTemplate:
+    """Price the layers outside the blocks and the first block of each kind (`kinds`,
+    PipelineLayout.kinds) in one chain."""
     outside = [i for i, layer in enumerate(workload.layers)
                if not isinstance(layer.hyper.get("block"), int)]
-    indices = sorted(outside + list(block))
+    indices = sorted(outside + [i for block in kinds for i in block])
     costed = stage_costs(workload, system, partitions, minibatch, "weights", rules, indices,
                          precision=precision, sequence_parallel=sequence_parallel,
                          bytes_scale=bytes_scale, split=split, shared=shared)
     cost_of = dict(zip(indices, costed.layers))
-    return StageTemplate(partitions, minibatch, StageTotals.of([cost_of[i] for i in block]),
-                         sum(workload.layers[i].params for i in block),
-                         {i: cost_of[i] for i in outside},
-                         sum(workload.layers[i].params for i in block
-                             if record_of(workload.layers[i]).expert))
+    layers = workload.layers
+    return StageTemplate(partitions, minibatch, tuple(
+        BlockTemplate(StageTotals.of([cost_of[i] for i in block]),
+                      sum(layers[i].params for i in block),
+                      sum(layers[i].params for i in block if record_of(layers[i]).expert))
+        for block in kinds), {i: cost_of[i] for i in outside})
 
 
 def stages_from_template(workload: Workload, template: StageTemplate,
                          layout: PipelineLayout) -> tuple[StageCosts, ...]:
-    """Each device's StageCosts: its blocks times the block's totals plus its other layers
-    (devices that hold the same kind of stage share one record)."""
+    """Each device's StageCosts: its blocks of each kind times that kind's totals plus its other
+    layers (devices that hold the same kind of stage share one record)."""
     stages = []
-    made: dict[tuple[int, tuple[int, ...], int], StageCosts] = {}
+    made: dict[tuple[tuple[int, ...], tuple[int, ...], int], StageCosts] = {}
     for blocks, others, last in zip(layout.blocks, layout.others, layout.last):
         boundary = workload.layers[last].activation_values
         key = (blocks, others, boundary)
         stage = made.get(key)
         if stage is None:
-            totals = StageTotals.of([template.outside[i] for i in others]).plus(
-                template.block_totals, blocks)
-            params = (template.block_params * blocks
-                      + sum(workload.layers[i].params for i in others))
+            totals = StageTotals.of([template.outside[i] for i in others])
+            params = sum(workload.layers[i].params for i in others)
+            expert_params = 0
+            for kind, count in zip(template.kinds, blocks):
+                if count:
+                    totals = totals.plus(kind.totals, count)
+                    params += kind.params * count
+                    expert_params += kind.expert_params * count
             stage = made[key] = StageCosts(template.partitions, template.minibatch, (), params,
-                                           totals, boundary,
-                                           template.block_expert_params * blocks)
+                                           totals, boundary, expert_params)
         stages.append(stage)
     return tuple(stages)

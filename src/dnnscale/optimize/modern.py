@@ -39,8 +39,8 @@ from dnnscale.model.predict import accelerator_memory_parts, predict_plan
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import Part
 from dnnscale.model.schedule import pipeline_time_s, stage_layers
-from dnnscale.model.stage import (LayerOptions, PipelineLayout, StageCosts, StageTemplate,
-                                  pipeline_layout, stage_template, stages_from_template)
+from dnnscale.model.stage import (MAX_BLOCK_KINDS, LayerOptions, PipelineLayout, StageCosts,
+                                  StageTemplate, pipeline_layout, stage_template, stages_from_template)
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
 from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
@@ -93,6 +93,9 @@ class ModernSpace:
     """Context parallelism's algorithms (for cp > 1)."""
     expert_imbalance: float = 1.0
     """The busiest ep member's load over the mean, for every plan of the search."""
+    engine_shape: TransformerShape | None = None
+    """With an engine, the workload's shape, for the engine's limits that read it
+    (plan/engines.workload_violation: DeepSpeed's MoE under ZeRO-3, dense-block patterns)."""
 
     def precision_of(self) -> Precision:
         """The plans' precision: the preset, with the engine's gradient width if it fixes one."""
@@ -146,7 +149,8 @@ class Group(NamedTuple):
 
     def runs_on(self, space: ModernSpace, replicated: bool) -> bool:
         """Whether the space's engine (any, if None) runs the group's plan as priced."""
-        return space.engine is None or _runs(space.engine, self.facts(space, replicated))
+        return space.engine is None or _runs(space.engine, self.facts(space, replicated),
+                                             space.engine_shape)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -270,7 +274,8 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     require(imbalance_within_experts(imbalance, max(ep)), "")
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
                         precision, overlap, engine, priced_grad_bytes(engine), ep, cp,
-                        tuple(dict.fromkeys(algorithms)), imbalance)
+                        tuple(dict.fromkeys(algorithms)), imbalance,
+                        shape if engine is not None else None)
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space
@@ -319,9 +324,10 @@ def _no_group(space: ModernSpace, workload: Workload, layers: int) -> None:
     group in `space`."""
     anywhere = groups_of(replace(space, engine=None), workload) if space.engine else []
     for group in anywhere:
-        violation = search_violation(str(space.engine), group.facts(space, False))
+        violation = search_violation(str(space.engine), group.facts(space, False),
+                                     space.engine_shape)
         if violation is not None:
-            raise InputError(SPACE_FIELDS.get(violation.field, violation.field),
+            raise InputError(SPACE_FIELDS.get(violation.field, violation.field or "engine"),
                              f"no plan of the search runs on {space.engine}, e.g. "
                              f"{violation.message}")
     for p_, schedule in itertools.product(space.pipeline, space.schedules):
@@ -407,8 +413,8 @@ def replica_choices(group: Group, space: ModernSpace, devices: int) -> list[int]
 
 
 @functools.lru_cache(maxsize=65536)
-def _runs(engine: str, facts: EngineFacts) -> bool:
-    return search_violation(engine, facts) is None
+def _runs(engine: str, facts: EngineFacts, shape: TransformerShape | None) -> bool:
+    return search_violation(engine, facts, shape) is None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -529,7 +535,7 @@ class _Search:
                 self.workload.layers, group.pipeline, group.virtual_stages))
             if layout is None:
                 raise InputError("workload", f"{self.workload.name}: the GPU-plan search needs "
-                                 "identical transformer blocks")
+                                 f"transformer blocks of at most {MAX_BLOCK_KINDS} kinds")
             self.layouts[key] = layout
         mesh_split = group.split(self.space)
         split = (group.tensor, group.micro_batch, group.sequence_parallel, mesh_split)
@@ -541,7 +547,7 @@ class _Search:
             b = self.workload.bytes_per_value
             precision = self.space.precision_of()
             template = stage_template(self.workload, self.system, group.tensor,
-                                      group.micro_batch, layout.block,
+                                      group.micro_batch, layout.kinds,
                                       precision=precision.compute,
                                       sequence_parallel=group.sequence_parallel,
                                       bytes_scale=(precision.activation_bytes or b) / b,

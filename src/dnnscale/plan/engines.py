@@ -246,9 +246,8 @@ def workload_violation(engine: str, facts: EngineFacts,
         return Violation("cp", f"Megatron-LM asserts the sequence length is a multiple of 2 × "
                          f"cp = {2 * facts.cp} with context parallelism (every --cp-comm-type); "
                          f"seq {shape.seq} is not")
-    if engine == "deepspeed" and shape.seq % facts.cp:
-        return Violation("cp", f"Megatron-DeepSpeed splits each sequence over the Ulysses group "
-                         f"and asserts seq {shape.seq} divides by cp {facts.cp}")
+    # Megatron-DeepSpeed asserts cp divides seq (pretrain_gpt.py:138): plan/rules.context_splits
+    # refuses that plan for every engine (Ulysses holds s / cp tokens a member)
     if not shape.is_moe:
         return None
     if engine == "megatron":
@@ -257,6 +256,18 @@ def workload_violation(engine: str, facts: EngineFacts,
                              "with tensor parallelism but no sequence parallelism "
                              "(moe_layer.py); use sequence_parallel true with tp > 1")
         return None
+    if shape.dense_blocks and engine == "torchtitan":
+        return Violation("", f"the export's torchtitan MoE model (llama4, every block a "
+                         f"mixture) has no dense blocks of their own width; the workload's "
+                         f"blocks {list(shape.dense_blocks)[:8]} are dense (Megatron-LM's "
+                         f"--moe-layer-freq takes them)")
+    if shape.dense_blocks and (moe_interval(shape) is None or shape.ffn != shape.routed_ffn):
+        return Violation("", f"Megatron-DeepSpeed's --expert-interval N puts a mixture of "
+                         f"experts in every N-th block only, its dense blocks as wide as an "
+                         f"expert (--ffn-hidden-size); the workload's dense blocks "
+                         f"{list(shape.dense_blocks)[:8]} (of width {shape.ffn}, experts "
+                         f"{shape.routed_ffn}) are not that (Megatron-LM's --moe-layer-freq "
+                         f"takes them)")
     if engine == "deepspeed":
         if facts.zero == 3:
             return Violation("zero", "DeepSpeed's MoE is not supported with ZeRO-3 (its engine "
@@ -276,6 +287,18 @@ def workload_violation(engine: str, facts: EngineFacts,
                          f"as a routed expert ({shape.routed_ffn}); a shared width of "
                          f"{shape.shared_ffn} is not a multiple of it")
     return None
+
+
+def moe_interval(shape: TransformerShape) -> int | None:
+    """N where block i (from 0) is a mixture of experts exactly when (i + 1) % N == 0 — the only
+    patterns Megatron-DeepSpeed (--expert-interval: MoE where layer_number % interval == 0,
+    megatron/model/transformer.py get_num_experts_per_layer) and torchtitan's llama4
+    (interleave_moe_layer_step) express — else None (1: every block)."""
+    if not shape.is_moe:
+        return None
+    moe = [shape.is_moe_block(i) for i in range(shape.layers)]
+    first = moe.index(True) + 1
+    return first if all(m == ((i + 1) % first == 0) for i, m in enumerate(moe)) else None
 
 
 def workload_differences(engine: str, facts: EngineFacts,
@@ -321,13 +344,19 @@ def priced_grad_bytes(engine: str | None) -> int | None:
     return TORCHTITAN_GRAD_BYTES if engine == "torchtitan" else None
 
 
-def search_violation(engine: str, facts: EngineFacts) -> Violation | None:
+def search_violation(engine: str, facts: EngineFacts,
+                     shape: TransformerShape | None = None) -> Violation | None:
     """Why `optimize --engine` leaves a plan out: the engine cannot run it, or runs it
-    otherwise than it is priced."""
+    otherwise than it is priced — for the workload of `shape` too, where given (None: the
+    limits that read only the plan)."""
     violation = engine_violation(engine, facts)
+    if violation is None and shape is not None:
+        violation = workload_violation(engine, facts, shape)
     if violation is not None:
         return violation
     differences = engine_differences(engine, facts)
+    if shape is not None:
+        differences += workload_differences(engine, facts, shape)
     return differences[0] if differences else None
 
 

@@ -252,15 +252,32 @@ def placement(mesh: DeviceMesh, topology: Topology) -> Placement:
     node).
     Units: counts.
     Source: Megatron-LM's rank order (tp innermost, then cp, ep, dp, pp; Narayanan et al. SC'21
-    §3), which keeps a tensor group inside a node when tp ≤ GPUs per node.
+    §3), which keeps a tensor group inside a node when tp ≤ GPUs per node; ep's groups by the
+    expert layers' order (`expert_stride`: tp apart).
     """
     return _placement(mesh, topology)
+
+
+def expert_stride(mesh: DeviceMesh) -> int:
+    """How many ranks apart an expert-parallel group's members sit: tp, not tp · cp.
+
+    Megatron-Core orders the expert layers' ranks etp-ep-edp-pp over the same devices as the
+    dense order tp-cp-ep-dp-pp (expert tensor parallelism = tp here), so an ep group's members
+    are tp apart, across the cp ranks first; torchtitan likewise carves ep out of dp_shard · cp.
+    The experts' gradient group (expert data parallel, dp · cp members) then lies tp · ep apart.
+    Units: ranks.
+    Source: Megatron-Core parallel_state.initialize_model_parallel (expert RankGenerator);
+    torchtitan ParallelDims (ep borrows from dp_shard and cp).
+    """
+    return mesh.size(MeshDim.TP)
 
 
 @lru_cache(maxsize=4096)
 def _placement(mesh: DeviceMesh, topology: Topology) -> Placement:
     placed = []
     for dim, size, stride in zip(MESH_ORDER, mesh.sizes, mesh.strides):
+        if dim is MeshDim.EP:
+            stride = expert_stride(mesh)
         span = group_span(size, stride, topology.devices_per_node)
         placed.append(PlacedDimension(dim, size, stride, span, span_tiers(span, topology),
                                       topology))

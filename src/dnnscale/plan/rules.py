@@ -163,8 +163,9 @@ def experts_divide(ep: int, shape: TransformerShape) -> Violation | None:
 def context_splits(cp: int, algorithm: str, tp: int, shape: TransformerShape) -> Violation | None:
     """Context parallelism's rules: fused attention (ring attention and Ulysses run on flash
     kernels); ring attention's load-balanced causal split into 2 · cp chunks needs s divisible
-    by 2 · cp; the all-to-all (Ulysses) split of the heads over cp inside each tensor shard
-    needs cp · tp to divide the attention heads."""
+    by 2 · cp; the all-to-all (Ulysses) split holds s / cp tokens per member before its
+    exchange (cp divides s) and splits the heads over cp inside each tensor shard (cp · tp
+    divides the attention heads)."""
     if cp <= 1:
         return None
     if not shape.flash_attention:
@@ -173,6 +174,9 @@ def context_splits(cp: int, algorithm: str, tp: int, shape: TransformerShape) ->
     if algorithm == "ring" and shape.seq % (2 * cp):
         return Violation("cp", f"ring attention splits each sequence into 2 × cp chunks: seq "
                          f"{shape.seq} is not a multiple of {2 * cp}")
+    if algorithm == "alltoall" and shape.seq % cp:
+        return Violation("cp", f"the all-to-all (Ulysses) split gives each member s / cp tokens: "
+                         f"seq {shape.seq} is not a multiple of cp {cp}")
     if algorithm == "alltoall" and shape.heads % (cp * tp):
         return Violation("cp", f"the all-to-all (Ulysses) split needs cp × tp = {cp} × {tp} to "
                          f"divide the model's {shape.heads} attention heads")

@@ -13,12 +13,43 @@ and model_type, which gives the rest:
     gpt_neox         LayerNorm, GeLU, RoPE, biases, untied (tie_word_embeddings default)
     bert             post-norm LayerNorm, GeLU, learned positions + type_vocab_size token types,
                      biases, bidirectional, tied
+    mixtral          as llama (no biases), mixture of experts: num_local_experts routed experts
+                     of intermediate_size, num_experts_per_tok each token, every block
+    qwen2_moe        as llama, no biases (Qwen2's q/k/v biases, a few thousand parameters a
+                     block, are ignored), mixture of experts: num_experts routed experts of
+                     moe_intermediate_size, num_experts_per_tok each token, a shared expert of
+                     shared_expert_intermediate_size (its sigmoid gate, h parameters, ignored);
+                     block i is a mixture when (i + 1) % decoder_sparse_step == 0 (default 1)
+                     and i is not in mlp_only_layers (default []); the others are dense MLPs of
+                     intermediate_size
+    qwen3_moe        as qwen2_moe without a shared expert (no biases unless attention_bias);
+                     its published head_dim 128 differs from hidden / heads: refused
+    deepseek_v2,     as llama (no biases unless attention_bias), mixture of experts:
+    deepseek_v3      n_routed_experts routed experts of moe_intermediate_size,
+                     num_experts_per_tok each token, n_shared_experts (absent or null: none)
+                     shared experts of moe_intermediate_size each; blocks 0 to
+                     first_k_dense_replace - 1 (default 0) and those with
+                     i % moe_layer_freq != 0 (default 1) are dense MLPs of intermediate_size.
+                     Multi-head latent attention is priced as multi-head attention of hidden /
+                     heads per head (the zoo's deepseek-v3-like): q_lora_rank, kv_lora_rank,
+                     qk_rope_head_dim, qk_nope_head_dim, v_head_dim and head_dim are not read;
+                     nor are the multi-token-prediction module (num_nextn_predict_layers) and
+                     the routing details (topk_method, scoring_func, n_group, topk_group,
+                     routed_scaling_factor), which are not modelled
+
+A mixture-of-experts family must give its experts key (absent or null is refused, where
+Hugging Face would default to its own count); 0 is a dense model of intermediate_size; with experts, num_experts_per_tok (and moe_intermediate_size,
+shared_expert_intermediate_size for the Qwen families) must be given, top-k at most the
+experts, and at least one block must be a mixture. Hugging Face's MoE models are dropless (no
+capacity factor); the router's auxiliary loss and noise (router_aux_loss_coef,
+output_router_logits, router_jitter_noise, norm_topk_prob) change no cost and are not read.
+The other families refuse num_local_experts, num_experts or n_routed_experts > 0.
 
 Every key read is type-checked (counts are integers in [1, MAX_COUNT], never true/false, 2.0 or
-"2"; flags real booleans; dropouts numbers in [0, 1); model_type a known name), also an alias
-that a first key hides. A bad file raises `InputError` naming ``hf_config.<key>`` (or the
-file). Keys not read (rope_scaling, torch_dtype, text_config, ...) are not checked: they do not
-change the cost.
+"2"; flags real booleans; dropouts numbers in [0, 1); model_type a known name; mlp_only_layers
+a list of block indices in [0, layers)), also an alias that a first key hides. A bad file
+raises `InputError` naming ``hf_config.<key>`` (or the file). Keys not read (rope_scaling,
+torch_dtype, text_config, ...) are not checked: they do not change the cost.
 """
 
 from __future__ import annotations
@@ -44,10 +75,24 @@ FAMILIES: dict[str, dict[str, object]] = {
                  "tied_embeddings": False, "bias": True, "causal": True, "norm_position": "pre"},
     "bert": {"norm": "layernorm", "gated": False, "positional": "learned",
              "tied_embeddings": True, "bias": True, "causal": False, "norm_position": "post"},
+    "mixtral": _LLAMA,
+    "qwen2_moe": _LLAMA,
+    "qwen3_moe": _LLAMA,
+    "deepseek_v2": _LLAMA,
+    "deepseek_v3": _LLAMA,
 }
 _DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop",
                  "embd_pdrop", "attention_probs_dropout_prob", "hidden_dropout_prob")
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+EXPERTS_KEY = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts",
+               "qwen3_moe": "num_experts", "deepseek_v2": "n_routed_experts",
+               "deepseek_v3": "n_routed_experts"}
+"""The mixture-of-experts families and the key giving their routed experts per block."""
+_ATTENTION_BIAS = ("llama", "mistral", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+"""Families whose config has attention_bias (llama and mistral also mlp_bias)."""
+_MLA = ("deepseek_v2", "deepseek_v3")
+"""Multi-head latent attention: head_dim there is the RoPE part of a head (qk_rope_head_dim),
+not hidden / heads, and is not read."""
 
 
 def _field(key: str) -> str:
@@ -127,16 +172,19 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
     if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise InputError(_field("model_type"), f"{short_repr(model_type)} is not supported (known: "
                          f"{', '.join(FAMILIES)})")
-    for key in _MOE_KEYS:
-        if config.get(key) is not None and _count(key, config[key], minimum=0) > 0:
-            raise InputError(_field(key), "mixture-of-experts models are not supported")
+    if model_type not in EXPERTS_KEY:
+        for key in _MOE_KEYS:
+            if config.get(key) is not None and _count(key, config[key], minimum=0) > 0:
+                raise InputError(_field(key), f"mixture-of-experts models are not supported "
+                                 f"for model_type {model_type!r} (they are for "
+                                 f"{', '.join(EXPERTS_KEY)})")
     family = dict(FAMILIES[model_type])
     hidden = _integer(config, ("hidden_size", "n_embd"))
     heads = _integer(config, ("num_attention_heads", "n_head"))
     if hidden % heads:
         raise InputError(_field("num_attention_heads"), f"{heads} heads do not divide the "
                          f"hidden size {hidden}")
-    head_dim = config.get("head_dim")
+    head_dim = None if model_type in _MLA else config.get("head_dim")
     if head_dim is not None and _count("head_dim", head_dim) != hidden // heads:
         raise InputError(_field("head_dim"), f"{head_dim!r} differs from hidden / heads = "
                          f"{hidden // heads}; only d = hidden / heads is supported")
@@ -160,6 +208,9 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
     if model_type in ("llama", "mistral"):
         family["bias"] = _flag(config, "attention_bias", False) or _flag(config, "mlp_bias",
                                                                           False)
+    elif model_type in _ATTENTION_BIAS:
+        family["bias"] = _flag(config, "attention_bias", False)
+    experts, experts_text = _experts(config, model_type, layers, ffn)
     dropouts = []
     for key in _DROPOUT_KEYS:
         value = config.get(key, 0.0)
@@ -175,8 +226,96 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
         positions=positions, token_types=token_types, dropout=any(dropouts),
         rope_theta=rope_theta,
         description=f"from Hugging Face config ({model_type}): {layers} layers x {hidden}, "
-                    f"{heads} heads ({kv_heads} key/value), ffn {ffn}, vocab {vocab}, seq {seq}",
-        **family)  # type: ignore[arg-type]
+                    f"{heads} heads ({kv_heads} key/value), ffn {ffn}, vocab {vocab}, seq {seq}"
+                    f"{experts_text}"
+                    + (f"; MLA priced as multi-head attention of {heads} heads of "
+                       f"{hidden // heads}" if model_type in _MLA else ""),
+        **experts, **family)  # type: ignore[arg-type]
+
+
+def _blocks_text(blocks: tuple[int, ...]) -> str:
+    """Block indices for a description: ``0-2`` for a run, a list of up to 8, else a count."""
+    if blocks == tuple(range(blocks[0], blocks[0] + len(blocks))):
+        return f"{blocks[0]}-{blocks[-1]}" if len(blocks) > 1 else str(blocks[0])
+    if len(blocks) <= 8:
+        return ", ".join(map(str, blocks))
+    return f"{blocks[0]}, {blocks[1]}, ..., {blocks[-1]} ({len(blocks)} blocks)"
+
+
+def _block_list(config: dict[str, Any], key: str, layers: int) -> set[int]:
+    """hf_config.<key>: a list of block indices in [0, layers) (null or absent: none)."""
+    value = config.get(key)
+    if value is None:
+        return set()
+    if not isinstance(value, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                          or not 0 <= i < layers for i in value):
+        raise InputError(_field(key), f"must be a list of block indices in [0, {layers}), got "
+                         f"{short_repr(value)}")
+    return set(value)
+
+
+def _some_moe(key: str, value: object, moe_blocks: set[int], experts_key: str,
+              layers: int) -> None:
+    """Refuse a layout that leaves no block a mixture of experts, naming the key that did."""
+    if not moe_blocks:
+        raise InputError(_field(key), f"{short_repr(value)} leaves none of the {layers} blocks "
+                         f"a mixture of experts: every block is dense (give {experts_key} 0 for "
+                         f"a dense model)")
+
+
+def _experts(config: dict[str, Any], model_type: str, layers: int, ffn: int
+             ) -> tuple[dict[str, object], str]:
+    """The mixture of experts of a config (`transformer_workload`'s keyword arguments) and its
+    words for the description; ({}, "") for a dense model. See the module docstring."""
+    key = EXPERTS_KEY.get(model_type)
+    if key is None:
+        return {}, ""
+    if config.get(key) is None:  # Hugging Face would default to its own count (Mixtral 8)
+        raise InputError(_field(key), f"missing: the routed experts per block of a "
+                         f"{model_type} model (0 for a dense one)")
+    experts = _count(key, config[key], minimum=0)
+    if not experts:
+        return {}, ""
+    top_k = _integer(config, ("num_experts_per_tok",))
+    if top_k > experts:
+        raise InputError(_field("num_experts_per_tok"), f"{top_k} is more than the {experts} "
+                         f"experts ({key})")
+    expert_ffn, shared_ffn, moe_blocks = ffn, 0, set(range(layers))  # mixtral: every block
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        expert_ffn = _integer(config, ("moe_intermediate_size",))
+        if model_type == "qwen2_moe":
+            if config.get("shared_expert_intermediate_size") is None:
+                raise InputError(_field("shared_expert_intermediate_size"), "missing (0: no "
+                                 "shared expert)")
+            shared_ffn = _count("shared_expert_intermediate_size",
+                                config["shared_expert_intermediate_size"], minimum=0)
+        step = _integer(config, ("decoder_sparse_step",), 1)
+        only = _block_list(config, "mlp_only_layers", layers)
+        moe_blocks = {i for i in range(layers) if (i + 1) % step == 0}
+        _some_moe("decoder_sparse_step", step, moe_blocks, key, layers)
+        moe_blocks -= only
+        _some_moe("mlp_only_layers", sorted(only), moe_blocks, key, layers)
+    elif model_type in _MLA:
+        expert_ffn = _integer(config, ("moe_intermediate_size",))
+        shared = config.get("n_shared_experts")
+        shared_ffn = 0 if shared is None else \
+            _count("n_shared_experts", shared, minimum=0) * expert_ffn
+        first = config.get("first_k_dense_replace")
+        first = 0 if first is None else _count("first_k_dense_replace", first, minimum=0)
+        moe_blocks = set(range(first, layers))
+        _some_moe("first_k_dense_replace", first, moe_blocks, key, layers)
+        freq = _integer(config, ("moe_layer_freq",), 1)
+        moe_blocks = {i for i in moe_blocks if i % freq == 0}
+        _some_moe("moe_layer_freq", freq, moe_blocks, key, layers)
+    blocks = tuple(i for i in range(layers) if i not in moe_blocks)
+    text = (f"; {experts} experts of {expert_ffn}, top-{top_k}"
+            + (f", shared {shared_ffn}" if shared_ffn else "") + ", dropless"
+            + (f", dense blocks {_blocks_text(blocks)} (MLP {ffn})" if blocks else ""))
+    moe: dict[str, object] = {"experts": experts, "top_k": top_k, "shared_ffn": shared_ffn,
+                              "dense_blocks": blocks, "capacity_factor": None}
+    if expert_ffn != ffn:
+        moe["expert_ffn"] = expert_ffn
+    return moe, text
 
 
 def _name(path: Path) -> str:

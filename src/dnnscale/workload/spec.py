@@ -72,7 +72,8 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
                             "bytes_per_value": workload.bytes_per_value,
                             "description": workload.description}
     if workload.transformer is not None:
-        data["transformer"] = asdict(workload.transformer)
+        data["transformer"] = {k: list(v) if isinstance(v, tuple) else v
+                               for k, v in asdict(workload.transformer).items()}
     data["layers"] = layers
     return data
 

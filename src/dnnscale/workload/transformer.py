@@ -56,14 +56,15 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          rope_theta: float | None = None, attention_kernel: str = "fa2",
                          experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
                          shared_ffn: int = 0, capacity_factor: float | None = None,
-                         bytes_per_value: int = 2,
+                         dense_blocks: tuple[int, ...] = (), bytes_per_value: int = 2,
                          description: str = "") -> Workload:
     """A transformer as a `Workload` whose `transformer` field summarises its shape.
 
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
     `dropout` the attention and residual dropouts, `rope_theta` RoPE's base (None: 10,000).
-    `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape).
+    `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape), except the
+    blocks listed in `dense_blocks`.
     One sample is one sequence of `seq` tokens; `bytes_per_value` 2 (bf16 activations; the
     model rescales for other precisions). Bad values raise `InputError` naming
     ``transformer.<field>``.
@@ -78,22 +79,33 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
         rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
         top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn,
-        capacity_factor=capacity_factor)
-    # Blocks differ only in their names and `block` index: build the chain with block 0 once
-    # (through build_workload, as a YAML file of it would be) and copy its layers for the rest.
+        capacity_factor=capacity_factor,
+        dense_blocks=tuple(dense_blocks) if isinstance(dense_blocks, list) else dense_blocks)
+    # Blocks of one kind (MoE or dense MLP) differ only in their names and `block` index: build
+    # the chain with the first block of each kind once (through build_workload, as a YAML file
+    # of it would be) and copy its layers for the rest.
     prefix, suffix = _prefix_specs(shape), _suffix_specs(shape)
-    block = _block_specs(shape, 0)
-    total = len(prefix) + len(block) * shape.layers + len(suffix)
+    dense = set(shape.dense_blocks)
+    first_moe = next(i for i in range(shape.layers) if i not in dense)  # dense_blocks leave one
+    firsts = sorted({first_moe, *shape.dense_blocks[:1]}) if shape.is_moe else [0]
+    built = [_block_specs(shape, i) for i in firsts]
+    per_block = {shape.is_moe_block(i): len(specs) for i, specs in zip(firsts, built)}
+    total = (len(prefix) + len(suffix) + per_block[shape.is_moe] * (shape.layers - len(dense))
+             + per_block.get(False, 0) * len(dense))
     if total > MAX_LAYERS:  # checked before the copies are made
         raise InputError("transformer.layers", f"{shape.layers:,} blocks make {total:,} layers; "
                          f"the limit is {MAX_LAYERS:,}")
-    one = build_workload(name, [seq], prefix + block + suffix, samples_per_epoch,
-                         bytes_per_value, description, transformer=shape)
-    head, first, tail = (one.layers[:len(prefix)], one.layers[len(prefix):-len(suffix)],
-                         one.layers[-len(suffix):])
-    copies = [layer.relabelled(f"block{i}.{layer.hyper['role']}", {**layer.hyper, "block": i})
-              for i in range(1, shape.layers) for layer in first]
-    return replace(one, layers=(*head, *first, *copies, *tail))
+    one = build_workload(name, [seq], prefix + [s for specs in built for s in specs] + suffix,
+                         samples_per_epoch, bytes_per_value, description, transformer=shape)
+    head, tail = one.layers[:len(prefix)], one.layers[len(one.layers) - len(suffix):]
+    kinds, at = {}, len(prefix)
+    for i in firsts:
+        kinds[shape.is_moe_block(i)] = one.layers[at:at + per_block[shape.is_moe_block(i)]]
+        at += per_block[shape.is_moe_block(i)]
+    blocks = [layer if i in firsts else
+              layer.relabelled(f"block{i}.{layer.hyper['role']}", {**layer.hyper, "block": i})
+              for i in range(shape.layers) for layer in kinds[shape.is_moe and i not in dense]]
+    return replace(one, layers=(*head, *blocks, *tail))
 
 
 def transformer_layer_specs(shape: TransformerShape) -> list[dict[str, object]]:
@@ -138,7 +150,7 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
     specs += [_spec(shape, "attn_out", "attn_out", i, bias=shape.bias),
               _spec(shape, "residual_add", "attn_residual", i, dropout=shape.dropout),
               _norm(shape, "attn_norm" if post else "mlp_norm", i)]
-    specs += _moe_specs(shape, i) if shape.is_moe else [
+    specs += _moe_specs(shape, i) if shape.is_moe_block(i) else [
         _spec(shape, "mlp_up", "mlp_up", i, bias=shape.bias),
         _spec(shape, "mlp_act", "mlp_act", i),
         _spec(shape, "mlp_down", "mlp_down", i, bias=shape.bias)]

@@ -50,6 +50,9 @@ class TransformerShape:
     total inner width `shared_ffn` (0: none) that every token passes through. `capacity_factor`
     caps each expert's tokens at that multiple of the mean, dropping the rest (None: dropless).
     The router's auxiliary load-balancing loss is not priced (a few values per token).
+    `dense_blocks` lists the blocks (counted from 0, ascending) whose MLP is instead the dense
+    MLP of width `ffn`: DeepSeek-V3's first three (first_k_dense_replace), Qwen-MoE's
+    mlp_only_layers, the dense half of an interleaved stack (Megatron's --moe-layer-freq).
     """
 
     layers: int
@@ -77,6 +80,7 @@ class TransformerShape:
     expert_ffn: int = 0
     shared_ffn: int = 0
     capacity_factor: float | None = None
+    dense_blocks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in REQUIRED_FIELDS:
@@ -120,16 +124,45 @@ class TransformerShape:
             if self.capacity_factor is not None:
                 raise InputError("transformer.capacity_factor", "only a mixture of experts has "
                                  "one (experts is 0)")
+            if self.dense_blocks:
+                raise InputError("transformer.dense_blocks", "only a mixture of experts has "
+                                 "dense blocks among its blocks (experts is 0)")
             return
+        self._check_dense_blocks()
         if not 1 <= self.top_k <= self.experts:
             raise InputError("transformer.top_k", f"must be an integer in [1, experts = "
                              f"{self.experts}], got {short_repr(self.top_k)}")
         check_capacity_factor(self.capacity_factor)
 
+    def _check_dense_blocks(self) -> None:
+        blocks = self.dense_blocks
+        if not isinstance(blocks, tuple) or any(
+                isinstance(i, bool) or not isinstance(i, int) for i in blocks):
+            raise InputError("transformer.dense_blocks", f"must be a list of block indices, got "
+                             f"{short_repr(blocks)}")
+        if any(not 0 <= i < self.layers for i in blocks):
+            raise InputError("transformer.dense_blocks", f"block indices run from 0 to "
+                             f"{self.layers - 1}, got {short_repr(list(blocks))}")
+        if list(blocks) != sorted(set(blocks)):
+            raise InputError("transformer.dense_blocks", f"must be ascending, each block once, "
+                             f"got {short_repr(list(blocks))}")
+        if len(blocks) == self.layers:
+            raise InputError("transformer.dense_blocks", "every block is dense: give experts 0 "
+                             "for a dense model")
+
     @property
     def is_moe(self) -> bool:
-        """Whether the blocks' MLPs are mixtures of experts."""
+        """Whether the blocks' MLPs are mixtures of experts (all but `dense_blocks`)."""
         return self.experts > 0
+
+    def is_moe_block(self, block: int) -> bool:
+        """Whether block `block` (from 0) has a mixture of experts for its MLP."""
+        return self.experts > 0 and block not in self.dense_blocks
+
+    @property
+    def moe_blocks(self) -> int:
+        """The number of blocks whose MLP is a mixture of experts."""
+        return self.layers - len(self.dense_blocks) if self.experts else 0
 
     @property
     def routed_ffn(self) -> int:
@@ -211,4 +244,6 @@ def transformer_shape_from_dict(data: object) -> TransformerShape:
     for name in REQUIRED_FIELDS:
         if name not in data:
             raise InputError(f"workload.transformer.{name}", "missing")
-    return TransformerShape(**data)
+    blocks = data.get("dense_blocks", ())
+    return TransformerShape(**{**data, "dense_blocks": tuple(blocks) if isinstance(blocks, list)
+                               else blocks})

@@ -14,8 +14,7 @@ from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer import DEFAULT_SAMPLES_PER_EPOCH, transformer_workload
-from dnnscale.workload.transformer_shape import (ATTENTION_KERNELS, ROPE_THETA_DEFAULT,
-                                                 check_capacity_factor)
+from dnnscale.workload.transformer_shape import ATTENTION_KERNELS, ROPE_THETA_DEFAULT
 from dnnscale.workload.workload import Workload
 
 GPT3_SEQ, GPT3_VOCAB = 2048, 50257
@@ -170,28 +169,28 @@ the pre-training sequence length (DeepSeek-AI 2024, "DeepSeek-V3 Technical Repor
 config's rope_scaling.original_max_position_embeddings), later extended to 128K with YaRN;
 14.8 T pre-training tokens (ibid., abstract)."""
 DEEPSEEK_V3_TRAIN_TOKENS = 14_800_000_000_000
+DEEPSEEK_V3_DENSE_BLOCKS = 3
+"""first_k_dense_replace: blocks 0-2 have dense MLPs of intermediate_size."""
 
 
 def deepseek_v3_like() -> Workload:
     """DeepSeek-V3-like: DeepSeek-V3's published dimensions (DEEPSEEK_V3) priced as the blocks
-    dnnscale has, which are all alike. NOT DeepSeek-V3 itself.
+    dnnscale has. NOT DeepSeek-V3 itself.
 
-    Kept: 61 blocks x 7168, 256 routed SwiGLU experts of 2048 per block, top-8, one shared
-    expert of 2048 (shared_ffn 2048), dropless (DeepSeek-V3 drops no token in training), vocab
+    Kept: 61 blocks x 7168, the first 3 (first_k_dense_replace) dense SwiGLU MLPs of 18,432,
+    the other 58 mixtures of 256 routed SwiGLU experts of 2048, top-8, plus one shared expert
+    of 2048 (shared_ffn 2048), dropless (DeepSeek-V3 drops no token in training), vocab
     129,280, untied output, RMSNorm, RoPE (base 10,000), no biases, no dropout, flash attention,
     seq 4096 (the pre-training length), 14.8 T tokens = 3,613,281,250 sequences per epoch.
     Changed: multi-head latent attention (MLA: low-rank query (1536) and key/value (512)
     projections, heads of 192 query/key and 128 value dims) is priced as multi-head attention
-    with 128 heads of head dim 56 (hidden / heads), 4·h² parameters per block; and every one of
-    the 61 blocks is a mixture of experts, where DeepSeek-V3's first 3 (first_k_dense_replace)
-    are dense MLPs of 18,432. Not modelled: the multi-token-prediction module (14 B more
-    parameters), the sigmoid, group-limited routing and its bias terms (a few values a token).
+    with 128 heads of head dim 56 (hidden / heads), 4·h² parameters per block. Not modelled:
+    the multi-token-prediction module (14 B more parameters), the sigmoid, group-limited
+    routing and its bias terms (a few values a token).
 
-    Parameters: 704.92 B here against the published 671 B (+5.0 %): +32.77 B from pricing the 3
-    dense blocks as mixtures (11.32 B each, against 0.40 B dense) and +1.12 B from MHA's
-    205.5 M attention parameters per block against MLA's 187.1 M; without those two the count
-    is 671.03 B. Active per token: 38.68 B here against the published 37 B (+4.5 %; MHA's
-    attention alone adds 1.12 B). The attention products run at head dim 56 where MLA's run at
+    Parameters: 672.15 B here against the published 671 B (+0.2 %): MHA's 205.5 M attention
+    parameters per block against MLA's 187.1 M add 1.12 B. Active per token: 38.7 B here
+    (1.12 B of it MHA's excess) against the published 37 B. The attention products run at head dim 56 where MLA's run at
     192 (scores) and 128 (context): their s² FLOPs are about 0.35x DeepSeek-V3's, a fraction of
     a percent of a step's FLOPs at seq 4096.
     """
@@ -201,13 +200,13 @@ def deepseek_v3_like() -> Workload:
         ffn=d["ffn"], kv_heads=d["heads"], gated=True, norm="rmsnorm", tied_embeddings=False,
         positional="rope", bias=False, dropout=False, flash_attention=True,
         experts=d["experts"], top_k=d["top_k"], expert_ffn=d["expert_ffn"],
-        shared_ffn=d["shared_ffn"], samples_per_epoch=DEEPSEEK_V3_TRAIN_TOKENS // d["seq"],
+        shared_ffn=d["shared_ffn"], dense_blocks=tuple(range(DEEPSEEK_V3_DENSE_BLOCKS)),
+        samples_per_epoch=DEEPSEEK_V3_TRAIN_TOKENS // d["seq"],
         description="DeepSeek-V3-like, not DeepSeek-V3: its published dimensions (61 layers x "
-                    "7168, vocab 129280, 256 routed experts of 2048 top-8 plus 1 shared of "
-                    "2048, seq 4096) with EVERY block a mixture of experts (DeepSeek-V3's "
-                    "first 3 are dense) and multi-head latent attention priced as multi-head "
-                    "attention of 128 heads of 56; 704.9 B parameters (published 671 B, "
-                    "+5.0 %), 38.7 B active (published 37 B)")
+                    "7168, the first 3 dense MLPs of 18432, then 256 routed experts of 2048 "
+                    "top-8 plus 1 shared of 2048, vocab 129280, seq 4096) with multi-head "
+                    "latent attention priced as multi-head attention of 128 heads of 56; "
+                    "672.1 B parameters (published 671 B), 38.7 B active (published 37 B)")
 
 
 TRANSFORMER_ZOO: dict[str, Callable[[], Workload]] = {
@@ -220,7 +219,8 @@ TRANSFORMER_ZOO: dict[str, Callable[[], Workload]] = {
 
 # The parametric name: gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200[,...]
 _GPT_INTS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads", "positions",
-             "samples", "rope_theta", "experts", "top_k", "expert_ffn", "shared_ffn")
+             "samples", "rope_theta", "experts", "top_k", "expert_ffn", "shared_ffn",
+             "first_dense")
 _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
@@ -287,7 +287,8 @@ def gpt_from_name(argument: str) -> Workload:
     0, the default, is a dense MLP), top_k (experts per token, needed with experts),
     expert_ffn (each routed expert's inner width; default ffn), shared_ffn (the shared
     experts' total inner width; default none), capacity (the capacity factor, a number;
-    default dropless). Defaults as `transformer_workload`."""
+    default dropless), first_dense (the first blocks that keep a dense MLP of width ffn, as
+    DeepSeek's first_k_dense_replace; default 0). Defaults as `transformer_workload`."""
     options = parse_options(argument, "workload.gpt", _GPT_INTS, _GPT_BOOLS, _GPT_CHOICES,
                             _GPT_NUMBERS)
     if "capacity" in options:
@@ -301,10 +302,18 @@ def gpt_from_name(argument: str) -> Workload:
                          f"top_k, the experts each token is routed to)")
     if "samples" in options:
         options["samples_per_epoch"] = options.pop("samples")
+    first_dense = options.pop("first_dense", 0)
+    if first_dense:
+        layers = options["layers"]
+        if isinstance(layers, int) and first_dense >= layers:  # type: ignore[operator]
+            raise InputError("workload.gpt.first_dense", f"{first_dense} of {layers} blocks "
+                             f"dense leaves none a mixture of experts (give experts=0)")
+        options["dense_blocks"] = tuple(range(first_dense))  # type: ignore[call-overload]
     try:
         return transformer_workload(f"gpt:{argument}", **options)  # type: ignore[arg-type]
     except InputError as exc:  # transformer.<field> -> the key the user wrote
         key = exc.field.rpartition(".")[2]
         key = {v: k for k, v in _GPT_BOOLS.items() if k != "flash_attention"}.get(key, key)
-        key = {"samples_per_epoch": "samples", "capacity_factor": "capacity"}.get(key, key)
+        key = {"samples_per_epoch": "samples", "capacity_factor": "capacity",
+               "dense_blocks": "first_dense"}.get(key, key)
         raise InputError(f"workload.gpt.{key}", exc.problem) from None
