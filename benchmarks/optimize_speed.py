@@ -108,25 +108,29 @@ def _moe_section() -> tuple[list[str], bool]:
         norm="rmsnorm", positional="rope", tied_embeddings=False, bias=False, dropout=False,
         flash_attention=True, experts=8, top_k=2)
     system = load_system(f"dgx-h100:{MOE_GPUS // 8}")
-    space = make_modern_space(workload, system, MOE_BATCH)
-    runs = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        result = optimize_modern(workload, system, space, top=5, curve=False)
-        runs.append(time.perf_counter() - start)
-    median = statistics.median(runs)
-    met = median < MOE_TARGET_S
-    print(f"MoE search at {MOE_GPUS}: median {median:.2f} s", flush=True)
+    rows, met = [], True
+    for label, etp in (("default (etp = tp)", None), ("with `--etp 1` (etp 1 beside tp)", (1,))):
+        space = make_modern_space(workload, system, MOE_BATCH, expert_tensor=etp)
+        runs = []
+        for _ in range(RUNS):
+            start = time.perf_counter()
+            result = optimize_modern(workload, system, space, top=5, curve=False)
+            runs.append(time.perf_counter() - start)
+        median = statistics.median(runs)
+        target = "-"
+        if etp is None:  # the target is for the default space
+            met = median < MOE_TARGET_S
+            target = f"< {MOE_TARGET_S:g} s: **{'met' if met else 'NOT met'}**"
+        print(f"MoE search at {MOE_GPUS}, {label}: median {median:.2f} s", flush=True)
+        rows.append(f"| {label} | {MOE_GPUS} | {median:.2f} s | {min(runs):.2f} s | "
+                    f"{result.evaluated:,} | {result.bounds_evaluated:,} | "
+                    f"`{result.best.label()}` {result.best.step_time_s:.2f} s | {target} |")
     return ["", f"## GPU plans with experts and long context: a Mixtral-8x7B shape at {MOE_SEQ:,} "
             f"tokens, global batch {MOE_BATCH}, on {MOE_GPUS} H100 (dgx-h100)", "",
             f"Space: ep {list(space.expert)}, cp {list(space.context)} × "
             f"{list(space.cp_algorithms)}, and the GPT-3 row's other dimensions.", "",
-            "| GPUs | median | min | plans priced | group bounds | best plan | target |",
-            "|---|---|---|---|---|---|---|",
-            f"| {MOE_GPUS} | {median:.2f} s | {min(runs):.2f} s | {result.evaluated:,} | "
-            f"{result.bounds_evaluated:,} | `{result.best.label()}` "
-            f"{result.best.step_time_s:.2f} s | < {MOE_TARGET_S:g} s: "
-            f"**{'met' if met else 'NOT met'}** |"], met
+            "| space | GPUs | median | min | plans priced | group bounds | best plan | target |",
+            "|---|---|---|---|---|---|---|---|", *rows], met
 
 
 def main() -> None:

@@ -326,7 +326,7 @@ BAD_VALUE_BASES: dict[tuple[str, str], str] = {
     **{("predict", flag): "gpu-json" for flag in (
         "--tp", "--pp", "--dp", "--micro-batch", "--global-batch", "--schedule",
         "--virtual-stages", "--zero", "--recompute", "--precision", "--grad-bytes", "--ep",
-        "--cp", "--cp-algorithm", "--expert-imbalance")},
+        "--cp", "--cp-algorithm", "--expert-imbalance", "--etp")},
 }
 """Where a bad value needs a base other than the first that the flag applies to."""
 NO_VALUE_CASES = {("describe", "--loss"): "is checked once the model is imported, with torch "

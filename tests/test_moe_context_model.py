@@ -350,7 +350,7 @@ def test_predict_json_carries_the_mesh_and_its_parts() -> None:
     assert data["mesh"]["devices"] == 8
     assert data["breakdown_s"]["ep_comm"] > 0
     assert data["mesh"]["collectives_s"]["ep"] == data["breakdown_s"]["ep_comm"]
-    assert data["plan"]["expert"] == {"degree": 4, "imbalance": 1.0}
+    assert data["plan"]["expert"] == {"degree": 4, "imbalance": 1.0, "tensor": None}
 
 
 def test_predict_context_parallel_json_and_bad_flags() -> None:
@@ -410,3 +410,131 @@ def test_ep_groups_sit_tp_apart_across_the_cp_ranks() -> None:
     dense, experts = context.data_parallel_spans(2)
     assert experts == GroupSpan(8, 2)
     assert dense == GroupSpan(16, 4)  # dp · ep · cp = 16 members tp apart: 4 per node
+
+
+# ------------------------------------------------------------------ expert tensor parallelism
+
+def test_etp_keeps_the_work_and_moves_the_weights_by_hand() -> None:
+    """tp 2, ep 2, one node: with etp 2 (the default) each member holds half of each of its 2
+    experts, with etp 1 two whole experts: expert weights 2·2,102,272 / (ep · etp) per member
+    (bf16: ×2 bytes), dense ones 2·265,216/2 + the embedding and norm /2 as before. The
+    experts' FLOPs per member are the same (1 / (tp · cp) of the copies' work either way)."""
+    system = node()
+    fields = dict(tp=2, ep=2, global_batch=2, sequence_parallel=True)
+    same = predict_plan(tiny_moe(), system, plan(**fields))
+    whole = predict_plan(tiny_moe(), system, plan(**fields, etp=1))
+    experts = 2 * 2_102_272
+    weights = {p.name: p.bytes for p in same.memory}["weights"]
+    weights1 = {p.name: p.bytes for p in whole.memory}["weights"]
+    assert weights1 - weights == pytest.approx(2 * (experts / 2 - experts / 4), rel=1e-12)
+    for name in ("block0.expert_up", "block0.expert_down", "block0.expert_act"):
+        assert layer(whole, name).work_fraction == pytest.approx(
+            layer(same, name).work_fraction, rel=1e-12) == pytest.approx(0.5)
+    # etp 1: the experts are whole on each member, no tensor-group exchange around them
+    assert layer(whole, "block0.expert_up").comm_s == 0.0
+    assert layer(same, "block0.expert_up").comm_s > 0.0
+
+
+def test_etp_all_to_all_and_its_group_by_hand() -> None:
+    """tp 2, etp 1, ep 2 without sequence parallelism: each tensor member exchanges half the
+    tokens' copies (the two expert groups of a tensor group take different tokens), 1·64·2·256·2
+    = 65,536 B, among ep members 1 rank apart (plan/mesh.expert_stride); with sequence
+    parallelism the same 65,536 B."""
+    from dnnscale.plan.mesh import placement
+
+    system = node()
+    for sp in (False, True):
+        prediction = predict_plan(tiny_moe(), system, plan(tp=2, ep=2, global_batch=2, etp=1,
+                                                           sequence_parallel=sp))
+        assert layer(prediction, "block0.moe_dispatch").ep_comm_s == pytest.approx(
+            2 * _alltoall_s(system, 65_536, 2), rel=1e-12)
+    the_plan = plan(tp=2, ep=2, global_batch=2, etp=1)
+    assert placement(the_plan.mesh, system.topology, 1)[MeshDim.EP].stride == 1
+    assert placement(the_plan.mesh, system.topology)[MeshDim.EP].stride == 2
+
+
+def test_etp_expert_gradients_meet_over_tp_too_by_hand() -> None:
+    """tp 4, etp 1, ep 2, dp 4 on 4 nodes of 8: the experts' gradient group is dp · cp · tp /
+    etp = 16 members, etp · ep = 2 ranks apart: 4 per node over 4 nodes; with etp = tp it is
+    the dp = 4 members tp · ep = 8 apart, one per node."""
+    from dnnscale.model.compose import StepContext
+    from dnnscale.model.predict import plan_stage_costs
+    from dnnscale.system.topology import GroupSpan
+
+    workload, system = tiny_moe(), node(4)
+    for etp, span in ((1, GroupSpan(16, 4)), (None, GroupSpan(4, 1))):
+        fields = dict(tp=4, ep=2, dp=4, global_batch=8, sequence_parallel=True)
+        the_plan = plan(**fields, **({"etp": etp} if etp else {}))
+        context = StepContext(workload, system, the_plan,
+                              plan_stage_costs(workload, system, the_plan))
+        assert context.data_parallel_spans(4)[1] == span
+        assert the_plan.expert_replicas == (16 if etp else 4)
+
+
+@pytest.mark.parametrize("fields, workload, field", [
+    (dict(tp=4, etp=3, ep=2, global_batch=2), tiny_moe, "plan.etp"),
+    (dict(tp=2, etp=1, global_batch=1), tiny_dense, "plan.etp"),
+])
+def test_etp_rules(fields, workload, field) -> None:  # noqa: ANN001
+    with pytest.raises(InputError) as error:
+        check_modern_plan(plan(**fields), workload(), node(2))
+    assert error.value.field == field
+
+
+def test_etp_equal_to_tp_is_the_default_plan() -> None:
+    assert plan(tp=2, etp=2, ep=2, global_batch=2) == plan(tp=2, ep=2, global_batch=2)
+    from dnnscale.plan.modern import plan_label
+
+    assert "EP2 ETP1" in plan_label(plan(tp=2, etp=1, ep=2, global_batch=2))
+
+
+def test_etp_exports() -> None:
+    """Megatron-LM takes --expert-tensor-parallel-size; Megatron-DeepSpeed's etp 1 is the
+    absence of --enable-expert-tensor-parallelism; torchtitan's expert_tensor_parallel_degree
+    is etp (1 or tp), other etp refused by both."""
+    from dnnscale.export.deepspeed import export_deepspeed
+    from dnnscale.export.megatron import export_megatron
+    from dnnscale.export.torchtitan import export_torchtitan
+
+    shape = transformer_workload(
+        "tiny-llama-moe", 2, 256, 8, 128, 1000, flash_attention=True, experts=4, top_k=2,
+        gated=True, norm="rmsnorm", positional="rope", tied_embeddings=False, bias=False,
+        dropout=False).transformer
+    fields = dict(tp=4, ep=2, dp=1, global_batch=2, sequence_parallel=True, zero=1)
+    megatron = export_megatron(plan(**fields, etp=2), shape, "t").files[-1].text.splitlines()
+    assert "--expert-tensor-parallel-size 2" in megatron
+    assert not any(line.startswith("--expert-tensor") for line in
+                   export_megatron(plan(**fields), shape, "t").files[-1].text.splitlines())
+    deepspeed = export_deepspeed(plan(**fields, etp=1), shape, "t").files[-1].text.splitlines()
+    assert "--enable-expert-tensor-parallelism" not in deepspeed
+    assert "--enable-expert-tensor-parallelism" in export_deepspeed(
+        plan(**fields), shape, "t").files[-1].text.splitlines()
+    titan = export_torchtitan(plan(**{**fields, "zero": 3}, etp=1), shape, "t").files[0].text
+    assert "expert_tensor_parallel_degree = 1" in titan
+    for export in (export_deepspeed, export_torchtitan):
+        with pytest.raises(InputError) as error:
+            export(plan(**{**fields, "zero": 3 if export is export_torchtitan else 1}, etp=2),
+                   shape, "t")
+        assert error.value.field == "plan.etp"
+
+
+def test_search_over_etp_is_exact() -> None:
+    """The fast search equals the exhaustive one with etp 1 and 2 beside tp in the space: the
+    groups at tp 4 take etp 1, 2 and 4, at tp 2 etp 1 and 2, at tp 1 only 1."""
+    from dnnscale.optimize.modern import groups_of
+
+    workload = tiny_moe()
+    system = node()
+    space = make_modern_space(workload, system, 8, tensor=(1, 2, 4), pipeline=(1,),
+                              micro_batch=(1, 2), zero=(0,), recompute=("none",),
+                              expert=(1, 2, 4), context=(1,), expert_tensor=(1, 2))
+    by_tp = {}
+    for group in groups_of(space, workload):
+        by_tp.setdefault(group.tensor, set()).add(group.etp)
+    assert by_tp == {1: {None}, 2: {None, 1}, 4: {None, 1, 2}}
+    fast = optimize_modern(workload, system, space, top=3, curve=False)
+    slow = exhaustive_modern(workload, system, space, 8)
+    assert fast.best.step_time_s == pytest.approx(slow[0].step_time_s, rel=1e-9)
+    assert [p.step_time_s for p in fast.top] == pytest.approx(
+        [p.step_time_s for p in slow[:3]], rel=1e-9)
+    assert any(p.plan.expert.tensor == 1 for p in slow)

@@ -210,6 +210,9 @@ def predict(workload: Optional[str] = typer.Option(
             expert_imbalance: Optional[float] = typer.Option(
                 None, "--expert-imbalance", help="GPU: the busiest ep member's routed tokens "
                 "over the mean (1: uniform, the default)"),
+            etp: Optional[int] = typer.Option(
+                None, "--etp", help="GPU: expert tensor parallelism, the routed experts' tensor "
+                "split, a divisor of tp (default: tp)"),
             interconnect: Optional[str] = INTERCONNECT_OPTION,
             inter_node_bandwidth: Optional[str] = INTER_NODE_BANDWIDTH_OPTION,
             inter_node_latency: Optional[str] = INTER_NODE_LATENCY_OPTION,
@@ -258,7 +261,7 @@ def predict(workload: Optional[str] = typer.Option(
              schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
              precision=precision, grad_bytes=grad_bytes, sequence_parallel=sequence_parallel,
              overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
-             expert_imbalance=expert_imbalance))
+             expert_imbalance=expert_imbalance, etp=etp))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,

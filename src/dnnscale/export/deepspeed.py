@@ -19,8 +19,9 @@ CUDA_DEVICE_MAX_CONNECTIONS=1 with sequence parallelism (a note says so).
 Mixture of experts, as DeepSpeed-MoE in Megatron-DeepSpeed (megatron/arguments.py,
 megatron/model/transformer.py): --num-experts E --expert-interval 1 (every block's MLP, as the
 workload has it; the default 2 is every other block), --topk, --moe-expert-parallel-size,
---enable-expert-tensor-parallelism with tp > 1 (the experts split over the tensor group, as
-priced), --ffn-hidden-size the routed experts' width (each expert is built from it),
+--enable-expert-tensor-parallelism with tp > 1 and etp = tp (the experts split over the tensor
+group, as priced; without it, etp = 1, DeepSpeed drops each tensor member's duplicate tokens
+before the exchange), --ffn-hidden-size the routed experts' width (each expert is built from it),
 --mlp-type residual for a shared expert as wide as a routed one, --moe-train-capacity-factor or,
 dropless, --disable-moe-token-dropping, and --create-moe-param-group (DeepSpeed's ZeRO
 optimizers assert a MoE parameter group). Context parallelism is DeepSpeed-Ulysses:
@@ -112,8 +113,8 @@ def _parallel_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
     flags: list[Flag] = []
     if shape.is_moe:
         flags.append(("--moe-expert-parallel-size", str(plan.expert.degree)))
-        if plan.tensor.degree > 1:
-            flags.append(("--enable-expert-tensor-parallelism", None))
+        if plan.tensor.degree > 1 and plan.expert_tensor == plan.tensor.degree:
+            flags.append(("--enable-expert-tensor-parallelism", None))  # etp = tp, else 1
     if plan.context.degree > 1:
         flags.append(("--ds-sequence-parallel-size", str(plan.context.degree)))
     return flags

@@ -205,6 +205,8 @@ def _expert_context_flags(plan: ParallelPlan, shape: TransformerShape) -> list[F
     flags: list[Flag] = []
     if shape.is_moe:
         flags.append(("--expert-model-parallel-size", str(plan.expert.degree)))
+        if plan.expert.tensor is not None:  # Megatron's default is tp
+            flags.append(("--expert-tensor-parallel-size", str(plan.expert.tensor)))
     if plan.context.degree > 1:
         flags += [("--context-parallel-size", str(plan.context.degree)),
                   ("--cp-comm-type", CP_COMM_TYPE[plan.context.algorithm])]

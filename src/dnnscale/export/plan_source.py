@@ -135,7 +135,7 @@ PLAN_DICT_PATHS = {
     "precision": "precision.compute", "sequence_parallel": "tensor.sequence_parallel",
     "overlap_dp": "data.aggregation.overlap", "grad_bytes": "precision.grad_bytes",
     "ep": "expert.degree", "expert_imbalance": "expert.imbalance", "cp": "context.degree",
-    "cp_algorithm": "context.algorithm"}
+    "cp_algorithm": "context.algorithm", "etp": "expert.tensor"}
 """Plan field -> where `ParallelPlan.to_dict()` holds it (global_batch: micro · accumulation ·
 replicas · ep), so that an error names the key the file has."""
 
@@ -176,7 +176,8 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
               "sequence_parallel": tensor.get("sequence_parallel"),
               "overlap_dp": aggregation.get("overlap"), "grad_bytes": precision.get("grad_bytes"),
               "ep": ep, "expert_imbalance": expert.get("imbalance", 1.0),
-              "cp": context.get("degree", 1), "cp_algorithm": context.get("algorithm", "ring")}
+              "cp": context.get("degree", 1), "cp_algorithm": context.get("algorithm", "ring"),
+              "etp": expert.get("tensor")}
     try:
         result = modern_plan_from_dict(fields, where)
     except InputError as exc:

@@ -17,8 +17,8 @@ names (``--parallelism.tensor_parallel_degree 8``).
   no fp16 or TF32) and what it always does (fp32 reduction, overlap, sequence-parallel norms)
   are plan/engines.py's.
 - expert and context parallelism, [parallelism]: expert_parallel_degree = ep with
-  expert_tensor_parallel_degree = tp (the experts split over the tensor group as well, as
-  priced; torchtitan's default 1 would fold the tensor group into ep instead), ep borrowed from
+  expert_tensor_parallel_degree = the plan's etp (tp, the experts split over the tensor group,
+  or 1, whole experts with ep members one rank apart; the plan rules refuse others), ep borrowed from
   the FSDP2 degree, which therefore holds every sample-taking member: data_parallel_shard_degree
   = dp · ep; context_parallel_degree = cp with context_parallel_rotate_method "alltoall" (torch's
   _AllToAllRotater: each step passes the K/V shard to the next rank, ring attention as priced;
@@ -114,7 +114,7 @@ def _parallelism(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlV
         section["context_parallel_rotate_method"] = CP_ROTATE_METHOD
     if plan.expert.degree > 1:
         section["expert_parallel_degree"] = plan.expert.degree
-        section["expert_tensor_parallel_degree"] = plan.tensor.degree
+        section["expert_tensor_parallel_degree"] = plan.expert_tensor  # tp or 1 (engines.py)
     return section
 
 

@@ -155,7 +155,7 @@ class StepContext:
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
             if id(stage) not in per_stage:
                 stored = stage.stored_params(stage.params or workload.params)
-                experts = stage.expert_params / (self.P * self.ep)
+                experts = stage.expert_params / (plan.expert_tensor * self.ep)
                 per_stage[id(stage)] = (
                     stage.compute_s + stage.partition_s + stage.recompute_s(recompute)
                     + stage.expert_comm_s + stage.context_comm_s,
@@ -170,7 +170,7 @@ class StepContext:
                                       plan.pipeline.virtual_stages)
         self.member_params = tuple(per_stage[id(stage)][2] for stage in self.stages)
         """Parameters a member of each stage holds: its dense share W/tp and its experts'
-        (W_experts / (tp · ep))."""
+        (W_experts / (etp · ep))."""
         self.member_expert_params = tuple(per_stage[id(stage)][3] for stage in self.stages)
         self.params_on_worker = self.member_params[0]
         self.ring_bytes = self.params_on_worker * self.grad_bytes_per_value
@@ -228,7 +228,8 @@ class StepContext:
         zero = self.collective.zero_stage >= 1
         split = self.split
         dense_shard = replicas * split.ep * split.cp if zero else 1
-        expert_shard = replicas * split.cp if zero else 1
+        expert_shard = (replicas * split.cp * (self.P // split.expert_tensor(self.P))
+                        if zero else 1)
         if not device.is_accelerator:
             return worker_bookkeeping_s(self.params_on_worker, self.workload.bytes_per_value,
                                         False, device)
@@ -243,13 +244,14 @@ class StepContext:
 
     def data_parallel_spans(self, replicas: int) -> tuple[GroupSpan, GroupSpan]:
         """The spans of the dense parameters' gradient group (dp × ep × cp members,
-        plan/mesh.joint_span) and the experts' (dp × cp members tp · ep apart: the expert
-        layers' rank order, plan/mesh.expert_stride), with `replicas` along dp."""
+        plan/mesh.joint_span) and the experts' (dp × cp × tp / etp members etp · ep apart: the
+        expert layers' rank order, plan/mesh.expert_stride), with `replicas` along dp."""
         mesh = self.plan.mesh.with_size(MeshDim.DP, replicas)
         per_node = self.topology.devices_per_node
+        etp = self.plan.expert_tensor
         return (joint_span(mesh, (MeshDim.DP, MeshDim.EP, MeshDim.CP), per_node),
-                group_span(replicas * mesh.size(MeshDim.CP),
-                           expert_stride(mesh) * mesh.size(MeshDim.EP), per_node))
+                group_span(replicas * mesh.size(MeshDim.CP) * (mesh.size(MeshDim.TP) // etp),
+                           expert_stride(mesh, etp) * mesh.size(MeshDim.EP), per_node))
 
     def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
         """The slowest stage's data-parallel communication per step (exposed part): the dense

@@ -71,7 +71,9 @@ def dispatch_bytes(layer: Layer, split: MeshSplit, context: SplitContext,
     each tensor-parallel member holds and exchanges 1/tp of the tokens and the copies are then
     gathered over tp for the tensor-split experts (AG(TP), priced on the expert linears,
     model/megatron_rules.py); t_sp = 1 without, where every tensor-parallel member exchanges
-    the whole of its tokens' copies (DeepSpeed-MoE with expert tensor parallelism).
+    the whole of its tokens' copies (DeepSpeed-MoE with expert tensor parallelism), and with
+    etp < tp each of the tp / etp expert groups of a tensor group its share, t_sp = tp / etp
+    (DeepSpeed-MoE's drop_tokens before the exchange when the experts are not tensor split).
     Units: bytes.
     Source: Megatron-Core's MoEAlltoAllTokenDispatcher, workflow "A2A(EP) -> AG(TP) ->
     experts -> RS(TP) -> A2A(EP)" on the sequence-parallel input (transformer/moe/
@@ -82,7 +84,10 @@ def dispatch_bytes(layer: Layer, split: MeshSplit, context: SplitContext,
     if not (isinstance(seq, int) and isinstance(hidden, int) and isinstance(top_k, int)):
         return 0.0
     load = expert_load_factor(split.imbalance, _capacity(layer))
-    sequence_split = partitions if context.sequence_parallel and partitions > 1 else 1
+    # under sequence parallelism each tp member exchanges its own tokens; without, the tp / etp
+    # expert groups of a tensor group take different tokens (DeepSpeed-MoE's drop_tokens)
+    sequence_split = (partitions if context.sequence_parallel
+                      else partitions // split.expert_tensor(partitions)) if partitions > 1 else 1
     return (context.minibatch * seq * split.token_fraction * top_k * hidden
             * context.bytes_per_value * load / sequence_split)
 

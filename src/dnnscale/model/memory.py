@@ -51,6 +51,9 @@ class MoeActivations(NamedTuple):
     experts: int
     shared_in: int = 0
     shared_out: int = 0
+    copies_share: float = 1.0
+    """The share of its tensor group's token copies a member holds: etp / tp (1 when the
+    experts are split over the whole tensor group)."""
 
 
 ROUTER_STATE_BYTES = 4
@@ -76,7 +79,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
       full recomputation keeps only the block's input, 2·s·b·h (/t under sequence parallel);
       a mixture of experts (`moe`, k' = its copies per token) keeps, instead of the MLP's two
         split terms, the routed copies entering the experts and leaving them (2·2·s·b·k'·h,
-        whole: every tensor-parallel member holds its tokens' copies), the experts'
+        whole: every tensor-parallel member holds its tokens' copies; times etp / t with
+        expert tensor parallelism etp < t), the experts'
         activation input and output 2·s·b·k'·(f_in + f_out)/t, the router's fp32
         probabilities 4·s·b·E, and the shared experts' 2·s·b·(f_in + f_out)/t;
       context parallelism (cp members) divides everything by cp (each keeps s/cp tokens).
@@ -97,7 +101,7 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     if moe is None:
         mlp = (2 * s * b * ffn_in + 2 * s * b * ffn_out) / t
     else:
-        mlp = (4 * s * b * moe.copies * h + ROUTER_STATE_BYTES * s * b * moe.experts
+        mlp = (4 * s * b * moe.copies * h * moe.copies_share + ROUTER_STATE_BYTES * s * b * moe.experts
                + (2 * s * b * moe.copies * (moe.expert_in + moe.expert_out)
                   + 2 * s * b * (moe.shared_in + moe.shared_out)) / t)
     split = (4 * s * b * h + 4 * s * b * kv_hidden) / t + mlp

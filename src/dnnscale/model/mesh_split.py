@@ -23,11 +23,13 @@ class MeshSplit:
     cp: int = 1
     cp_algorithm: str = "ring"
     imbalance: float = 1.0
+    etp: int | None = None
+    """The routed experts' tensor split where it is not the stage's tp (None: tp)."""
 
     @classmethod
     def of(cls, plan: ParallelPlan) -> MeshSplit:
         return cls(plan.expert.degree, plan.context.degree, plan.context.algorithm,
-                   plan.expert.imbalance)
+                   plan.expert.imbalance, plan.expert.tensor)
 
     def mesh(self, tp: int) -> DeviceMesh:
         """The stage's inner mesh: tp × cp × ep (dp = pp = 1)."""
@@ -37,6 +39,17 @@ class MeshSplit:
     def token_fraction(self) -> float:
         """The share of each sample's tokens a member holds: 1 / cp."""
         return 1.0 / self.cp
+
+    def expert_tensor(self, tp: int) -> int:
+        """etp: the routed experts' tensor split at the stage's `tp`."""
+        return self.etp or tp
+
+    def expert_token_fraction(self, tp: int) -> float:
+        """The share of each sample's token copies a member's expert layers compute on: 1 / cp
+        times etp / tp — with etp < tp the tp / etp expert groups of a tensor group take
+        different tokens (each member's own s / (cp · tp) under sequence parallelism, gathered
+        over its etp group), each expert split etp ways."""
+        return self.token_fraction * self.expert_tensor(tp) / tp
 
 
 NO_SPLIT = MeshSplit()

@@ -135,7 +135,8 @@ def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
         moe = MoeActivations(
             shape.top_k * expert_load_factor(plan.expert.imbalance, shape.capacity_factor),
             2 * routed if shape.gated else routed, routed, shape.experts,
-            2 * shared if shape.gated else shared, shared)
+            2 * shared if shape.gated else shared, shared,
+            plan.expert_tensor / plan.tensor.degree)
     return transformer_block_activation_bytes(
         shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
         ffn_in, shape.ffn, plan.tensor.degree, plan.tensor.sequence_parallel,

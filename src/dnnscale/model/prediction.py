@@ -180,6 +180,7 @@ class Prediction:
                 "order": [str(dim) for dim in MESH_ORDER],
                 "sizes": {str(dim): mesh.size(dim) for dim in MESH_ORDER},
                 "devices": mesh.devices,
+                "expert_tensor": self.plan.expert_tensor,
                 "collectives_s": {str(c.dimension): c.seconds for c in record.collectives}}
         if with_layers:
             data["layers"] = [

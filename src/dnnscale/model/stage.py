@@ -239,7 +239,7 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         calls = expert_gemm_calls(layer, split)
         # the weights a member holds: its tensor share (the work's, less the token share and
         # the load), and of a routed expert layer's its E / ep experts
-        tensor_share = shard.work_fraction / (split.token_fraction
+        tensor_share = shard.work_fraction / (_token_share(layer, split, partitions)
                                               * expert_work_factor(layer, split))
         weights = tensor_share / split.ep if record_of(layer).expert else tensor_share
         fwd, ing, wg = gpu_phase_times_s(layer, shard.work_fraction, minibatch, device,
@@ -293,7 +293,7 @@ def mesh_split_key(layer: Layer, split: MeshSplit) -> tuple[object, ...]:
     same, so a search's splits share the rest."""
     record = record_of(layer)
     if record.expert or record.expert_exchange is not None or layer.kind in EXPERT_WORK_KINDS:
-        return (split.cp, split.ep, split.imbalance)
+        return (split.cp, split.ep, split.imbalance, split.etp)
     if record.kernel is KernelClass.FLASH:
         return (split.cp, split.cp_algorithm)
     return (split.cp,)
@@ -314,8 +314,16 @@ def split_over_mesh(shard: Shard, layer: Layer, split: MeshSplit, partitions: in
         own = tuple(replace(event, payload_bytes=event.payload_bytes * load) for event in own)
     events = (own + expert_exchange_events(layer, split, context, partitions)
               + ulysses_events(layer, split, partitions, context))
-    fraction = shard.work_fraction * split.token_fraction * load
+    fraction = shard.work_fraction * _token_share(layer, split, partitions) * load
     return replace(shard, work_fraction=fraction, events=events)
+
+
+def _token_share(layer: Layer, split: MeshSplit, partitions: int) -> float:
+    """The share of a sample's tokens (or token copies) the layer works on at one member: 1/cp,
+    and for the routed experts' layers etp / (cp · tp) (MeshSplit.expert_token_fraction)."""
+    if split.etp is not None and layer.kind in EXPERT_WORK_KINDS:
+        return split.expert_token_fraction(partitions)
+    return split.token_fraction
 
 
 _State = tuple[str, bool]
@@ -344,16 +352,22 @@ def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, m
         (current_scheme,) if current_scheme in valid else valid[:1])
     context = SplitContext(current_scheme, input_distributed, minibatch, bytes_per_value,
                            sequence_parallel, split.token_fraction)
+    # the routed experts' layers split over etp members at their own token share (etp < tp)
+    ways = partitions
+    layer_context = context
+    if split.etp is not None and layer.kind in EXPERT_WORK_KINDS:
+        ways = split.expert_tensor(partitions)
+        layer_context = replace(context, token_fraction=split.expert_token_fraction(partitions))
     skip_weight_grad = fc_protocol == "vectors" and record_of(layer).vector_gradients
     options = []
     for scheme in candidates:
-        if (layer.has_weights and split_extent(layer, scheme) < partitions and partitions > 1
+        if (layer.has_weights and split_extent(layer, scheme) < ways and ways > 1
                 and len(valid) > 1):
             continue  # invalid split: some worker would get nothing
         if (not layer.has_weights and scheme == "rows" and partitions > 1
                 and layer_splits_into(layer, "rows", partitions) is not None):
             continue  # a pooling layer on stripes with fewer rows than workers (runtime/netplan)
-        shard = split_over_mesh(shard_layer(rules, layer, scheme, partitions, context), layer,
+        shard = split_over_mesh(shard_layer(rules, layer, scheme, ways, layer_context), layer,
                                 split, partitions, context)
         cost = _layer_cost(layer, shard, minibatch, system, placed, skip_weight_grad,
                            precision, bytes_scale, split, context, partitions)
@@ -409,7 +423,8 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     context_key = (partitions, minibatch, rules, fc_protocol, precision, bytes_scale,
                    sequence_parallel)
     # tp, cp and ep are the mesh's innermost dimensions: their placement needs only their sizes.
-    placed = placement(split.mesh(partitions), system.topology)
+    placed = placement(split.mesh(partitions), system.topology,
+                       split.expert_tensor(partitions))
     start: _State = ("tensor" if rules == "megatron" else "features", False)
     frontier: list[tuple[_State, float, _Path | None]] = [(start, 0.0, None)]
     last_index = -1

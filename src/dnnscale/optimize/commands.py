@@ -117,6 +117,9 @@ def register(app: typer.Typer) -> None:
             expert_imbalance: Optional[float] = typer.Option(
                 None, "--expert-imbalance", help="GPU: the busiest ep member's routed tokens "
                 "over the mean, for every plan (default 1: uniform)"),
+            etp: Optional[str] = typer.Option(
+                None, "--etp", help="GPU: expert tensor-parallel degrees to try besides tp, "
+                "e.g. 1 (MoE workloads; each plan takes those dividing its tp; default: tp)"),
             engine: Optional[str] = typer.Option(
                 None, "--engine", help="GPU: megatron | deepspeed | torchtitan: only plans "
                 "that engine runs as priced (default: any; the result names the engines "
@@ -188,7 +191,7 @@ def register(app: typer.Typer) -> None:
                  for name, value in (("minibatch", minibatch), ("push_every", push_every),
                                      ("pull_every", pull_every), ("tp", tp), ("pp", pp),
                                      ("micro_batch", micro_batch), ("zero", zero),
-                                     ("ep", ep), ("cp", cp))}
+                                     ("ep", ep), ("cp", cp), ("etp", etp))}
         if global_batch is None and space == GPU:  # after the lists: a bad --tp is named first
             raise InputError("--global-batch", "required for GPU plans (samples per step)")
         protocols = parse_fc_protocols(fc_protocol)
@@ -220,7 +223,7 @@ def register(app: typer.Typer) -> None:
                                 overlap_dp=switches(overlap_dp, "--overlap-dp"),
                                 engine=engine, ep=lists["ep"], cp=lists["cp"],
                                 cp_algorithms=strings(cp_algorithm, "cp_algorithm"),
-                                expert_imbalance=expert_imbalance,
+                                expert_imbalance=expert_imbalance, etp=lists["etp"],
                                 objective=objective, pareto=pareto or None,
                                 price_per_device_hour=price)
 

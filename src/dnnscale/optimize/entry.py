@@ -103,7 +103,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
              engine: str | None = None, ep: int | Iterable[int] | None = None,
              cp: int | Iterable[int] | None = None,
              cp_algorithms: str | Sequence[str] | None = None,
-             expert_imbalance: float | None = None) -> OptimizeResult:
+             expert_imbalance: float | None = None,
+             etp: int | Iterable[int] | None = None) -> OptimizeResult:
     """The fastest plan within a budget, the top `top`, the best of each family, and the
     scalability curve, over the space the inputs call for.
 
@@ -123,7 +124,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     engines run the winner), ep and cp (expert- and context-parallel degrees: one value or
     choices; defaults modern.default_expert_degrees / default_context_degrees),
     cp_algorithms ('ring', 'alltoall', or both; default both), expert_imbalance (the busiest
-    ep member's load over the mean, for every plan; default 1).
+    ep member's load over the mean, for every plan; default 1), etp (expert tensor-parallel
+    degrees to try besides each plan's tp; default none).
 
     Raises InputError naming the field for bad input, an argument the chosen space does not
     have, or a budget too small for any feasible plan.
@@ -141,7 +143,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                             _optional_name("objective", objective))
     tp, pp, micro_batch, zero = (_counts(tp, "tp"), _counts(pp, "pp"),
                                  _counts(micro_batch, "micro_batch"), _counts(zero, "zero"))
-    ep, cp = _counts(ep, "ep"), _counts(cp, "cp")
+    ep, cp, etp = _counts(ep, "ep"), _counts(cp, "cp"), _counts(etp, "etp")
     if gpus is not None and machines is not None and gpus != machines:
         raise InputError("gpus", f"{gpus} but machines={machines}: give one budget")
     budget = machines if machines is not None else gpus
@@ -155,7 +157,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                  "objective": objective, "pareto": pareto,
                  "price_per_device_hour": price_per_device_hour, "engine": engine,
                  "ep": ep, "cp": cp, "cp_algorithm": cp_algorithms,
-                 "expert_imbalance": expert_imbalance}, ADAM_SPACE)
+                 "expert_imbalance": expert_imbalance, "etp": etp}, ADAM_SPACE)
         from dnnscale.optimize.api import optimize_adam
 
         return optimize_adam(w, c, budget, modes, top, minibatch, push_every, pull_every, base,
@@ -182,7 +184,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                               engine=engine, expert=ep, context=cp,
                               cp_algorithms=_strings(cp_algorithms, "cp_algorithm"),
                               expert_imbalance=1.0 if expert_imbalance is None
-                              else expert_imbalance)
+                              else expert_imbalance, expert_tensor=etp)
     result = optimize_modern(w, c, space, gpus=budget, top=top, objective=objective or "time",
                              pareto=bool(pareto), curve=curve)
     check_prediction(result.best, "optimize")

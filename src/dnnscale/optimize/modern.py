@@ -96,6 +96,10 @@ class ModernSpace:
     engine_shape: TransformerShape | None = None
     """With an engine, the workload's shape, for the engine's limits that read it
     (plan/engines.workload_violation: DeepSpeed's MoE under ZeRO-3, dense-block patterns)."""
+    expert_tensor: tuple[int, ...] = (0,)
+    """Expert tensor-parallel degrees (etp) for mixture-of-experts workloads; 0 is each
+    plan's tp (the default, Megatron-Core's); a value above a plan's tp or not dividing it is
+    skipped for that tp."""
 
     def precision_of(self) -> Precision:
         """The plans' precision: the preset, with the engine's gradient width if it fixes one."""
@@ -117,6 +121,8 @@ class Group(NamedTuple):
     ep: int = 1
     cp: int = 1
     cp_algorithm: str = "ring"
+    etp: int | None = None
+    """The experts' tensor split where it is not tp (None: tp)."""
 
     @property
     def devices_per_replica(self) -> int:
@@ -128,7 +134,8 @@ class Group(NamedTuple):
         return space.global_batch // (replicas * self.ep * self.micro_batch)
 
     def split(self, space: ModernSpace) -> MeshSplit:
-        return _mesh_split(self.ep, self.cp, self.cp_algorithm, space.expert_imbalance)
+        return _mesh_split(self.ep, self.cp, self.cp_algorithm, space.expert_imbalance,
+                           self.etp)
 
     def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
         return ParallelPlan(
@@ -137,7 +144,7 @@ class Group(NamedTuple):
             data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp)),
             batch=Batch(self.micro_batch, self.micro_batches(space, replicas)),
             memory=MemoryPolicy(self.recompute), precision=space.precision_of(),
-            optimizer="adam", expert=ExpertParallel(self.ep, space.expert_imbalance),
+            optimizer="adam", expert=ExpertParallel(self.ep, space.expert_imbalance, self.etp),
             context=ContextParallel(self.cp, self.cp_algorithm))
 
     def facts(self, space: ModernSpace, replicated: bool) -> EngineFacts:
@@ -145,7 +152,7 @@ class Group(NamedTuple):
         return EngineFacts(self.tensor, self.pipeline, replicated, self.schedule, self.zero,
                            self.overlap_dp, self.sequence_parallel, space.precision,
                            space.precision_of().grad_bytes, ep=self.ep, cp=self.cp,
-                           cp_algorithm=self.cp_algorithm)
+                           cp_algorithm=self.cp_algorithm, etp=self.etp)
 
     def runs_on(self, space: ModernSpace, replicated: bool) -> bool:
         """Whether the space's engine (any, if None) runs the group's plan as priced."""
@@ -154,8 +161,9 @@ class Group(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _mesh_split(ep: int, cp: int, algorithm: str, imbalance: float) -> MeshSplit:
-    return MeshSplit(ep, cp, algorithm, imbalance)
+def _mesh_split(ep: int, cp: int, algorithm: str, imbalance: float,
+                etp: int | None = None) -> MeshSplit:
+    return MeshSplit(ep, cp, algorithm, imbalance, etp)
 
 
 @functools.lru_cache(maxsize=64)
@@ -207,12 +215,15 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                       expert: Iterable[int] | int | None = None,
                       context: Iterable[int] | int | None = None,
                       cp_algorithms: Sequence[str] | None = None,
-                      expert_imbalance: float = 1.0) -> ModernSpace:
+                      expert_imbalance: float = 1.0,
+                      expert_tensor: Iterable[int] | int | None = None) -> ModernSpace:
     """The space for a transformer on GPUs; defaults: TP dividing the heads and key/value heads
     within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch,
     ep dividing the experts (1 for a dense model: `default_expert_degrees`), cp up to 8
     (16 from 64k tokens) for sequences of 16k tokens and more (`default_context_degrees`),
     both cp algorithms. `expert_imbalance`: the ep load imbalance every plan is priced at.
+    `expert_tensor`: the experts' tensor-parallel degrees to try besides tp (etp; each plan
+    takes those that divide its tp; default: etp = tp only).
 
     A user-given tp, pp or zero that plan/rules.py rejects on its own (tp not dividing the
     heads, pp not dividing the layers, a ZeRO stage outside 0-3) is an InputError naming the
@@ -272,10 +283,14 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
         raise InputError("cp_algorithm", "must list at least one algorithm")
     imbalance = _imbalance("expert_imbalance", expert_imbalance)
     require(imbalance_within_experts(imbalance, max(ep)), "")
+    etp = (0,) if expert_tensor is None else (0, *_choices(expert_tensor, (), "etp"))
+    if expert_tensor is not None and not shape.experts:
+        raise InputError("etp", "the model has no experts to split (a dense model takes no "
+                         "etp)")
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
                         precision, overlap, engine, priced_grad_bytes(engine), ep, cp,
                         tuple(dict.fromkeys(algorithms)), imbalance,
-                        shape if engine is not None else None)
+                        shape if engine is not None else None, etp)
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space
@@ -377,6 +392,10 @@ def group_classes(space: ModernSpace, workload: Workload) -> list[Group]:
     # cp = 1 has no algorithm to choose: it is offered once, as 'ring'
     contexts = [(cp, algorithm) for cp in space.context
                 for algorithm in (space.cp_algorithms if cp > 1 else ("ring",))]
+    # etp: 0 (= tp) and the divisors of tp below it among the space's, for a mixture of experts
+    splits = {tp: list(dict.fromkeys(
+        None if e in (0, tp) else e for e in (space.expert_tensor if shape.experts else (0,))
+        if e == 0 or (e <= tp and tp % e == 0))) for tp in tensors}
     out = []
     for tp, pp, mb, sp, rec, ep, (cp, algorithm) in itertools.product(
             tensors, space.pipeline, space.micro_batch, space.sequence_parallel,
@@ -387,8 +406,10 @@ def group_classes(space: ModernSpace, workload: Workload) -> list[Group]:
             sp = False
         if context_splits(cp, algorithm, tp, shape) is not None:
             continue
-        for schedule, v in schedules[pp]:
-            out.append(Group(tp, pp, schedule, v, mb, sp, rec, 0, False, ep, cp, algorithm))
+        for etp in splits[tp]:
+            for schedule, v in schedules[pp]:
+                out.append(Group(tp, pp, schedule, v, mb, sp, rec, 0, False, ep, cp, algorithm,
+                                 etp))
     return out
 
 
@@ -620,12 +641,12 @@ class _Search:
         rounding of the two sums' orders."""
         self.bounded += 1
         memo = (group.tensor, group.micro_batch, group.sequence_parallel, group.ep, group.cp,
-                group.cp_algorithm, group.recompute, group.pipeline, group.virtual_stages,
-                choices[-1] if self.objective == "time" else tuple(choices))
+                group.cp_algorithm, group.etp, group.recompute, group.pipeline,
+                group.virtual_stages, choices[-1] if self.objective == "time" else tuple(choices))
         known = self.caches.bounds.get(memo)
         if known is not None:
             return known
-        key = memo[:7]
+        key = memo[:8]
         total = self.caches.whole.get(key)
         if total is None:
             whole = self.stages(group._replace(pipeline=1, schedule="1f1b", virtual_stages=1))

@@ -109,6 +109,8 @@ class EngineFacts:
     ep: int = 1
     cp: int = 1
     cp_algorithm: str = "ring"
+    etp: int | None = None
+    """The experts' tensor split where it is not tp (None: tp)."""
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
@@ -120,7 +122,8 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        plan.pipeline.schedule, collective.zero_stage, collective.overlap,
                        plan.tensor.sequence_parallel, plan.precision.compute,
                        plan.precision.grad_bytes, ep=plan.expert.degree,
-                       cp=plan.context.degree, cp_algorithm=plan.context.algorithm)
+                       cp=plan.context.degree, cp_algorithm=plan.context.algorithm,
+                       etp=plan.expert.tensor)
 
 
 def check_engine(engine: object, field: str = "engine") -> str:
@@ -227,7 +230,19 @@ def engine_violation(engine: str, facts: EngineFacts) -> Violation | None:
                          f"(gradients are reduced in 2 or 4 bytes)")
     if facts.compute == "tf32":
         return Violation("precision", f"{name} has no TF32 option ({NO_TF32[engine]})")
+    if facts.etp not in (None, 1) and engine in ETP_OFF_OR_TP:
+        return Violation("etp", f"{name}'s experts are split over the whole tensor group or not "
+                         f"at all ({ETP_OFF_OR_TP[engine]}): etp is tp = {facts.tp} or 1, not "
+                         f"{facts.etp}")
     return _LIMITS[engine](facts)
+
+
+ETP_OFF_OR_TP = {
+    "deepspeed": "--enable-expert-tensor-parallelism or not, Megatron-DeepSpeed "
+                 "megatron/arguments.py",
+    "torchtitan": "parallel_dims.py asserts ETP=TP or ETP=1"}
+"""Engines whose expert tensor parallelism is tp or 1 (Megatron-LM's
+--expert-tensor-parallel-size takes any divisor)."""
 
 
 def workload_violation(engine: str, facts: EngineFacts,

@@ -243,7 +243,7 @@ def span_tiers(span: GroupSpan, topology: Topology) -> tuple[LinkTier, ...]:
     return (intra, topology.inter_node)
 
 
-def placement(mesh: DeviceMesh, topology: Topology) -> Placement:
+def placement(mesh: DeviceMesh, topology: Topology, etp: int | None = None) -> Placement:
     """Each dimension's group size, stride, span and tiers on `topology` (memoised: the
     search places the same few meshes on one topology thousands of times).
 
@@ -253,31 +253,32 @@ def placement(mesh: DeviceMesh, topology: Topology) -> Placement:
     Units: counts.
     Source: Megatron-LM's rank order (tp innermost, then cp, ep, dp, pp; Narayanan et al. SC'21
     §3), which keeps a tensor group inside a node when tp ≤ GPUs per node; ep's groups by the
-    expert layers' order (`expert_stride`: tp apart).
+    expert layers' order (`expert_stride`: etp apart, `etp` None: tp).
     """
-    return _placement(mesh, topology)
+    return _placement(mesh, topology, etp)
 
 
-def expert_stride(mesh: DeviceMesh) -> int:
+def expert_stride(mesh: DeviceMesh, etp: int | None = None) -> int:
     """How many ranks apart an expert-parallel group's members sit: tp, not tp · cp.
 
     Megatron-Core orders the expert layers' ranks etp-ep-edp-pp over the same devices as the
-    dense order tp-cp-ep-dp-pp (expert tensor parallelism = tp here), so an ep group's members
-    are tp apart, across the cp ranks first; torchtitan likewise carves ep out of dp_shard · cp.
-    The experts' gradient group (expert data parallel, dp · cp members) then lies tp · ep apart.
+    dense order tp-cp-ep-dp-pp (`etp`, expert tensor parallelism, None: tp), so an ep group's
+    members are etp apart, across the cp ranks first; torchtitan's sparse mesh (pp,
+    dp_replicate, efsdp, ep, etp) likewise. The experts' gradient group (expert data parallel,
+    dp · cp · tp / etp members) then lies etp · ep apart.
     Units: ranks.
     Source: Megatron-Core parallel_state.initialize_model_parallel (expert RankGenerator);
     torchtitan ParallelDims (ep borrows from dp_shard and cp).
     """
-    return mesh.size(MeshDim.TP)
+    return etp or mesh.size(MeshDim.TP)
 
 
 @lru_cache(maxsize=4096)
-def _placement(mesh: DeviceMesh, topology: Topology) -> Placement:
+def _placement(mesh: DeviceMesh, topology: Topology, etp: int | None) -> Placement:
     placed = []
     for dim, size, stride in zip(MESH_ORDER, mesh.sizes, mesh.strides):
         if dim is MeshDim.EP:
-            stride = expert_stride(mesh)
+            stride = expert_stride(mesh, etp)
         span = group_span(size, stride, topology.devices_per_node)
         placed.append(PlacedDimension(dim, size, stride, span, span_tiers(span, topology),
                                       topology))

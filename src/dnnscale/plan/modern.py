@@ -21,6 +21,7 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     cp: 2               # context parallelism: each sample's sequence split over cp devices
     cp_algorithm: ring  # ring (ring attention) | alltoall (DeepSpeed-Ulysses)
     expert_imbalance: 1.0  # busiest ep member's routed tokens / the mean (1: uniform)
+    etp: 1              # expert tensor parallelism, a divisor of tp (default: tp)
 
 The mesh is pp × dp × ep × cp × tp devices; dp · ep members take different samples, so
 global_batch is a multiple of dp × ep × micro_batch.
@@ -37,9 +38,9 @@ from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, OPTIMIZERS, RECOMPUTE
                                 Batch, Collective, ContextParallel, DataParallel,
                                 ExpertParallel, MemoryPolicy, ParallelPlan, ParameterServer,
                                 Pipeline, Precision, TensorSplit)
-from dnnscale.plan.rules import (batch_divides, imbalance_within_experts,
-                                 interleaved_micro_batches, megatron_aggregation, require,
-                                 schedule_virtual_stages)
+from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
+                                 imbalance_within_experts, interleaved_micro_batches,
+                                 megatron_aggregation, require, schedule_virtual_stages)
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
@@ -56,7 +57,7 @@ with fp32 Adam state and master weights (Micikevicius et al. 2018; Rajbhandari e
 
 MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
-                 "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance")
+                 "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -100,6 +101,7 @@ def _plan_rules(plan: ParallelPlan, where: str) -> ParallelPlan:
     aggregation = plan.data.aggregation
     require(megatron_aggregation(isinstance(aggregation, ParameterServer)), where)
     require(imbalance_within_experts(plan.expert.imbalance, plan.expert.degree), where)
+    require(expert_tensor_divides(plan.expert.tensor, plan.tensor.degree), where)
     return plan
 
 
@@ -131,6 +133,7 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
     cp = require_int(f"{where}.cp", values.get("cp", 1), maximum=MAX_DEGREE)
     cp_algorithm = _choice(values, "cp_algorithm", CP_ALGORITHMS, "ring", where)
     imbalance = _imbalance(f"{where}.expert_imbalance", values.get("expert_imbalance", 1.0))
+    etp = require_int(f"{where}.etp", values.get("etp", tp), maximum=MAX_DEGREE)
     micro = require_int(f"{where}.micro_batch", values.get("micro_batch", 1))
     global_batch = require_int(f"{where}.global_batch",
                                values.get("global_batch", dp * ep * micro))
@@ -153,7 +156,7 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
         pipeline=Pipeline(pp, schedule, virtual),
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where))),
         batch=Batch(micro, micro_batches), memory=MemoryPolicy(recompute), precision=precision,
-        optimizer="adam", expert=ExpertParallel(ep, imbalance),
+        optimizer="adam", expert=ExpertParallel(ep, imbalance, None if etp == tp else etp),
         context=ContextParallel(cp, cp_algorithm)), where)
 
 
@@ -196,6 +199,8 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
     require_int(f"{where}.dp", plan.data.replicas, maximum=MAX_DEGREE)
     require_int(f"{where}.ep", plan.expert.degree, maximum=MAX_DEGREE)
     _imbalance(f"{where}.expert_imbalance", plan.expert.imbalance)
+    if plan.expert.tensor is not None:
+        require_int(f"{where}.etp", plan.expert.tensor, maximum=MAX_DEGREE)
     require_int(f"{where}.cp", plan.context.degree, maximum=MAX_DEGREE)
     _one_of(f"{where}.cp_algorithm", plan.context.algorithm, CP_ALGORITHMS)
     aggregation = plan.data.aggregation
@@ -239,7 +244,8 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
             "sequence_parallel": plan.tensor.sequence_parallel, "overlap_dp": overlap,
             "grad_bytes": plan.precision.grad_bytes, "ep": plan.expert.degree,
             "cp": plan.context.degree, "cp_algorithm": plan.context.algorithm,
-            "expert_imbalance": plan.expert.imbalance}
+            "expert_imbalance": plan.expert.imbalance,
+            **({"etp": plan.expert.tensor} if plan.expert.tensor is not None else {})}
 
 
 def plan_label(plan: ParallelPlan) -> str:
@@ -249,6 +255,7 @@ def plan_label(plan: ParallelPlan) -> str:
               f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
               "overlap" if d["overlap_dp"] and d["dp"] > 1 else ""]
     mesh = (f" EP{d['ep']}" if d["ep"] > 1 else "") + (
+        f" ETP{d['etp']}" if "etp" in d else "") + (
         f" CP{d['cp']}{'' if d['cp_algorithm'] == 'ring' else '-a2a'}" if d["cp"] > 1 else "")
     imbalance = (f" imbalance{d['expert_imbalance']:g}" if d["ep"] > 1
                  and d["expert_imbalance"] != 1 else "")

@@ -142,6 +142,11 @@ class ExpertParallel:
 
     degree: int = 1
     imbalance: float = 1.0
+    tensor: int | None = None
+    """Expert tensor parallelism (etp): the routed experts' tensor split, None for the plan's
+    tp (Megatron-Core's default); a divisor of tp below it leaves each expert whole on etp
+    members and spreads the tensor group's tokens over more experts (Megatron's
+    --expert-tensor-parallel-size, torchtitan's expert_tensor_parallel_degree 1)."""
 
 
 @dataclass(frozen=True)
@@ -197,10 +202,16 @@ class ParallelPlan:
         return self.data.replicas * self.expert.degree * self.context.degree
 
     @property
+    def expert_tensor(self) -> int:
+        """etp: the routed experts' tensor split (ExpertParallel.tensor, else tp)."""
+        return self.expert.tensor or self.tensor.degree
+
+    @property
     def expert_replicas(self) -> int:
-        """Members holding the same experts, whose expert gradients meet: dp · cp
-        (Megatron-Core's expert data-parallel group)."""
-        return self.data.replicas * self.context.degree
+        """Members holding the same experts, whose expert gradients meet: dp · cp · tp / etp
+        (Megatron-Core's expert data-parallel group; dp · cp when etp = tp)."""
+        return (self.data.replicas * self.context.degree
+                * max(1, self.tensor.degree // self.expert_tensor))
 
     @property
     def devices_per_replica(self) -> int:

@@ -149,6 +149,17 @@ def imbalance_within_experts(imbalance: float, ep: int) -> Violation | None:
     return None
 
 
+def expert_tensor_divides(etp: int | None, tp: int) -> Violation | None:
+    """Expert tensor parallelism splits each expert over etp members of the tensor group: etp
+    divides tp (None: etp = tp). Megatron-Core also accepts etp above tp, where ep and etp fold
+    over the tensor and data ranks together (MoE Parallel Folding); the mesh here carves ep out
+    of the data-parallel ranks, so etp ≤ tp."""
+    if etp is not None and tp % etp:
+        return Violation("etp", f"{etp} does not divide tp = {tp}: each expert is split over "
+                         f"etp members of the tensor group")
+    return None
+
+
 def experts_divide(ep: int, shape: TransformerShape) -> Violation | None:
     """ep divides the routed experts (each member holds experts / ep of them); a dense model
     has none to split."""
@@ -270,6 +281,9 @@ def check_plan_shape(plan: ParallelPlan, shape: TransformerShape) -> None:
     require(pipeline_divides_layers(plan.pipeline.stages, plan.pipeline.virtual_stages,
                                     shape.layers))
     require(experts_divide(plan.expert.degree, shape))
+    if plan.expert.tensor is not None and not shape.experts:
+        require(Violation("etp", "the model has no experts to split (a dense model takes no "
+                          "etp)"))
     require(context_splits(plan.context.degree, plan.context.algorithm, plan.tensor.degree,
                            shape))
 
