@@ -57,21 +57,29 @@ GPU_COUNTS = (512, 1024, 4096)
 GPU_TARGETS_S = {512: 1.0, 4096: 3.0}
 
 
+def _timed_search(workload, system, space):  # noqa: ANN001, ANN202
+    """RUNS timings of the search (best, top 5, families; no curve) and its last result."""
+    from dnnscale.optimize.modern import optimize_modern
+
+    runs = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        result = optimize_modern(workload, system, space, top=5, curve=False)
+        runs.append(time.perf_counter() - start)
+    return runs, result
+
+
 def _gpu_section() -> tuple[list[str], bool]:
     """GPT-3 175B at global batch 1536 on 512, 1,024 and 4,096 A100s: the search of the best
     plan, its top 5 and its three family runs (no PP, no TP, ZeRO-3), curve excluded."""
-    from dnnscale.optimize.modern import make_modern_space, optimize_modern
+    from dnnscale.optimize.modern import make_modern_space
 
     workload = load_workload(GPU_WORKLOAD)
     rows, met = [], True
     for gpus in GPU_COUNTS:
         system = load_system(f"{GPU_NODE}:{gpus // 8}")
         space = make_modern_space(workload, system, GPU_BATCH)
-        runs = []
-        for _ in range(RUNS):
-            start = time.perf_counter()
-            result = optimize_modern(workload, system, space, top=5, curve=False)
-            runs.append(time.perf_counter() - start)
+        runs, result = _timed_search(workload, system, space)
         median = statistics.median(runs)
         target = GPU_TARGETS_S.get(gpus)
         ok = target is None or median < target
@@ -100,7 +108,7 @@ def _moe_section() -> tuple[list[str], bool]:
     f 14336, 8 experts, top-2) at 32k tokens on 64 DGX H100 nodes: the default space, which
     now holds ep 1, 2, 4, 8, cp 1, 2, 4, 8 and both cp algorithms; best, top 5 and the
     families (no PP, no TP, ZeRO-3, no EP, no CP), curve excluded (issue 25)."""
-    from dnnscale.optimize.modern import make_modern_space, optimize_modern
+    from dnnscale.optimize.modern import make_modern_space
     from dnnscale.workload.transformer import transformer_workload
 
     workload = transformer_workload(
@@ -111,11 +119,7 @@ def _moe_section() -> tuple[list[str], bool]:
     rows, met = [], True
     for label, etp in (("default (etp = tp)", None), ("with `--etp 1` (etp 1 beside tp)", (1,))):
         space = make_modern_space(workload, system, MOE_BATCH, expert_tensor=etp)
-        runs = []
-        for _ in range(RUNS):
-            start = time.perf_counter()
-            result = optimize_modern(workload, system, space, top=5, curve=False)
-            runs.append(time.perf_counter() - start)
+        runs, result = _timed_search(workload, system, space)
         median = statistics.median(runs)
         target = "-"
         if etp is None:  # the issue's target is for the default space
