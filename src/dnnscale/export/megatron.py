@@ -47,6 +47,8 @@ pipeline; plan/engines.py refuses plans that need them.
 
 from __future__ import annotations
 
+import itertools
+
 from collections.abc import Sequence
 
 from dnnscale.errors import InputError, short_repr
@@ -217,14 +219,8 @@ def moe_layer_pattern(shape: TransformerShape) -> str:
     """--moe-layer-freq's list expression (1: a mixture of experts, 0: a dense MLP of
     --ffn-hidden-size), runs of equal blocks as [v]*n joined by +, e.g. "[0]*3+[1]*58"
     (megatron/training/arguments.py moe_freq_type evaluates it)."""
-    runs: list[tuple[int, int]] = []
-    for i in range(shape.layers):
-        value = int(shape.is_moe_block(i))
-        if runs and runs[-1][0] == value:
-            runs[-1] = (value, runs[-1][1] + 1)
-        else:
-            runs.append((value, 1))
-    return "+".join(f"[{value}]*{count}" for value, count in runs)
+    runs = itertools.groupby(int(shape.is_moe_block(i)) for i in range(shape.layers))
+    return "+".join(f"[{value}]*{sum(1 for _ in run)}" for value, run in runs)
 
 
 def _moe_flags(shape: TransformerShape) -> list[Flag]:

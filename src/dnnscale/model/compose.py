@@ -223,13 +223,11 @@ class StepContext:
         """The slowest stage's optimizer step: on a CPU the worker's passes over the
         parameters it holds (model/bookkeeping.py); on an accelerator the memory-bound step over
         the optimizer's shard (under ZeRO the dense parameters 1/(d·ep·cp), the experts'
-        1/(d·cp): their data-parallel groups)."""
+        1/(d·cp·tp/etp): their data-parallel groups, ParallelPlan.dense_group / expert_group)."""
         device = self.system.machine
         zero = self.collective.zero_stage >= 1
-        split = self.split
-        dense_shard = replicas * split.ep * split.cp if zero else 1
-        expert_shard = (replicas * split.cp * (self.P // split.expert_tensor(self.P))
-                        if zero else 1)
+        dense_shard = self.plan.dense_group(replicas) if zero else 1
+        expert_shard = self.plan.expert_group(replicas) if zero else 1
         if not device.is_accelerator:
             return worker_bookkeeping_s(self.params_on_worker, self.workload.bytes_per_value,
                                         False, device)
@@ -248,10 +246,10 @@ class StepContext:
         expert layers' rank order, plan/mesh.expert_stride), with `replicas` along dp."""
         mesh = self.plan.mesh.with_size(MeshDim.DP, replicas)
         per_node = self.topology.devices_per_node
-        etp = self.plan.expert_tensor
         return (joint_span(mesh, (MeshDim.DP, MeshDim.EP, MeshDim.CP), per_node),
-                group_span(replicas * mesh.size(MeshDim.CP) * (mesh.size(MeshDim.TP) // etp),
-                           expert_stride(mesh, etp) * mesh.size(MeshDim.EP), per_node))
+                group_span(self.plan.expert_group(replicas),
+                           expert_stride(mesh, self.plan.expert_tensor) * mesh.size(MeshDim.EP),
+                           per_node))
 
     def data_parallel_s(self, replicas: int, micro_batches: int) -> float:
         """The slowest stage's data-parallel communication per step (exposed part): the dense

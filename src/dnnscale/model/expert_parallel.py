@@ -87,7 +87,7 @@ def dispatch_bytes(layer: Layer, split: MeshSplit, context: SplitContext,
     # under sequence parallelism each tp member exchanges its own tokens; without, the tp / etp
     # expert groups of a tensor group take different tokens (DeepSpeed-MoE's drop_tokens)
     sequence_split = (partitions if context.sequence_parallel
-                      else partitions // split.expert_tensor(partitions)) if partitions > 1 else 1
+                      else partitions // split.expert_tensor(partitions))
     return (context.minibatch * seq * split.token_fraction * top_k * hidden
             * context.bytes_per_value * load / sequence_split)
 

@@ -101,7 +101,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     if moe is None:
         mlp = (2 * s * b * ffn_in + 2 * s * b * ffn_out) / t
     else:
-        mlp = (4 * s * b * moe.copies * h * moe.copies_share + ROUTER_STATE_BYTES * s * b * moe.experts
+        mlp = (4 * s * b * moe.copies * h * moe.copies_share
+               + ROUTER_STATE_BYTES * s * b * moe.experts
                + (2 * s * b * moe.copies * (moe.expert_in + moe.expert_out)
                   + 2 * s * b * (moe.shared_in + moe.shared_out)) / t)
     split = (4 * s * b * h + 4 * s * b * kv_hidden) / t + mlp

@@ -27,7 +27,8 @@ def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
                      per_layer: bool = True) -> tuple[StageCosts, ...]:
     """The costs of each pipeline stage of `plan` (its tensor split at its micro-batch);
     without `per_layer`, a pipeline of transformer blocks is built from one block's totals per
-    kind of block (model/stage.py; the same totals up to the order of summation, no per-layer list)."""
+    kind of block (model/stage.py; the same totals up to the order of summation, no per-layer
+    list)."""
     aggregation = plan.data.aggregation
     fc_protocol = aggregation.fc_protocol if isinstance(aggregation, ParameterServer) else "weights"
     b = workload.bytes_per_value
@@ -169,11 +170,11 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
     act_bytes = plan.precision.activation_bytes or b
     shape = workload.transformer
     p = plan.pipeline.stages
-    per_block = per_dense_block = 0.0
+    moe_block = dense_block = 0.0  # bytes of a block with a mixture of experts, with a dense MLP
     if shape is not None:
-        per_block = block_activation_bytes(shape, plan)
-        per_dense_block = (block_activation_bytes(shape, plan, experts=False)
-                           if shape.dense_blocks else per_block)
+        dense_block = block_activation_bytes(shape, plan, experts=False)
+        if shape.is_moe:
+            moe_block = block_activation_bytes(shape, plan, experts=True)
     out: list[tuple[MemoryPart, ...]] = []
     seen: set[tuple[float, ...]] = set()
     zero_stage = memory_zero_stage(zero, plan.pipeline.stages)
@@ -184,7 +185,7 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
         if distinct and signature in seen:
             continue
         seen.add(signature)
-        # dense parameters shard over their dp × ep × cp group, the experts' over dp × cp
+        # dense parameters shard over their dp × ep × cp group, the experts' over dp × cp × tp/etp
         dense, expert = (sharded_state_parts(
             group_params, context.param_bytes_per_value, context.grad_bytes_per_value,
             context.state_bytes_per_param, zero_stage, replicas)
@@ -196,9 +197,8 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
         blocks = stage.blocks
         per_micro_batch = 0.0
         if shape is not None and blocks:
-            # a dense model's blocks hold no experts: every block is priced by per_block
-            moe_blocks = stage.expert_blocks if shape.dense_blocks else blocks
-            per_micro_batch = (per_block * moe_blocks + per_dense_block * (blocks - moe_blocks)
+            moe_blocks = stage.expert_blocks
+            per_micro_batch = (moe_block * moe_blocks + dense_block * (blocks - moe_blocks)
                                ) * act_bytes / 2
         outside = (stage.totals.outside_activation_values if shape is not None
                    else stage.totals.activation_values)

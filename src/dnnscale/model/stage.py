@@ -318,10 +318,15 @@ def split_over_mesh(shard: Shard, layer: Layer, split: MeshSplit, partitions: in
     return replace(shard, work_fraction=fraction, events=events)
 
 
+def _own_tensor_split(layer: Layer, split: MeshSplit) -> bool:
+    """Whether the layer is one of the routed experts' and splits over etp ≠ tp members."""
+    return split.etp is not None and layer.kind in EXPERT_WORK_KINDS
+
+
 def _token_share(layer: Layer, split: MeshSplit, partitions: int) -> float:
     """The share of a sample's tokens (or token copies) the layer works on at one member: 1/cp,
     and for the routed experts' layers etp / (cp · tp) (MeshSplit.expert_token_fraction)."""
-    if split.etp is not None and layer.kind in EXPERT_WORK_KINDS:
+    if _own_tensor_split(layer, split):
         return split.expert_token_fraction(partitions)
     return split.token_fraction
 
@@ -353,11 +358,10 @@ def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, m
     context = SplitContext(current_scheme, input_distributed, minibatch, bytes_per_value,
                            sequence_parallel, split.token_fraction)
     # the routed experts' layers split over etp members at their own token share (etp < tp)
-    ways = partitions
-    layer_context = context
-    if split.etp is not None and layer.kind in EXPERT_WORK_KINDS:
+    ways, layer_context = partitions, context
+    if _own_tensor_split(layer, split):
         ways = split.expert_tensor(partitions)
-        layer_context = replace(context, token_fraction=split.expert_token_fraction(partitions))
+        layer_context = replace(context, token_fraction=_token_share(layer, split, partitions))
     skip_weight_grad = fc_protocol == "vectors" and record_of(layer).vector_gradients
     options = []
     for scheme in candidates:

@@ -40,7 +40,8 @@ from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import Part
 from dnnscale.model.schedule import pipeline_time_s, stage_layers
 from dnnscale.model.stage import (MAX_BLOCK_KINDS, LayerOptions, PipelineLayout, StageCosts,
-                                  StageTemplate, pipeline_layout, stage_template, stages_from_template)
+                                  StageTemplate, pipeline_layout, stage_template,
+                                  stages_from_template)
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
 from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
@@ -392,10 +393,10 @@ def group_classes(space: ModernSpace, workload: Workload) -> list[Group]:
     # cp = 1 has no algorithm to choose: it is offered once, as 'ring'
     contexts = [(cp, algorithm) for cp in space.context
                 for algorithm in (space.cp_algorithms if cp > 1 else ("ring",))]
-    # etp: 0 (= tp) and the divisors of tp below it among the space's, for a mixture of experts
-    splits = {tp: list(dict.fromkeys(
-        None if e in (0, tp) else e for e in (space.expert_tensor if shape.experts else (0,))
-        if e == 0 or (e <= tp and tp % e == 0))) for tp in tensors}
+    # etp: tp (None) and the space's divisors of tp below it, for a mixture of experts
+    splits = {tp: list(dict.fromkeys(None if e in (0, tp) else e
+                                     for e in (space.expert_tensor if shape.experts else (0,))
+                                     if e == 0 or tp % e == 0)) for tp in tensors}
     out = []
     for tp, pp, mb, sp, rec, ep, (cp, algorithm) in itertools.product(
             tensors, space.pipeline, space.micro_batch, space.sequence_parallel,

@@ -276,7 +276,8 @@ def workload_violation(engine: str, facts: EngineFacts,
                          f"mixture) has no dense blocks of their own width; the workload's "
                          f"blocks {list(shape.dense_blocks)[:8]} are dense (Megatron-LM's "
                          f"--moe-layer-freq takes them)")
-    if shape.dense_blocks and (moe_interval(shape) is None or shape.ffn != shape.routed_ffn):
+    if engine == "deepspeed" and shape.dense_blocks and (
+            moe_interval(shape) is None or shape.ffn != shape.routed_ffn):
         return Violation("", f"Megatron-DeepSpeed's --expert-interval N puts a mixture of "
                          f"experts in every N-th block only, its dense blocks as wide as an "
                          f"expert (--ffn-hidden-size); the workload's dense blocks "

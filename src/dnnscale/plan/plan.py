@@ -199,7 +199,11 @@ class ParallelPlan:
     def dense_replicas(self) -> int:
         """Members holding the same dense (non-expert) parameter shard, whose gradients meet:
         dp · ep · cp (Megatron-Core's data-parallel group with context parallelism)."""
-        return self.data.replicas * self.expert.degree * self.context.degree
+        return self.dense_group(self.data.replicas)
+
+    def dense_group(self, replicas: int) -> int:
+        """`dense_replicas` at `replicas` along dp: replicas · ep · cp."""
+        return replicas * self.expert.degree * self.context.degree
 
     @property
     def expert_tensor(self) -> int:
@@ -210,8 +214,11 @@ class ParallelPlan:
     def expert_replicas(self) -> int:
         """Members holding the same experts, whose expert gradients meet: dp · cp · tp / etp
         (Megatron-Core's expert data-parallel group; dp · cp when etp = tp)."""
-        return (self.data.replicas * self.context.degree
-                * max(1, self.tensor.degree // self.expert_tensor))
+        return self.expert_group(self.data.replicas)
+
+    def expert_group(self, replicas: int) -> int:
+        """`expert_replicas` at `replicas` along dp: replicas · cp · tp / etp."""
+        return replicas * self.context.degree * (self.tensor.degree // self.expert_tensor)
 
     @property
     def devices_per_replica(self) -> int:

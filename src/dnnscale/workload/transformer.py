@@ -79,32 +79,36 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
         rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
         top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn,
-        capacity_factor=capacity_factor,
-        dense_blocks=tuple(dense_blocks) if isinstance(dense_blocks, list) else dense_blocks)
+        capacity_factor=capacity_factor, dense_blocks=dense_blocks)
     # Blocks of one kind (MoE or dense MLP) differ only in their names and `block` index: build
     # the chain with the first block of each kind once (through build_workload, as a YAML file
     # of it would be) and copy its layers for the rest.
     prefix, suffix = _prefix_specs(shape), _suffix_specs(shape)
     dense = set(shape.dense_blocks)
-    first_moe = next(i for i in range(shape.layers) if i not in dense)  # dense_blocks leave one
-    firsts = sorted({first_moe, *shape.dense_blocks[:1]}) if shape.is_moe else [0]
-    built = [_block_specs(shape, i) for i in firsts]
-    per_block = {shape.is_moe_block(i): len(specs) for i, specs in zip(firsts, built)}
-    total = (len(prefix) + len(suffix) + per_block[shape.is_moe] * (shape.layers - len(dense))
-             + per_block.get(False, 0) * len(dense))
+
+    def moe(block: int) -> bool:  # the kind of a block (is_moe_block, by a set)
+        return shape.is_moe and block not in dense
+
+    # the first block of each kind: of a dense model block 0, of a mixture the first MoE block
+    # and the first dense one (dense_blocks leave at least one MoE block)
+    first_moe = next(i for i in range(shape.layers) if i not in dense)
+    firsts = {moe(i): i for i in sorted({first_moe, *shape.dense_blocks[:1]})}
+    specs = {kind: _block_specs(shape, i) for kind, i in firsts.items()}
+    count = {True: shape.moe_blocks, False: shape.layers - shape.moe_blocks}
+    total = len(prefix) + len(suffix) + sum(len(specs[kind]) * count[kind] for kind in specs)
     if total > MAX_LAYERS:  # checked before the copies are made
         raise InputError("transformer.layers", f"{shape.layers:,} blocks make {total:,} layers; "
                          f"the limit is {MAX_LAYERS:,}")
-    one = build_workload(name, [seq], prefix + [s for specs in built for s in specs] + suffix,
-                         samples_per_epoch, bytes_per_value, description, transformer=shape)
+    one = build_workload(name, [seq], prefix + [s for kind in firsts for s in specs[kind]]
+                         + suffix, samples_per_epoch, bytes_per_value, description,
+                         transformer=shape)
     head, tail = one.layers[:len(prefix)], one.layers[len(one.layers) - len(suffix):]
     kinds, at = {}, len(prefix)
-    for i in firsts:
-        kinds[shape.is_moe_block(i)] = one.layers[at:at + per_block[shape.is_moe_block(i)]]
-        at += per_block[shape.is_moe_block(i)]
-    blocks = [layer if i in firsts else
+    for kind in firsts:  # the built first blocks, in order
+        kinds[kind], at = one.layers[at:at + len(specs[kind])], at + len(specs[kind])
+    blocks = [layer if i == firsts[moe(i)] else
               layer.relabelled(f"block{i}.{layer.hyper['role']}", {**layer.hyper, "block": i})
-              for i in range(shape.layers) for layer in kinds[shape.is_moe and i not in dense]]
+              for i in range(shape.layers) for layer in kinds[moe(i)]]
     return replace(one, layers=(*head, *blocks, *tail))
 
 

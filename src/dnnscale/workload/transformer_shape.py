@@ -83,6 +83,8 @@ class TransformerShape:
     dense_blocks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.dense_blocks, list):  # YAML and JSON give a list
+            object.__setattr__(self, "dense_blocks", tuple(self.dense_blocks))
         for name in REQUIRED_FIELDS:
             _require_int(name, getattr(self, name), 1)
         for name in ("positions", "token_types", "experts", "top_k", "expert_ffn", "shared_ffn"):
@@ -244,6 +246,4 @@ def transformer_shape_from_dict(data: object) -> TransformerShape:
     for name in REQUIRED_FIELDS:
         if name not in data:
             raise InputError(f"workload.transformer.{name}", "missing")
-    blocks = data.get("dense_blocks", ())
-    return TransformerShape(**{**data, "dense_blocks": tuple(blocks) if isinstance(blocks, list)
-                               else blocks})
+    return TransformerShape(**data)
