@@ -91,9 +91,12 @@ def test_what_each_engine_runs(engine: str, change: dict[str, object]) -> None:
 
 
 def test_torchtitan_runs_some_plans_otherwise_than_priced() -> None:
-    notes = engine_differences("torchtitan", facts(zero=2))
+    notes = engine_differences("torchtitan", facts(zero=2, grad_bytes=2))
     assert [n.field for n in notes] == ["grad_bytes", "overlap_dp", "sequence_parallel"]
     assert "2x the data-parallel bytes" in notes[0].message   # 4 bytes reduced / 2 priced
+    # bf16 plans price fp32 gradients by default (Megatron's), as torchtitan reduces them
+    assert [n.field for n in engine_differences("torchtitan", facts(zero=2))] == \
+        ["overlap_dp", "sequence_parallel"]
     assert engine_differences("torchtitan", facts(zero=2, grad_bytes=4, overlap_dp=True,
                                                   sequence_parallel=True)) == ()
     # one replica reduces nothing; tp = 1 has no norms to shard
@@ -101,7 +104,8 @@ def test_torchtitan_runs_some_plans_otherwise_than_priced() -> None:
     assert all(engine_differences(e, facts(zero=1)) == () for e in ("megatron", "deepspeed"))
     # the search leaves out what an engine cannot run, then what it runs otherwise
     assert search_violation("torchtitan", facts(zero=1)).field == "zero"
-    assert search_violation("torchtitan", facts(zero=2)).field == "grad_bytes"
+    assert search_violation("torchtitan", facts(zero=2, grad_bytes=2)).field == "grad_bytes"
+    assert search_violation("torchtitan", facts(zero=2)).field == "overlap_dp"
     assert search_violation("megatron", facts(zero=1)) is None
 
 

@@ -98,7 +98,7 @@ DEEPSPEED_PLANS = {
                    precision="fp16", overlap_dp=True), "gpt3-1.3b"),
     "zero2": (dict(tp=2, pp=1, dp=8, micro_batch=2, global_batch=64, zero=2,
                    recompute="selective", precision="bf16", sequence_parallel=True,
-                   overlap_dp=False), "llama3-8b"),
+                   overlap_dp=False, grad_bytes=2), "llama3-8b"),
     "ddp": (dict(tp=1, pp=2, dp=4, micro_batch=8, global_batch=64, precision="fp32"),
             "gpt3-125m"),
 }

@@ -55,8 +55,7 @@ def test_megatron_gpt3_interleaved_every_option() -> None:
         "--overlap-grad-reduce",
         "--recompute-granularity selective",
         "--recompute-modules core_attn",                # no --recompute-method: refused
-        "--bf16",
-        "--grad-reduce-in-bf16",                        # bf16 plans price 2-byte gradients
+        "--bf16",                                       # fp32 gradients, Megatron's default
         "--num-layers 96",
         "--hidden-size 12288",
         "--ffn-hidden-size 49152",                      # 4 · 12288
@@ -279,7 +278,8 @@ def test_deepspeed_llama70b_config_and_megatron_deepspeed_flags() -> None:
         "--disable-bias-linear", "--attention-dropout 0", "--hidden-dropout 0",
         "--num-key-value-heads 8", "--normalization rmsnorm",
         "--use-rotary-position-embeddings", "--no-position-embedding",
-        "--rotary-position-embeddings-theta 500000"]
+        "--rotary-position-embeddings-theta 500000",
+        "--use-flash-attn-v2"]                      # the zoo's Llama runs fused attention
     # --sequence-parallel: Megatron-DeepSpeed raises at start without the variable.
     assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in note and "--sequence-parallel" in note
                for note in result.notes)
@@ -338,7 +338,12 @@ def test_torchtitan_llama3_8b_fsdp_fp8() -> None:
                                      "tensor_parallel_degree": 2,
                                      "pipeline_parallel_degree": 1}
     assert tables["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
-    assert any("float32" in note for note in result.notes)   # the 2-byte gradients differ
+    # fp8 plans price Megatron's fp32 gradients, which torchtitan reduces too: no note; a plan
+    # of 2-byte gradients runs otherwise than priced, and the export says so
+    assert not any("float32" in note for note in result.notes)
+    narrow = export_torchtitan(modern_plan_from_dict({**LLAMA8_PLAN, "grad_bytes": 2}),
+                               shape_of("llama3-8b"), "llama3-8b")
+    assert any("float32" in note for note in narrow.notes)
 
 
 def test_torchtitan_llama3_70b_interleaved_pipeline_fsdp() -> None:

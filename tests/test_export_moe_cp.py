@@ -155,7 +155,7 @@ def test_megatron_cp4_ring_and_alltoall() -> None:
         "--sequence-parallel",
         "--context-parallel-size 4", "--cp-comm-type p2p",     # ring attention
         "--micro-batch-size 1", "--global-batch-size 16",
-        "--use-distributed-optimizer", "--bf16", "--grad-reduce-in-bf16",
+        "--use-distributed-optimizer", "--bf16",      # fp32 gradients: Megatron's default
         *LLAMA8_MODEL, *MEGATRON_LLAMA_TAIL,
         "--rotary-base 500000", "--attention-backend flash"]
     assert any("data-parallel size 2 is implied: launch tp·pp·dp·cp = 2·2·2·4 = 32 processes "

@@ -46,7 +46,7 @@ def _plan(**parts: Any) -> ParallelPlan:
     """A valid Megatron-style plan with `parts` replaced."""
     fields: dict[str, Any] = dict(tensor=TensorSplit(1, "megatron"), pipeline=Pipeline(1),
                                   data=DataParallel(1, Collective("ring", 0)),
-                                  batch=Batch(1, 8), precision=Precision("bf16", 2, 2, 4, 2, True),
+                                  batch=Batch(1, 8), precision=Precision("bf16", 2, 4, 4, 2, True),
                                   optimizer="adam")
     fields.update(parts)
     return ParallelPlan(**fields)

@@ -155,13 +155,16 @@ def test_gpt3_175b_prediction_has_every_part_and_fits() -> None:
     assert 0 < p.mfu < 1
     # The fullest device is stage 0: 12 blocks of 12h² + 13h parameters and the embedding
     # (V + s)·h, split 8 ways, its norms (4h per block) held whole: Ψ = W/8 + 7/8·W_norms;
-    # ZeRO-0 mixed precision: weights 2Ψ, gradients 2Ψ, optimizer state 12Ψ.
+    # ZeRO-0 bf16 as Megatron runs it: weights 2Ψ, fp32 gradients 4Ψ, optimizer state 12Ψ;
+    # the reserve: context 287,047,680 B + cuBLAS 33,554,432 B + 3 groups (tp, pp, dp) of
+    # 2 · 32 · 4 MiB NCCL buffers.
     h, blocks = 12288, 12
     stage = blocks * (12 * h * h + 13 * h) + (50257 + 2048) * h
     psi = stage / 8 + 7 / 8 * blocks * 4 * h
     memory = p.memory_bytes
     assert (memory["weights"], memory["gradients"], memory["optimizer_state"]) == \
-        pytest.approx((2 * psi, 2 * psi, 12 * psi))
+        pytest.approx((2 * psi, 4 * psi, 12 * psi))
+    assert memory["reserve"] == 287_047_680 + 33_554_432 + 3 * 2 * 32 * 4 * 2 ** 20
 
 
 def test_a_plan_that_does_not_fit_says_which_part() -> None:

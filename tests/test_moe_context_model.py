@@ -169,13 +169,14 @@ def test_zero_shards_dense_state_over_dp_ep_and_experts_over_dp() -> None:
 
 
 def test_dense_gradients_meet_over_ep_experts_do_not() -> None:
-    """dp = 1, ep = 2, ZeRO 0, no overlap: the dense gradients (bf16) are all-reduced among
-    the 2 ep members, which took different samples; each expert lives on one member, so its
-    gradients meet nobody. Ring all-reduce of x among 2: 2·(1/2)·x / B + 2·α + call."""
+    """dp = 1, ep = 2, ZeRO 0, no overlap: the dense gradients (fp32 under bf16, Megatron's
+    default) are all-reduced among the 2 ep members, which took different samples; each expert
+    lives on one member, so its gradients meet nobody. Ring all-reduce of x among 2:
+    2·(1/2)·x / B + 2·α + call."""
     system = node()
     prediction = predict_plan(tiny_moe(), system, plan(ep=2, global_batch=2))
     dense = 2 * 265_216 + 288_768 + 512
-    x = dense * 2
+    x = dense * 4
     assert prediction.part(Part.DP_COMM) == pytest.approx(
         x / NVLINK_B + 2 * NVLINK_A + system.call_s(2), rel=1e-9)
     assert prediction.throughput_samples_per_s == pytest.approx(2 / prediction.step_time_s)

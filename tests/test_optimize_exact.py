@@ -149,6 +149,7 @@ def test_gpu_search_per_engine_equals_exhaustive(engine) -> None:
     step times are the exhaustive reference's, every plan of the top runs on the engine as
     priced, and DeepSpeed's and torchtitan's winners are not the unrestricted one (interleaved
     with ZeRO-1)."""
+    from dnnscale.model.memory import device_reserve_bytes
     from dnnscale.optimize.modern import exhaustive_modern, make_modern_space, optimize_modern
     from dnnscale.plan.engines import plan_facts, search_violation
     from dnnscale.system import load_system
@@ -156,8 +157,9 @@ def test_gpu_search_per_engine_equals_exhaustive(engine) -> None:
 
     w = load_workload("gpt:layers=4,hidden=128,heads=4,seq=64,vocab=512")
     system = load_system("dgx-a100-80g:2")
-    system = dataclasses.replace(system, machine=dataclasses.replace(system.machine,
-                                                                     memory_bytes=20e6))
+    # 20 MB for the model's tensors beside the reserve of a plan in three parallel groups
+    system = dataclasses.replace(system, machine=dataclasses.replace(
+        system.machine, memory_bytes=20e6 + device_reserve_bytes(3)))
     space = make_modern_space(w, system, 32, tensor=(1, 2, 4), pipeline=(2, 4),
                               micro_batch=(1, 2), engine=engine)
     reference = exhaustive_modern(w, system, space, system.machines)

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from dnnscale.cli import app
 from dnnscale.errors import InputError
+from dnnscale.model.memory import device_reserve_bytes
 from dnnscale.optimize.modern import (exhaustive_modern, groups_of, make_modern_space,
                                       optimize_modern, replica_choices)
 from dnnscale.plan.engines import plan_facts, search_violation
@@ -23,10 +24,12 @@ SMALL = "gpt:layers=4,hidden=128,heads=4,seq=64,vocab=512"
 
 
 def _system(nodes: int, memory_bytes: float | None = None):  # type: ignore[no-untyped-def]
+    """`nodes` DGX A100 nodes; with `memory_bytes`, that much memory for the model's tensors
+    beside the reserve (model/memory.device_reserve_bytes) of a plan in three parallel groups."""
     system = load_system(f"dgx-a100-80g:{nodes}")
     if memory_bytes is not None:
         system = dataclasses.replace(system, machine=dataclasses.replace(
-            system.machine, memory_bytes=memory_bytes))
+            system.machine, memory_bytes=memory_bytes + device_reserve_bytes(3)))
     return system
 
 

@@ -165,10 +165,11 @@ def test_gpt_flops_match_narayanan_equation_3(name: str) -> None:
 
 def test_gqa_swiglu_block_flops_generalise_the_equation() -> None:
     """Llama-3-8B (h = 4096, 32 heads of 128, 8 KV heads so h_kv = 1024, SwiGLU f = 14336,
-    s = 8192): forward per block 2·s·(h·(h + 2·h_kv) + h² + 3·h·f) + 4·s²·h."""
+    s = 8192): forward per block 2·s·(h·(h + 2·h_kv) + h² + 3·h·f) + 2·s²·h — the zoo's Llama
+    runs fused causal attention, whose kernel skips the masked half of the 4·s²·h."""
     w = zoo_workload("llama3-8b")
     s, h, h_kv, f = 8192, 4096, 1024, 14336
-    block = 2 * s * (h * (h + 2 * h_kv) + h * h + 3 * h * f) + 4 * s * s * h
+    block = 2 * s * (h * (h + 2 * h_kv) + h * h + 3 * h * f) + 2 * s * s * h
     assert sum(l.fwd_flops for l in w.layers if l.hyper["block"] == 5) == block
     assert w.fwd_flops == 32 * block + 2 * s * h * 128256
 
@@ -222,14 +223,21 @@ def test_gpt3_family_matches_its_rounded_names(name: str, nominal: float) -> Non
 
 
 def test_llama2_70b_grouped_query_attention_shapes() -> None:
-    """64 query heads of 128, 8 KV heads: Q|K|V is 8192 + 2·8·128 = 10240 wide; the scores
-    are per query head (64, s, s)."""
+    """64 query heads of 128, 8 KV heads: Q|K|V is 8192 + 2·8·128 = 10240 wide; the zoo's
+    Llama runs fused attention (one layer from Q|K|V to the 8192-wide context); unfused, the
+    scores are per query head (64, s, s)."""
     w = _by_name(zoo_workload("llama2-70b"))
     qkv = w["block0.attn_qkv"]
     assert qkv.output_shape == (4096, 10240) and qkv.params == 8192 * 10240
-    assert w["block0.attn_scores"].input_shape == (4096, 10240)
-    assert w["block0.attn_scores"].output_shape == (64, 4096, 4096)
+    assert w["block0.flash_attention"].input_shape == (4096, 10240)
+    assert w["block0.flash_attention"].output_shape == (4096, 8192)
+    assert "block0.attn_scores" not in w
     assert qkv.hyper["kv_heads"] == 8 and qkv.hyper["heads"] == 64
+    unfused = _by_name(transformer_workload("u", 1, 8192, 64, 4096, 32000, ffn=28672,
+                                            kv_heads=8, gated=True, norm="rmsnorm",
+                                            positional="rope", bias=False))
+    assert unfused["block0.attn_scores"].input_shape == (4096, 10240)
+    assert unfused["block0.attn_scores"].output_shape == (64, 4096, 4096)
 
 
 def test_swiglu_and_rmsnorm_shapes() -> None:

@@ -191,8 +191,8 @@ def predict(workload: Optional[str] = typer.Option(
                                                     help="fp32 | tf32 | bf16 | fp16 | fp8"),
             grad_bytes: Optional[int] = typer.Option(
                 None, "--grad-bytes", help="GPU: bytes per gradient value accumulated and "
-                "reduced: 4 (fp32, Megatron's default) | 2 (bf16; the default is the "
-                "precision's width)"),
+                "reduced: 4 (fp32) | 2 (16-bit); default Megatron's: 4 under bf16 and fp8, 2 "
+                "under fp16"),
             sequence_parallel: Optional[bool] = typer.Option(
                 None, "--sequence-parallel/--no-sequence-parallel",
                 help="GPU: split norms and dropout over the tensor-parallel group too"),

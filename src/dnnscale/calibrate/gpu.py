@@ -186,12 +186,16 @@ def activation_bytes(precision: str) -> int:
 
 def optimizer_bytes(params: int, precision: str) -> float:
     """What the model's optimizer step moves for `params` parameters in `precision`
-    (model/data_parallel.py `optimizer_step_bytes` with the plan's widths)."""
+    (model/data_parallel.py `optimizer_step_bytes` with the widths of the plan the timed step
+    runs: the runtime's gradients, runtime/gpu_train.GRAD_BYTES, bf16 under bf16)."""
     from dnnscale.model.compose import optimizer_state_bytes_per_param
     from dnnscale.model.data_parallel import optimizer_step_bytes
     from dnnscale.plan.modern import modern_plan_from_dict
+    from dnnscale.runtime.gpu_train import GRAD_BYTES
 
-    plan = modern_plan_from_dict({"precision": precision})
+    plan = modern_plan_from_dict({"precision": precision,
+                                  **({"grad_bytes": GRAD_BYTES[precision]}
+                                     if precision in GRAD_BYTES else {})})
     width = activation_bytes(precision)
     return optimizer_step_bytes(params, plan.precision.grad_bytes or width,
                                 plan.precision.param_bytes or width,

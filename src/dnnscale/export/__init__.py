@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dnnscale.errors import InputError
+from dnnscale.export.assumptions import with_assumptions
 from dnnscale.export.result import EngineExport, ExportFile, with_kernel_note
 from dnnscale.plan.engines import ENGINES, check_engine
 
@@ -67,5 +68,5 @@ def _export(plan_source: Any, name: str, workload: "str | None", engine: str,
         from dnnscale.export.torchtitan import export_torchtitan
 
         result = export_torchtitan(plan_source.plan, shape, loaded.name, **options)
-    return with_kernel_note(result, shape, engine)
+    return with_assumptions(with_kernel_note(result, shape, engine), plan_source.plan, shape)
 

@@ -54,12 +54,15 @@ def register(app: typer.Typer) -> None:
 
             print_json({"engine": result.engine, "world_size": result.world_size,
                         "files": [{"name": f.name, "text": f.text} for f in result.files],
-                        "written": [str(path) for path in targets], "notes": list(result.notes)})
+                        "written": [str(path) for path in targets], "notes": list(result.notes),
+                        "assumptions": list(result.assumptions)})
             return
         import sys
 
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
+        for assumption in result.assumptions:
+            print(f"assumes: {assumption}", file=sys.stderr)
         if targets:
             for path in targets:
                 print(f"wrote {path}")

@@ -44,6 +44,8 @@ class EngineExport:
     notes: tuple[str, ...] = field(default=())
     world_size: int = 1
     """GPUs the job needs: tp · pp · dp · ep · cp."""
+    assumptions: tuple[str, ...] = field(default=())
+    """What the plan's price took for granted that no flag shows (export/assumptions.py)."""
 
 
 def zero_stage(plan: ParallelPlan) -> int:

@@ -39,6 +39,38 @@ def ps_memory_parts(params_on_shard: float, param_bytes: float,
             MemoryPart("ps_optimizer_state", params_on_shard * optimizer_state_bytes_per_param, "ps"))
 
 
+CUDA_CONTEXT_BYTES = 287_047_680
+"""Device memory a PyTorch process's CUDA context takes before any tensor: 287,047,680 bytes
+with lazy module loading (CUDA_MODULE_LOADING=LAZY, which PyTorch sets by default since 1.13),
+666,632,192 loaded eagerly. Source: pytorch/pytorch pull request #86509 (2022), the figures
+its author measured."""
+CUBLAS_WORKSPACE_BYTES = 8 * 4 * 2 ** 20
+"""cuBLAS's workspace per handle under PyTorch's default CUBLAS_WORKSPACE_CONFIG ":4096:8"
+(8 buffers of 4096 KiB). Source: PyTorch docs, "Reproducibility" / torch.backends.cuda."""
+NCCL_BUFFER_BYTES = 4 * 2 ** 20
+"""NCCL_BUFFSIZE's default: the Simple protocol's buffer per channel and peer, 4 MiB (NCCL
+user guide, environment variables)."""
+NCCL_CHANNELS = 32
+"""Channels NCCL may open per communicator (NCCL_MAX_NCHANNELS's default, 32): with one buffer
+to send and one to receive per channel, a communicator holds at most 2 · 32 · 4 MiB = 256 MiB
+(an upper bound: NCCL opens fewer channels over a slow link)."""
+
+
+def device_reserve_bytes(communicators: int) -> float:
+    """Device memory no tensor of the model can use: the CUDA context, cuBLAS's workspace and
+    NCCL's buffers of each communicator the device is in.
+
+    Formula: C_ctx + W_cublas + g · 2 · n_ch · B_nccl, g the communicators (the device's
+    parallel groups of more than one member), n_ch = 32, B_nccl = 4 MiB.
+    Units: count -> bytes.
+    Source: CUDA_CONTEXT_BYTES, CUBLAS_WORKSPACE_BYTES, NCCL_BUFFER_BYTES, NCCL_CHANNELS (each
+    with its source). The caching allocator's fragmentation is not counted: it depends on the
+    allocation pattern, and no published figure fits every workload.
+    """
+    return (CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
+            + communicators * 2 * NCCL_CHANNELS * NCCL_BUFFER_BYTES)
+
+
 class MoeActivations(NamedTuple):
     """A mixture of experts' widths for the activation formula: routed copies per token
     (top-k times the busiest member's load factor), the routed experts' activation input and

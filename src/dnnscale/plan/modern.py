@@ -16,7 +16,8 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     precision: bf16     # fp32 | tf32 | bf16 | fp16 | fp8
     sequence_parallel: false
     overlap_dp: false   # data-parallel gradients overlap the backward pass in buckets
-    grad_bytes: 2       # bytes per gradient value all-reduced (default: the precision's)
+    grad_bytes: 4       # bytes per gradient value accumulated and reduced (default: 4 under
+                        # bf16/fp8, Megatron's fp32 main grads; 2 under fp16; 4 under fp32/tf32)
     ep: 8               # expert parallelism: experts split over ep devices (MoE workloads)
     cp: 2               # context parallelism: each sample's sequence split over cp devices
     cp_algorithm: ring  # ring (ring attention) | alltoall (DeepSpeed-Ulysses)
@@ -45,15 +46,20 @@ from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
     "tf32": Precision("tf32", 4, 4, 4, 4, False),
-    "bf16": Precision("bf16", 2, 2, 4, 2, True),
+    "bf16": Precision("bf16", 2, 4, 4, 2, True),
     "fp16": Precision("fp16", 2, 2, 4, 2, True),
-    "fp8": Precision("fp8", 2, 2, 4, 2, True),
+    "fp8": Precision("fp8", 2, 4, 4, 2, True),
 }
 """Bytes per value of (parameters, gradients, optimizer-state values, activations) and the fp32
-master copy, per precision: mixed precision keeps 16-bit weights, gradients and activations
-with fp32 Adam state and master weights (Micikevicius et al. 2018; Rajbhandari et al. SC'20:
-2 + 2 + 12 bytes per parameter); fp8 computes the GEMMs in fp8 and keeps bf16 weights
-(Transformer Engine)."""
+master copy, per precision, as Megatron-LM runs them by default: mixed precision keeps 16-bit
+weights and activations with fp32 Adam state and master weights (Micikevicius et al. 2018;
+Rajbhandari et al. SC'20: 12 bytes of state per parameter); gradients are accumulated and
+reduced in fp32 under bf16 (and fp8, whose weights are bf16) and in fp16 under fp16
+(megatron/training/arguments.py: "bfloat16 requires gradient accumulation and all-reduce to be
+done in fp32" sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16; fp16 leaves
+it off): 2 + 4 + 12 = 18 bytes per parameter under bf16, Megatron's distributed-optimizer
+table. fp8 computes the GEMMs in fp8 and keeps bf16 weights (Transformer Engine). A plan's
+grad_bytes (predict --grad-bytes) overrides the width."""
 
 MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",

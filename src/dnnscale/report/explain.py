@@ -78,6 +78,8 @@ MEMORY_TEXT: dict[str, str] = {
                        "master copy under mixed precision; 1/d under ZeRO-1 and up)",
     "activations": "activations kept from the forward for the backward pass (the micro-batches "
                    "in flight on a pipeline; less with recomputation)",
+    "reserve": "memory no tensor can use: the CUDA context, cuBLAS's workspace and NCCL's "
+               "buffers for each parallel group (allocator fragmentation not counted)",
     "ps_weights": "the weights one parameter-server shard stores (ceil(W/S) parameters)",
     "ps_optimizer_state": "the optimizer state one parameter-server shard keeps",
 }

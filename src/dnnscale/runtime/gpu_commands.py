@@ -25,8 +25,8 @@ be ignored, so it is refused (the run records the plan it trains)."""
 def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
              **run: Any) -> Any:
     """The GpuTrainSpec of a --config plan file and the flags given (flags win)."""
-    from dnnscale.plan.modern import PRECISION_PRESETS, modern_plan_from_dict
-    from dnnscale.runtime.gpu_train import GpuTrainSpec
+    from dnnscale.plan.modern import modern_plan_from_dict
+    from dnnscale.runtime.gpu_train import GRAD_BYTES, GpuTrainSpec
     from dnnscale.yamlio import load_yaml_file
 
     data: dict[str, Any] = load_yaml_file(config, "config") if config else {}
@@ -35,6 +35,9 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
     data = {**data, **{k: v for k, v in plan_flags.items() if v is not None}}
     data.setdefault("micro_batch", 1)
     data.setdefault("precision", "bf16")
+    run_grad = GRAD_BYTES.get(str(data["precision"]))
+    if run_grad is not None:
+        data.setdefault("grad_bytes", run_grad)
     plan = modern_plan_from_dict(data)  # the plan's own validation, fields named as there
     for key, one in (("tp", 1), ("pp", 1), ("dp", 1), ("zero", 0)):
         if data.get(key, one) != one:
@@ -44,11 +47,10 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
         if data.get(key, none) not in (none, None):
             raise InputError(f"plan.{key}", f"run --gpu trains on one GPU, {why}: must be "
                              f"{str(none).lower()} or left out, got {data[key]!r}")
-    preset_grad = PRECISION_PRESETS[plan.precision.compute].grad_bytes
-    if plan.precision.grad_bytes != preset_grad:
+    if run_grad is not None and plan.precision.grad_bytes != run_grad:
         raise InputError("plan.grad_bytes", f"run --gpu keeps {plan.precision.compute}'s "
-                         f"{preset_grad}-byte gradients (there is no reduction to narrow), "
-                         f"got {plan.precision.grad_bytes}")
+                         f"{run_grad}-byte gradients (there is no reduction to widen or "
+                         f"narrow), got {plan.precision.grad_bytes}")
     return GpuTrainSpec(workload=workload, micro_batch=plan.batch.micro_batch,
                         global_batch=plan.batch.micro_batch * plan.batch.accumulation,
                         recompute=plan.memory.recompute, precision=str(data["precision"]),

@@ -28,6 +28,10 @@ from typing import Any
 from dnnscale.errors import InputError, require_int, require_positive, short_repr
 
 PRECISIONS = ("bf16", "tf32", "fp32")
+GRAD_BYTES = {"bf16": 2, "tf32": 4, "fp32": 4}
+"""Bytes per gradient value the run keeps, per precision: the weights' own width (bf16
+gradients accumulate in bf16 here; nothing is reduced on one GPU). The plan it records says so,
+where the planner's default under bf16 is Megatron's fp32 gradients."""
 BF16_MODES = ("master", "autocast")
 RECOMPUTE = ("none", "full")
 MAX_LR = 10.0

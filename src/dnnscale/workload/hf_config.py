@@ -45,6 +45,12 @@ capacity factor); the router's auxiliary loss and noise (router_aux_loss_coef,
 output_router_logits, router_jitter_noise, norm_topk_prob) change no cost and are not read.
 The other families refuse num_local_experts, num_experts or n_routed_experts > 0.
 
+Attention is fused (flash attention) by default, as Hugging Face transformers runs these
+families: its attn_implementation defaults to "sdpa", PyTorch's scaled_dot_product_attention,
+which dispatches to a fused flash or memory-efficient kernel on A100/H100-class GPUs in 16-bit
+(transformers' modeling_utils, PyTorch's SDPA backends); ``hf:PATH:flash=false`` prices the
+unfused kernels ("eager").
+
 Every key read is type-checked (counts are integers in [1, MAX_COUNT], never true/false, 2.0 or
 "2"; flags real booleans; dropouts numbers in [0, 1); model_type a known name; mlp_only_layers
 a list of block indices in [0, layers)), also an alias that a first key hides. A bad file
@@ -163,7 +169,7 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
 
 
 def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None = None,
-                            flash_attention: bool = False,
+                            flash_attention: bool = True,
                             samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH) -> Workload:
     """A transformer workload from a parsed ``config.json`` (see the module docstring)."""
     model_type = config.get("model_type")
@@ -323,7 +329,7 @@ def _name(path: Path) -> str:
     return f"hf:{folder}" if path.name == "config.json" and folder else f"hf:{path.stem}"
 
 
-def load_hf_config(path: str | Path, seq: int | None = None, flash_attention: bool = False,
+def load_hf_config(path: str | Path, seq: int | None = None, flash_attention: bool = True,
                    samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH) -> Workload:
     """Read ``config.json`` at `path` as a workload named ``hf:<its folder>``."""
     path = Path(path)
@@ -345,6 +351,6 @@ def load_hf_source(source: str) -> Workload:
         raise InputError("workload", "hf: needs the path of a config.json, e.g. "
                          "hf:models/llama/config.json")
     return load_hf_config(body, seq=options.get("seq"),  # type: ignore[arg-type]
-                          flash_attention=bool(options.get("flash_attention", False)),
+                          flash_attention=bool(options.get("flash_attention", True)),
                           samples_per_epoch=options.get("samples",  # type: ignore[arg-type]
                                                         DEFAULT_SAMPLES_PER_EPOCH))

@@ -41,7 +41,10 @@ GPT3_SHAPES = {
 # Meta-Llama-3-{8,70}B; Touvron et al. 2023, "Llama 2", Table 1 and §2.2; Dubey et al. 2024,
 # "The Llama 3 Herd of Models", Table 3): (layers, hidden, heads, kv_heads, ffn, vocab, seq,
 # training tokens). All: RMSNorm, SwiGLU MLP, RoPE positions, no biases, untied output
-# embedding, causal, no dropout.
+# embedding, causal, no dropout, fused attention (Touvron et al. 2023, §2.2: "an efficient
+# implementation of the causal multi-head attention", xformers' memory-efficient kernel; the
+# engines that train Llama today run FlashAttention-2). GPT-3 and BERT keep the unfused
+# attention they were published with (2020, 2019: before fused attention kernels).
 LLAMA_SHAPES = {
     "llama2-7b": (32, 4096, 32, 32, 11008, 32000, 4096, 2_000_000_000_000),
     "llama2-13b": (40, 5120, 40, 40, 13824, 32000, 4096, 2_000_000_000_000),
@@ -79,6 +82,7 @@ def _llama(name: str) -> Callable[[], Workload]:
                                     kv_heads=kv_heads, gated=True, norm="rmsnorm",
                                     tied_embeddings=False, positional="rope", bias=False,
                                     dropout=False, rope_theta=LLAMA_ROPE_THETA.get(name),
+                                    flash_attention=True,
                                     samples_per_epoch=round(tokens / seq),
                                     description=f"{name}: {layers} layers x {hidden}, {heads} "
                                                 f"heads ({kv_heads} key/value), SwiGLU "
@@ -87,7 +91,7 @@ def _llama(name: str) -> Callable[[], Workload]:
     build.__doc__ = (f"{name} (published config): {layers} layers x {hidden}, {heads} heads, "
                      f"{kv_heads} key/value heads, SwiGLU ffn {ffn}, vocab {vocab}, seq {seq}, "
                      f"RMSNorm, RoPE (base {LLAMA_ROPE_THETA.get(name, ROPE_THETA_DEFAULT):,.0f}), "
-                     f"untied output; {tokens:.0e} training tokens per epoch.")
+                     f"untied output, flash attention; {tokens:.0e} training tokens per epoch.")
     return build
 
 

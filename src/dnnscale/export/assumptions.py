@@ -1,0 +1,39 @@
+"""What a plan's price assumed that the engine's flags do not show: the gradients' width, the
+attention kernel, and the memory no tensor can use. An export lists these beside its files
+(`EngineExport.assumptions`, printed as ``assumes:`` lines and in ``--json``), so the engineer
+who launches the plan knows what the prediction took for granted."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dnnscale.export.result import EngineExport
+from dnnscale.model.memory import device_reserve_bytes
+from dnnscale.plan.plan import ParallelPlan
+from dnnscale.units import format_si
+from dnnscale.workload.transformer_shape import TransformerShape
+
+
+def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tuple[str, ...]:
+    """The priced assumptions of `plan` on the workload of `shape`, one sentence each."""
+    grad = plan.precision.grad_bytes
+    out = []
+    if grad is not None:
+        width = {4: "fp32", 2: "16-bit", 1: "8-bit"}.get(grad, f"{grad}-byte")
+        out.append(f"gradients accumulated and reduced in {width} ({grad} bytes per value)")
+    if shape is not None:
+        out.append(f"attention fused ({shape.attention_kernel}, priced by its published speed)"
+                   if shape.flash_attention else
+                   "attention unfused (scores, softmax and context kernels, the s x s scores in "
+                   "memory)")
+    groups = sum(1 for size in plan.mesh.sizes if size > 1)
+    out.append(f"{format_si(device_reserve_bytes(groups), 'B')} per GPU held back for the CUDA "
+               f"context, cuBLAS's workspace and NCCL's buffers of {groups} parallel "
+               f"group{'s' if groups != 1 else ''}; allocator fragmentation not counted")
+    return tuple(out)
+
+
+def with_assumptions(result: EngineExport, plan: ParallelPlan,
+                     shape: TransformerShape | None) -> EngineExport:
+    """`result` with the plan's priced assumptions (plan_assumptions)."""
+    return replace(result, assumptions=plan_assumptions(plan, shape))
