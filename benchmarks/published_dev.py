@@ -62,7 +62,8 @@ def block(rows: list[dict[str, Any]]) -> dict[str, Any]:
     time) and how many are optimistic (predicted faster)."""
     scored = [r for r in rows if "relative_error" in r]
     out: dict[str, Any] = {"rows": len(scored)}
-    out.update(error_summary([r["relative_error"] for r in scored]))
+    out.update({key: value if scored else None  # an empty group: null, not NaN (strict JSON)
+                for key, value in error_summary([r["relative_error"] for r in scored]).items()})
     out["bias"] = statistics.median(r["time_ratio"] for r in scored) if scored else None
     out["optimistic_rows"] = sum(r["time_ratio"] < 1 for r in scored)
     return out

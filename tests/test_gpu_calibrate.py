@@ -236,6 +236,26 @@ def test_device_preset_from_the_cuda_name():
         device_preset_for("Radeon Instinct MI300X", 192e9, known)
 
 
+def test_device_preset_from_the_cuda_name_among_form_factors():
+    # With H100 SXM5, PCIe and NVL presets known, 'NVIDIA H100 80GB HBM3' (the SXM part, whose
+    # name states no form factor) must not become the PCIe card of the same memory size, and
+    # 'Tesla V100-SXM3-32GB' not the DGX-2H's '-H' part.
+    from dnnscale.calibrate.gpu import known_devices
+
+    known = known_devices()
+    assert {"H100-PCIe-80GB", "H100-NVL-94GB", "V100-SXM3-32GB-H"} <= set(known)
+    for name, memory, preset in (("NVIDIA H100 80GB HBM3", 85.5e9, "H100-SXM5-80GB"),
+                                 ("NVIDIA H100 PCIe", 85.5e9, "H100-PCIe-80GB"),
+                                 ("NVIDIA H100 NVL", 100.5e9, "H100-NVL-94GB"),
+                                 ("NVIDIA H800", 85.5e9, "H800-SXM5-80GB"),
+                                 ("NVIDIA H200", 150.8e9, "H200-SXM-141GB"),
+                                 ("Tesla V100-SXM2-16GB", 16.9e9, "V100-SXM2-16GB"),
+                                 ("Tesla V100-SXM3-32GB", 34.1e9, "V100-SXM3-32GB"),
+                                 ("Tesla V100-SXM3-32GB-H", 34.1e9, "V100-SXM3-32GB-H"),
+                                 ("Tesla P100-SXM2-16GB", 17.1e9, "P100-SXM2-16GB")):
+        assert device_preset_for(name, memory, known) == preset, name
+
+
 # --- the command ---------------------------------------------------------------------------------
 
 

@@ -70,11 +70,17 @@ def _check_sources(entry: dict, where: str) -> None:
 
 def test_the_expected_presets_exist() -> None:
     assert set(DEVICES) == {"V100-SXM2-32GB", "A100-SXM4-40GB", "A100-SXM4-80GB",
-                            "H100-SXM5-80GB", "H200-SXM-141GB"}
+                            "H100-SXM5-80GB", "H200-SXM-141GB",
+                            # issue 23's spec-sheet presets (tests/test_gpu_presets_wave3.py)
+                            "V100-SXM2-16GB", "V100-SXM3-32GB", "V100-SXM3-32GB-H",
+                            "P100-SXM2-16GB", "H100-PCIe-80GB", "H100-NVL-94GB",
+                            "H800-SXM5-80GB"}
     assert {"nvlink2-cubemesh", "nvlink3-nvswitch", "nvlink4-nvswitch", "ib-hdr", "ib-ndr",
-            "roce-100", "roce-200", "roce-400", "eth-25-tcp", "eth-100-tcp"} <= set(LINKS)
+            "roce-100", "roce-200", "roce-400", "eth-25-tcp", "eth-100-tcp", "nvlink1-cubemesh",
+            "nvlink2-nvswitch", "nvlink4-nvswitch-h800", "pcie5-x16"} <= set(LINKS)
     assert {"dgx-v100", "dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "hgx-h200",
-            "a100-80g-roce", "a100-80g-eth"} <= set(NODES)
+            "a100-80g-roce", "a100-80g-eth", "dgx-1-v100-16g", "dgx-2", "dgx-2h", "dgx-1-p100",
+            "h100-pcie", "h100-nvl", "hgx-h800"} <= set(NODES)
 
 
 @pytest.mark.parametrize("key", sorted(DEVICES))
@@ -176,13 +182,17 @@ def test_nvlink_is_stored_per_direction() -> None:
 
 
 def test_each_node_link_matches_its_devices() -> None:
-    # The intra-node fabric's per-GPU bandwidth is the device's NVLink bandwidth.
+    # An NVLink fabric's per-GPU bandwidth is the device's NVLink bandwidth; a PCIe tier (PCIe
+    # cards, whose NVLink bridges join pairs only) is each GPU's one x16 slot.
     for stem, node in NODES.items():
         link = LINKS[node["intra_node"]]
         device = DEVICES[node["device"]]
+        assert _bw(link, "bandwidth") == link["links_per_device"] * _bw(link, "link_bandwidth"), stem
+        if node["intra_node"].startswith("pcie"):
+            assert link["links_per_device"] == 1, stem
+            continue
         assert _bw(link, "bandwidth") == _bw(device, "nvlink_bandwidth"), stem
         assert link["links_per_device"] == device["nvlink_links"], stem
-        assert _bw(link, "bandwidth") == link["links_per_device"] * _bw(link, "link_bandwidth"), stem
 
 
 def test_hand_checked_network_facts() -> None:

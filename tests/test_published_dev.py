@@ -49,9 +49,28 @@ def test_a_bert_row_by_hand(rows) -> None:
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 256,
                          "global_batch": 65536, "precision": "fp16"}
     assert case.measured_samples_per_s == 4553
-    # a DGX-2H row (16 V100 SXM3 per node) runs on the closest preset, flagged
-    v100 = case_of(rows["PM0114"])
-    assert isinstance(v100, Case) and v100.closest_preset and v100.system == "dgx-v100:2"
+    # the V100 SXM3 rows run on the DGX-2H the table names (4 nodes of 16 GPUs: dgx-2h:4), and
+    # its single-node rows, which its notes say are the README's DGX-2 values, on dgx-2
+    dgx2h = case_of(rows["PM0116"])
+    assert isinstance(dgx2h, Case) and not dgx2h.closest_preset and dgx2h.system == "dgx-2h:4"
+    assert rows["PM0116"]["num_nodes"] == "4" and "DGX-2H" in rows["PM0116"]["source"]
+    dgx2 = case_of(rows["PM0114"])
+    assert isinstance(dgx2, Case) and not dgx2.closest_preset and dgx2.system == "dgx-2:1"
+    assert "DGX-2 single-node" in rows["PM0114"]["notes"]
+    items = [case_of(row) for row in rows.values()]
+    assert not any(isinstance(c, Case) and c.closest_preset for c in items)
+
+
+def test_v100_rows_map_to_the_hardware_their_text_names(rows) -> None:
+    from dnnscale.validate.published_dev import _node
+
+    # MXNet ResNet-50 on 'NVIDIA DGX-2 (16x V100 32GB)', Transformer-XL on '8x NVIDIA DGX-2H',
+    # DGX-1 16GB rows on the V100 16 GB DGX-1 (ResNet-50 itself is not expressed yet)
+    assert _node(rows["PM0192"]) == ("dgx-2", False)
+    assert _node(rows["PM0148"]) == ("dgx-2h", False)
+    assert _node(rows["PM0174"]) == ("dgx-1-v100-16g", False)
+    resnet = case_of(rows["PM0174"])
+    assert isinstance(resnet, Unexpressed) and "ResNet-50" in resnet.reason
 
 
 def test_what_is_not_expressed_says_why(rows) -> None:

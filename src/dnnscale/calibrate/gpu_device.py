@@ -207,12 +207,22 @@ class SyntheticDevice(TorchDevice):
         return self.roofline.seconds(kernel)
 
 
+FORM_FACTOR_WORDS = frozenset({"PCIE", "NVL"})
+"""Form factors NVIDIA's CUDA names state ('NVIDIA H100 PCIe', 'NVIDIA H100 NVL'); an SXM
+part's name states none ('NVIDIA H100 80GB HBM3'), so a preset of one of these form factors
+is the GPU only when its name says so."""
+
+
 def device_preset_for(torch_name: str, memory_bytes: float, known: list[str]) -> str:
     """The devices.yaml name of a GPU torch calls `torch_name` ('NVIDIA H200' ->
-    'H200-SXM-141GB'): the known device whose model (the name up to its first '-') is a word
-    of `torch_name`, the closest in memory size when several are; InputError when none is."""
+    'H200-SXM-141GB'): among the known devices whose model (the name up to its first '-') is
+    a word of `torch_name` and whose form factor (FORM_FACTOR_WORDS) the name states if they
+    have one, the one with the most name parts among its words, then the fewest parts not
+    among them ('Tesla V100-SXM3-32GB' is not V100-SXM3-32GB-H), then the closest in memory
+    size; InputError when none is."""
     words = set(torch_name.replace("-", " ").upper().split())
-    matches = [name for name in known if name.split("-")[0].upper() in words]
+    matches = [name for name in known if name.split("-")[0].upper() in words
+               and FORM_FACTOR_WORDS & set(name.upper().split("-")) <= words]
     if not matches:
         raise InputError("--as", f"cannot tell which of {', '.join(sorted(known))} the GPU "
                          f"{torch_name!r} is; name it with --as")
@@ -220,4 +230,10 @@ def device_preset_for(torch_name: str, memory_bytes: float, known: list[str]) ->
         return matches[0]
     from dnnscale.system.gpu import gpu_device
 
-    return min(matches, key=lambda name: abs(gpu_device(name, None).memory_bytes - memory_bytes))
+    def rank(name: str) -> tuple[int, int, float]:
+        parts = name.upper().split("-")
+        found = sum(part in words for part in parts)
+        return (-found, len(parts) - found,
+                abs(gpu_device(name, None).memory_bytes - memory_bytes))
+
+    return min(matches, key=rank)

@@ -20,12 +20,16 @@ MosaicML llm-foundry (MPT 125M-70B under FSDP FULL_SHARD). What each row becomes
   AMP, else tf32 or fp32.
 - Systems: A100 40 GB -> dgx-a100-40g (8 x 200 Gb/s, the "1600 Gbps" of llm-foundry's
   tables); A100 80 GB -> a100-80g-roce where the row says RoCE, else dgx-a100-80g; H100 ->
-  dgx-h100 (llm-foundry does not state its fabric); V100 SXM3 32 GB (DGX-2/2H) -> the closest
-  preset, dgx-v100 (a DGX-1's 8 V100 on an NVLink cube-mesh, where a DGX-2 has 16 on
-  NVSwitch), flagged ``closest_preset``.
+  dgx-h100 (llm-foundry does not state its fabric); V100 SXM3 32 GB (DGX-2/2H) -> dgx-2h
+  for the rows a DGX-2H measured, dgx-2 for those the row names a DGX-2 (the BERT table's
+  single-node rows: its notes say they are the README's DGX-2 values, where the multi-node
+  rows ran on DGX-2H; 16 V100 on NVSwitch, 8 x EDR between nodes, as the row's columns say);
+  V100 SXM2 16 GB (DGX-1) -> dgx-1-v100-16g (8 on the NVLink cube-mesh, 4 x EDR). Each is
+  the hardware the row names, so no row is flagged ``closest_preset`` today; the flag stays
+  for a row that runs on a stand-in.
 - Not expressed (each with its reason): Transformer-XL (its attention over the recurrence
   memory is not a workload the model has), ResNet-50 (no ResNet-50 workload: the zoo has
-  AlexNet and VGG-16, and a PyTorch import needs torchvision), V100 SXM2 16 GB rows.
+  AlexNet and VGG-16, and a PyTorch import needs torchvision).
 """
 
 from __future__ import annotations
@@ -108,8 +112,21 @@ def _node(row: dict[str, str]) -> tuple[str, bool]:
     if "H100" in device:
         return "dgx-h100", False
     if "V100 SXM3" in device:
-        return "dgx-v100", True
+        return ("dgx-2" if _names_dgx2(row) else "dgx-2h"), False
+    if "V100 SXM2 16GB" in device:
+        return "dgx-1-v100-16g", False
     return "", False
+
+
+def _names_dgx2(row: dict[str, str]) -> bool:
+    """Whether a DGX-2/2H row says it is a plain DGX-2's value: its table or notes name a
+    DGX-2 and not a DGX-2H ('DGX-2 (16x V100 32GB)'), or a single-node row's notes say the
+    single-node value is the DGX-2's (the TF BERT table reuses the README's DGX-2 row in its
+    DGX-2H multi-node table)."""
+    text = f"{row['source']} {row['notes']}"
+    if "DGX-2H" not in text:
+        return "DGX-2" in text
+    return row["num_nodes"] == "1" and "DGX-2 single-node" in row["notes"]
 
 
 def _system(row: dict[str, str], node: str) -> str:
