@@ -6,9 +6,10 @@ Each row becomes a workload, a system preset and a plan (validate/published_dev.
 and which rows the model cannot express yet, with the reason); the model predicts its
 throughput, and the summary gives per source and overall the median, p90 and max relative error
 of throughput and the bias (the median of predicted over measured *time*: below 1 the model is
-too fast), per model family (`family`), and the FP8/BF16 speed-ups of rows that differ in precision alone. Nothing is
-fitted: every prediction uses the presets as committed. Development data: the model may be
-shaped on it; the held-out public sets named in the data's README are not here.
+too fast), the same per model family (`family`), and the FP8/BF16 speed-ups of rows that
+differ in precision alone. Nothing is fitted: every prediction uses the presets as committed.
+Development data: the model may be shaped on it; the held-out public sets named in the data's
+README are not here.
 """
 
 from __future__ import annotations

@@ -20,9 +20,10 @@ Shape keys. Every layer's `hyper` holds the model's shape, so the model never re
 attn_qkv, attn_scores, attn_softmax, attn_context, flash_attention, attn_out, attn_residual,
 mlp_norm, mlp_up, mlp_act, mlp_down, mlp_residual, embedding, embedding_norm, final_norm,
 logits, cross_entropy), ``hidden``, ``heads``, ``kv_heads``, ``seq``, ``ffn``, ``vocab``,
-``gated``, ``memory`` (kept only where it is not 0), plus the kind's own options (``bias``, ``causal``, ``dropout``, ``tied``,
-``positional``, ``positions``, ``token_types``, ``relative``). A key the kind's formula does not need may be
-None (layers imported from PyTorch know only their own module's sizes).
+``gated``, ``memory`` (kept only where it is not 0), plus the kind's own options (``bias``,
+``causal``, ``dropout``, ``tied``, ``positional``, ``positions``, ``token_types``,
+``relative``). A key the kind's formula does not need may be None (layers imported from
+PyTorch know only their own module's sizes).
 """
 
 from __future__ import annotations
