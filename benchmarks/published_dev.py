@@ -6,9 +6,10 @@ Each row becomes a workload, a system preset and a plan (validate/published_dev.
 and which rows the model cannot express yet, with the reason); the model predicts its
 throughput, and the summary gives per source and overall the median, p90 and max relative error
 of throughput and the bias (the median of predicted over measured *time*: below 1 the model is
-too fast), and the FP8/BF16 speed-ups of rows that differ in precision alone. Nothing is
-fitted: every prediction uses the presets as committed. Development data: the model may be
-shaped on it; the held-out public sets named in the data's README are not here.
+too fast), the same per model family (`family`), and the FP8/BF16 speed-ups of rows that
+differ in precision alone. Nothing is fitted: every prediction uses the presets as committed.
+Development data: the model may be shaped on it; the held-out public sets named in the data's
+README are not here.
 """
 
 from __future__ import annotations
@@ -69,6 +70,11 @@ def block(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def family(row: dict[str, Any]) -> str:
+    """The row's model family: DeepLearningExamples' model as the row names it, or MPT."""
+    return "MPT (llm-foundry)" if row["source"] == "llm-foundry" else row["model"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DATA)
@@ -116,6 +122,8 @@ def main() -> int:
         "overall": overall,
         "per_source": {s: block([r for r in rows if r["source"] == s]) for s in sources},
         "per_source_and_precision": groups,
+        "per_model": {name: block([r for r in rows if family(r) == name])
+                      for name in sorted({family(r) for r in rows})},
         "closest_preset": block([r for r in rows if r["closest_preset"]]),
         "exact_preset": block([r for r in rows if not r["closest_preset"]]),
         "fp8_over_bf16": speedups,
@@ -142,6 +150,10 @@ def main() -> int:
     for name, figures in groups.items():
         print(f"  {name:24} rows {figures['rows']:3}  median {figures['median_relative_error']:6.1%}"
               f"  p90 {figures['p90_relative_error']:6.1%}  max {figures['max_relative_error']:6.1%}"
+              f"  bias {figures['bias']:.2f}")
+    for name, figures in summary["per_model"].items():
+        print(f"  {name:36} rows {figures['rows']:3}  median "
+              f"{figures['median_relative_error']:6.1%}  max {figures['max_relative_error']:6.1%}"
               f"  bias {figures['bias']:.2f}")
     for s in speedups:
         print(f"  fp8/bf16 {s['model']} ({s['bf16']}, {s['fp8']}): measured "

@@ -65,21 +65,54 @@ def test_v100_rows_map_to_the_hardware_their_text_names(rows) -> None:
     from dnnscale.validate.published_dev import _node
 
     # MXNet ResNet-50 on 'NVIDIA DGX-2 (16x V100 32GB)', Transformer-XL on '8x NVIDIA DGX-2H',
-    # DGX-1 16GB rows on the V100 16 GB DGX-1 (ResNet-50 itself is not expressed yet)
+    # DGX-1 16GB rows on the V100 16 GB DGX-1
     assert _node(rows["PM0192"]) == ("dgx-2", False)
     assert _node(rows["PM0148"]) == ("dgx-2h", False)
     assert _node(rows["PM0174"]) == ("dgx-1-v100-16g", False)
     resnet = case_of(rows["PM0174"])
-    assert isinstance(resnet, Unexpressed) and "ResNet-50" in resnet.reason
+    assert isinstance(resnet, Case) and resnet.workload == "resnet50"
+    assert resnet.system == "dgx-1-v100-16g:1" and not resnet.closest_preset
+
+
+def test_a_transformer_xl_row_by_hand(rows) -> None:
+    # PM0160: base, 16 x 512, 8 heads of 64, d_inner 2048, tgt_len 192, mem_len 192, 8 A100-40GB,
+    # 32 per GPU, global 256, FP16 AMP, 449,890 tokens/s
+    case = case_of(rows["PM0160"])
+    assert isinstance(case, Case) and case.source == "dle" and case.seq == 192
+    assert case.workload == ("gpt:layers=16,hidden=512,heads=8,ffn=2048,seq=192,memory=192,"
+                             "vocab=267735,positional=relative,norm_position=post,tied=true")
+    assert case.system == "dgx-a100-40g:1"
+    assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 32,
+                         "global_batch": 256, "precision": "fp16"}
+    assert case.measured_samples_per_s == pytest.approx(449_890 / 192)
+    assert "full softmax" in case.notes
+    # large on 128 V100 SXM3 (8 DGX-2H): tgt_len and mem_len 384, 4 per GPU, 512 segments
+    large = case_of(rows["PM0152"])
+    assert isinstance(large, Case) and not large.closest_preset and large.system == "dgx-2h:8"
+    assert "layers=18,hidden=1024,heads=16,ffn=4096,seq=384,memory=384" in large.workload
+    assert large.plan["micro_batch"] == 4 and large.plan["global_batch"] == 512
+
+
+def test_a_resnet_row_by_hand(rows) -> None:
+    # PM0173: PyTorch DDP + DALI, 8 A100-80GB, 256 per GPU, global 2048, AMP, 16,621 images/s
+    case = case_of(rows["PM0173"])
+    assert isinstance(case, Case) and case.workload == "resnet50" and case.seq == 1
+    assert case.system == "dgx-a100-80g:1"
+    assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 256,
+                         "global_batch": 2048, "precision": "fp16"}
+    assert case.measured_samples_per_s == 16_621 and "not modelled" in case.notes
+    # MXNet on one A100, TF32, 512 per GPU
+    mxnet = case_of(rows["PM0179"])
+    assert isinstance(mxnet, Case) and mxnet.plan["precision"] == "tf32"
+    assert mxnet.plan["micro_batch"] == mxnet.plan["global_batch"] == 512
 
 
 def test_what_is_not_expressed_says_why(rows) -> None:
-    resnet = case_of(rows["PM0170"])
-    assert isinstance(resnet, Unexpressed) and "ResNet-50" in resnet.reason
-    xl = case_of(rows["PM0154"])
-    assert isinstance(xl, Unexpressed) and "memory" in xl.reason
+    # every row is expressed; a device with no preset would say so
     items = [case_of(row) for row in rows.values()]
-    assert sum(isinstance(c, Case) for c in items) == 127 and len(items) == 183
+    assert sum(isinstance(c, Case) for c in items) == 183 and len(items) == 183
+    unknown = case_of({**rows["PM0174"], "device": "NVIDIA T4 16GB"})
+    assert isinstance(unknown, Unexpressed) and "no preset for NVIDIA T4 16GB" in unknown.reason
 
 
 def test_fp8_rows_pair_with_their_bf16_twins(rows) -> None:
@@ -98,7 +131,7 @@ def test_the_benchmark_writes_its_summary(tmp_path: Path) -> None:
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=110)
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["rows_in_data"] == 183 and summary["rows_expressed"] == 127
+    assert summary["rows_in_data"] == 183 and summary["rows_expressed"] == 183
     assert set(summary["per_source"]) == {"dle", "llm-foundry"}
     for figures in (summary["overall"], *summary["per_source"].values()):
         assert figures["median_relative_error"] <= figures["p90_relative_error"] \
@@ -106,7 +139,7 @@ def test_the_benchmark_writes_its_summary(tmp_path: Path) -> None:
         assert figures["bias"] > 0
     assert len(summary["fp8_over_bf16"]) == 3
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert len(rows) == 127 and all("relative_error" in r or "error" in r for r in rows)
+    assert len(rows) == 183 and all("relative_error" in r or "error" in r for r in rows)
 
 
 @pytest.mark.timeout(60)

@@ -216,3 +216,39 @@ class DataDependent(nn.Module):
 
 def data_dependent() -> nn.Module:
     return DataDependent()
+
+
+class Bottleneck(nn.Module):
+    """ResNet v1.5 bottleneck: 1x1, 3x3 with the stride, 1x1 to 4x the width, batch norms,
+    a projection shortcut where the shape changes."""
+
+    def __init__(self, c_in: int, width: int, stride: int) -> None:
+        super().__init__()
+        c_out = 4 * width
+        self.body = nn.Sequential(
+            nn.Conv2d(c_in, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False),
+            nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, c_out, 1, bias=False), nn.BatchNorm2d(c_out))
+        self.shortcut = None
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False),
+                                          nn.BatchNorm2d(c_out))
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skip = x if self.shortcut is None else self.shortcut(x)
+        return self.relu(self.body(x) + skip)
+
+
+def resnet50() -> nn.Module:
+    """zoo.resnet50 (v1.5, He et al. 2016 Table 1) without its loss."""
+    layers: list[nn.Module] = [nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+                               nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    c_in = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for block in range(blocks):
+            layers.append(Bottleneck(c_in, width, stride if block == 0 else 1))
+            c_in = 4 * width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
+    return nn.Sequential(*layers)

@@ -126,6 +126,9 @@ def check_exportable(plan: ParallelPlan, shape: TransformerShape | None, workloa
         raise InputError("workload", f"{short_repr(workload)} is not a transformer; {engine} "
                          f"needs a transformer workload (a zoo name such as gpt3-175b or "
                          f"llama2-70b, or hf:config.json)")
+    if shape.memory or shape.positional == "relative":
+        raise InputError("workload", f"{short_repr(workload)} is a Transformer-XL (a recurrence "
+                         f"memory, relative positions); {engine} has no such attention")
     if not shape.causal or shape.norm_position != "pre":
         raise InputError("workload", f"{short_repr(workload)} is an encoder (bidirectional or "
                          f"post-norm); the export writes {engine}'s decoder (GPT/Llama) "

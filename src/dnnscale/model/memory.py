@@ -96,7 +96,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
                                        kv_hidden: int, ffn_in: int, ffn_out: int, tensor: int,
                                        sequence_parallel: bool, recompute: str,
                                        flash_attention: bool, context: int = 1,
-                                       moe: MoeActivations | None = None) -> float:
+                                       moe: MoeActivations | None = None, memory: int = 0,
+                                       relative: bool = False) -> float:
     """Activation bytes one transformer block keeps for its backward, per micro-batch.
 
     Formula: (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
@@ -115,7 +116,12 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
         expert tensor parallelism etp < t), the experts'
         activation input and output 2·s·b·k'·(f_in + f_out)/t, the router's fp32
         probabilities 4·s·b·E, and the shared experts' 2·s·b·(f_in + f_out)/t;
-      context parallelism (cp members) divides everything by cp (each keeps s/cp tokens).
+      context parallelism (cp members) divides everything by cp (each keeps s/cp tokens);
+      a Transformer-XL memory of m tokens (`memory`, keys s_k = s + m) widens what attention
+        keeps to its s_k rows: the attention input (the memory and the segment concatenated)
+        2·s_k·b·h instead of 2·s·b·h, K and V 4·s_k·b·h_kv, the core 5·a·s·s_k·b; relative
+        positions (`relative`) keep the two biased query copies Q + u and Q + v for the two
+        score products, 2·s·b·h more (split by t).
     For MHA with f = 4h this is Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) without tensor
     parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with it, and (34 + 5·a·s/h)/t with sequence
     parallelism.
@@ -123,13 +129,15 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     Source: Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
     Models", MLSys 2023, §4 (eq. 1-2) and §5 (selective recomputation); Dao 2023
     (FlashAttention-2 keeps the log-sum-exp only); Megatron-Core's MoE layer (the permuted
-    tokens and the experts' activations saved for backward).
+    tokens and the experts' activations saved for backward); Dai et al. 2019 and its
+    reference code (mem_transformer.py) for the memory and the relative-position terms.
     """
     s, b, h = seq / max(1, context), micro_batch, hidden
+    s_k = s + memory / max(1, context)
     t = max(1, tensor)
     if recompute == "full":
         return 2 * s * b * h / (t if sequence_parallel else 1)
-    whole = 10 * s * b * h / (t if sequence_parallel else 1)
+    whole = (8 * s + 2 * s_k) * b * h / (t if sequence_parallel else 1)
     if moe is None:
         mlp = (2 * s * b * ffn_in + 2 * s * b * ffn_out) / t
     else:
@@ -137,13 +145,14 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
                + ROUTER_STATE_BYTES * s * b * moe.experts
                + (2 * s * b * moe.copies * (moe.expert_in + moe.expert_out)
                   + 2 * s * b * (moe.shared_in + moe.shared_out)) / t)
-    split = (4 * s * b * h + 4 * s * b * kv_hidden) / t + mlp
+    queries = (6 if relative else 4) * s * b * h
+    split = (queries + 4 * s_k * b * kv_hidden) / t + mlp
     if flash_attention:
         core = 4 * heads * s * b / t
     elif recompute == "selective":
         core = 0.0
     else:
-        core = 5 * heads * s * s * b / t
+        core = 5 * heads * s * s_k * b / t
     return whole + split + core
 
 

@@ -142,7 +142,8 @@ def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
     return transformer_block_activation_bytes(
         shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
         ffn_in, shape.ffn, plan.tensor.degree, plan.tensor.sequence_parallel,
-        plan.memory.recompute, shape.flash_attention, plan.context.degree, moe)
+        plan.memory.recompute, shape.flash_attention, plan.context.degree, moe, shape.memory,
+        shape.positional == "relative")
 
 
 def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,

@@ -91,17 +91,21 @@ def sharding_rule(rules: str, split: str, scheme: str) -> Callable[[ShardingRule
 def member_params(layer: Layer, scheme: str, units: int) -> int:
     """Parameters of `layer` that a member owning `units` of its output units holds.
 
-    Formula: conv2d out·C_in/groups·K_h·K_w (+ out biases), linear out·n_in (+ out biases),
-    for out = units; a stripe ('rows') holds the whole kernel; layers without weights hold 0.
+    Formula: conv2d and shortcut_conv2d out·C_in/groups·K_h·K_w (+ out biases), linear
+    out·n_in (+ out biases), batchnorm2d 2·out (γ, β), for out = units; a stripe ('rows')
+    holds the whole kernel; layers without weights hold 0.
     Units: counts.
     Source: performance-model.md §2 (each worker holds 1/P of the replica's weights).
     """
     if scheme == "rows" and layer.has_weights:
         return layer.params
     bias = units if layer.hyper.get("bias", True) else 0
-    if layer.kind == "conv2d":
+    if layer.kind in ("conv2d", "shortcut_conv2d"):
         kernel_h, kernel_w = layer.kernel or (1, 1)
-        return units * (layer.input_shape[0] // layer.groups) * kernel_h * kernel_w + bias
+        c_in = layer.in_channels if layer.in_channels is not None else layer.input_shape[0]
+        return units * (c_in // layer.groups) * kernel_h * kernel_w + bias
+    if layer.kind == "batchnorm2d":
+        return 2 * units
     if layer.kind == "linear":
         return units * layer.input_shape[0] + bias
     return 0

@@ -114,6 +114,9 @@ def transformer_shape(workload: Any, field: str = "workload") -> Any:
     if shape is None:
         raise InputError(field, f"{workload.name!r} is not a transformer workload (run --gpu "
                          f"trains zoo transformers and gpt:... names)")
+    if shape.memory or shape.positional == "relative":
+        raise InputError(field, f"{workload.name!r} is a Transformer-XL (a recurrence memory, "
+                         f"relative positions): priced, but run --gpu builds GPT blocks only")
     return shape
 
 

@@ -4,7 +4,8 @@ model cannot express it yet.
 
 Two sources (data/published-dev/SOURCE.md): NVIDIA DeepLearningExamples (BERT-Large
 pretraining by data parallelism with gradient accumulation; Transformer-XL; ResNet-50) and
-MosaicML llm-foundry (MPT 125M-70B under FSDP FULL_SHARD). What each row becomes:
+MosaicML llm-foundry (MPT 125M-70B under FSDP FULL_SHARD). What each row becomes (precision:
+fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
 
 - MPT: ``gpt:`` with the row's layers, d_model, heads, vocab and sequence, no positional
   embedding (ALiBi adds no parameters), tied embeddings, no biases, flash attention by the
@@ -18,6 +19,21 @@ MosaicML llm-foundry (MPT 125M-70B under FSDP FULL_SHARD). What each row becomes
   bidirectional, learned positions (512), tied decoder; dp = the GPUs, ZeRO-0, the row's
   per-GPU batch as the micro-batch, its global batch (the accumulation in between), fp16 for
   AMP, else tf32 or fp32.
+- Transformer-XL base and large (PyTorch DDP): ``gpt:`` with the row's layers, d_model, heads,
+  d_inner, tgt_len as the sequence and mem_len as the memory, relative positions, post-norm
+  (its reference code's pre_lnorm false), tied embeddings, WikiText-103's vocabulary of
+  267,735 words (Merity et al. 2016); dp = the GPUs, ZeRO-0, the row's per-GPU batch and
+  global batch. Its adaptive softmax and adaptive input (cutoffs 19,997, 39,997, 199,997;
+  div_val 1 for base, 4 for large: wt103_base.yaml and wt103_large.yaml) are not expressed:
+  the output is priced as a full softmax over the 267,735 words and the input as one table
+  of 267,735 x d_model, which over-counts the output layer (each token's logits over the
+  20,000-word head, the tail clusters only for the tokens whose target is in them) and, for
+  large, the table's parameters; each case says so in its notes.
+- ResNet-50 v1.5 (MXNet + Horovod, PyTorch DDP): the zoo's ``resnet50``, dp = the GPUs,
+  ZeRO-0, the row's per-GPU batch and global batch. The input pipeline is not modelled: the
+  MXNet figures include data loading and augmentation (DALI, on the GPU), the PyTorch ones
+  load with DALI too; neither is priced (no factor stands in for it), nor are the fused
+  batch-norm + ReLU (+ add) kernels and channels-last layouts of the AMP runs.
 - Systems: A100 40 GB -> dgx-a100-40g (8 x 200 Gb/s, the "1600 Gbps" of llm-foundry's
   tables); A100 80 GB -> a100-80g-roce where the row says RoCE, else dgx-a100-80g; H100 ->
   dgx-h100 (llm-foundry does not state its fabric); V100 SXM3 32 GB (DGX-2/2H) -> dgx-2h
@@ -27,9 +43,8 @@ MosaicML llm-foundry (MPT 125M-70B under FSDP FULL_SHARD). What each row becomes
   V100 SXM2 16 GB (DGX-1) -> dgx-1-v100-16g (8 on the NVLink cube-mesh, 4 x EDR). Each is
   the hardware the row names, so no row is flagged ``closest_preset`` today; the flag stays
   for a row that runs on a stand-in.
-- Not expressed (each with its reason): Transformer-XL (its attention over the recurrence
-  memory is not a workload the model has), ResNet-50 (no ResNet-50 workload: the zoo has
-  AlexNet and VGG-16, and a PyTorch import needs torchvision).
+- Not expressed (each with its reason): the rows on a device no preset has, whatever their
+  model (none today).
 """
 
 from __future__ import annotations
@@ -44,6 +59,13 @@ from typing import Any
 DATA = Path(__file__).resolve().parents[3] / "data" / "published-dev" / "measurements.csv"
 BERT_VOCAB = 30522
 """BERT's uncased WordPiece vocabulary (Devlin et al. 2019)."""
+WIKITEXT103_VOCAB = 267_735
+"""WikiText-103's word vocabulary (Merity et al. 2016, Table 1; n_token in NVIDIA
+DeepLearningExamples' wt103_large.yaml)."""
+XL_FULL_SOFTMAX_NOTE = ("adaptive softmax and adaptive input (cutoffs 19997, 39997, 199997) "
+                        "not expressed: priced as a full softmax and one embedding table over "
+                        "267,735 words; data loading not modelled")
+RESNET_NOTE = "the input pipeline (DALI) is not modelled"
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,7 @@ class Case:
     precision: str
     devices: int
     closest_preset: bool = False
+    notes: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,7 +120,7 @@ def _samples_per_s(row: dict[str, str], seq: int) -> float:
     value, unit = float(row["measured_value"]), row["measured_unit"]
     if unit.startswith("tokens/sec (total)"):
         return value / seq
-    if unit.startswith(("sequences/sec (total)", "sentences/sec (total)")):
+    if unit.startswith(("sequences/sec (total)", "sentences/sec (total)", "images/sec (total)")):
         return value
     raise ValueError(f"{row['id']}: unit {unit!r} is not one this benchmark converts")
 
@@ -137,6 +160,22 @@ def _system(row: dict[str, str], node: str) -> str:
     return f"{node}:{max(1, math.ceil(devices / preset_devices_per_node(node)))}"
 
 
+def _precision(text: str) -> str:
+    """fp16 for AMP or FP16 mixed precision, else tf32 or fp32, from the row's precision."""
+    if "FP16" in text or "AMP" in text:
+        return "fp16"
+    return "tf32" if "TF32" in text else "fp32"
+
+
+def _data_parallel(row: dict[str, str], precision: str) -> dict[str, Any]:
+    """dp = the row's GPUs, ZeRO-0, its per-GPU batch as the micro-batch, its global batch."""
+    rid = row["id"]
+    return {"tp": 1, "pp": 1, "dp": int(row["num_devices"]), "zero": 0,
+            "micro_batch": _first_int(row["micro_batch"], "micro_batch", rid),
+            "global_batch": _first_int(row["global_batch"], "global_batch", rid),
+            "precision": precision}
+
+
 def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
     rid, details, config = row["id"], row["model_details"], row["parallel_config"]
     layers, hidden, heads, vocab, seq = (int(v) for v in _find(
@@ -162,33 +201,51 @@ def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
     seq = int(_find(r"seq len (\d+)", row["model_details"], rid, "the sequence").group(1))
     workload = (f"gpt:layers=24,hidden=1024,heads=16,seq={seq},vocab={BERT_VOCAB},"
                 "causal=false,positional=learned,positions=512,tied=true")
-    text = row["precision"]
-    precision = "fp16" if "FP16" in text else "tf32" if "TF32" in text else "fp32"
-    devices = int(row["num_devices"])
-    plan = {"tp": 1, "pp": 1, "dp": devices, "zero": 0,
-            "micro_batch": _first_int(row["micro_batch"], "micro_batch", rid),
-            "global_batch": _first_int(row["global_batch"], "global_batch", rid),
-            "precision": precision}
-    return Case(rid, "dle", row["model"], workload, _system(row, node), plan, seq,
-                _samples_per_s(row, seq), precision, devices, closest)
+    precision = _precision(row["precision"])
+    return Case(rid, "dle", row["model"], workload, _system(row, node),
+                _data_parallel(row, precision), seq, _samples_per_s(row, seq), precision,
+                int(row["num_devices"]), closest)
+
+
+def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
+    rid = row["id"]
+    layers, hidden, heads, head_dim, ffn, seq, memory = (int(v) for v in _find(
+        r"(\d+) layers, d_model (\d+), (\d+) heads \(d_head (\d+)\), d_inner (\d+), "
+        r"tgt_len (\d+), mem_len (\d+)", row["model_details"], rid,
+        "the Transformer-XL shape").groups())
+    if heads * head_dim != hidden:
+        raise ValueError(f"{rid}: {heads} heads of {head_dim} are not d_model {hidden}")
+    workload = (f"gpt:layers={layers},hidden={hidden},heads={heads},ffn={ffn},seq={seq},"
+                f"memory={memory},vocab={WIKITEXT103_VOCAB},positional=relative,"
+                "norm_position=post,tied=true")
+    precision = _precision(row["precision"])
+    return Case(rid, "dle", row["model"], workload, _system(row, node),
+                _data_parallel(row, precision), seq, _samples_per_s(row, seq), precision,
+                int(row["num_devices"]), closest, XL_FULL_SOFTMAX_NOTE)
+
+
+def _resnet50(row: dict[str, str], node: str, closest: bool) -> Case:
+    """One sample is one 224x224 image (Case.seq 1)."""
+    precision = _precision(row["precision"])
+    return Case(row["id"], "dle", row["model"], "resnet50", _system(row, node),
+                _data_parallel(row, precision), 1, _samples_per_s(row, 1), precision,
+                int(row["num_devices"]), closest, RESNET_NOTE)
 
 
 def case_of(row: dict[str, str]) -> Case | Unexpressed:
     """The row as a Case, or why it is not one."""
     rid, source, model = row["id"], source_of(row), row["model"]
     node, closest = _node(row)
-    if model.startswith("Transformer-XL"):
-        return Unexpressed(rid, source, model, "Transformer-XL's attention over its recurrence "
-                           "memory (mem_len keys per query) is not a workload the model has")
-    if model.startswith("ResNet-50"):
-        return Unexpressed(rid, source, model, "no ResNet-50 workload (the zoo has AlexNet and "
-                           "VGG-16; a PyTorch import needs torchvision)")
     if not node:
         return Unexpressed(rid, source, model, f"no preset for {row['device']}")
     if model.startswith("MPT"):
         return _mpt(row, node, closest)
     if model.startswith("BERT-Large"):
         return _bert(row, node, closest)
+    if model.startswith("Transformer-XL"):
+        return _transformer_xl(row, node, closest)
+    if model.startswith("ResNet-50"):
+        return _resnet50(row, node, closest)
     return Unexpressed(rid, source, model, "a model this benchmark does not map")
 
 

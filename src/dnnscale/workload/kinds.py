@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from dnnscale.errors import MAX_COUNT, InputError, require_count, require_nonnegative, short_repr
@@ -165,16 +166,12 @@ def _conv_output(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
-@register_kind("conv2d", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="conv2d")
-def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
-           out_channels: int, kernel: object, stride: object = 1, padding: object = 0,
-           groups: int = 1, bias: bool = True) -> Layer:
-    """2-D convolution C_in -> C_out, kernel K_h x K_w, output H x W.
-
-    FLOPs per sample (fwd = input-grad = weight-grad): 2·C_out·H·W·K_h·K_w·C_in/groups
-    (torch.utils.flop_counter.conv_flop_count). Params: C_out·C_in/groups·K_h·K_w (+ C_out bias).
-    """
-    c_in, h_in, w_in = _need_3d(input_shape, "conv2d", name)
+def _conv(kind: str, name: str, input_shape: tuple[int, int, int], bytes_per_value: int,
+          needs_input_grad: bool, out_channels: int, kernel: object, stride: object,
+          padding: object, groups: int, bias: bool) -> Layer:
+    """A 2-D convolution of `input_shape` (channels, height, width): the counts of `conv2d`'s
+    docstring, the one place they are computed (conv2d and shortcut_conv2d)."""
+    c_in, h_in, w_in = input_shape
     kh, kw = _pair(kernel, f"layers.{name}.kernel")
     sh, sw = _pair(stride, f"layers.{name}.stride")
     ph, pw = _pair(padding, f"layers.{name}.padding", minimum=0)
@@ -192,7 +189,7 @@ def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_
     params = out_channels * (c_in // groups) * kh * kw + (out_channels if bias else 0)
     in_values, out_values = c_in * h_in * w_in, out_channels * h_out * w_out
     b = bytes_per_value
-    return Layer(name=name, kind="conv2d", input_shape=(c_in, h_in, w_in),
+    return Layer(name=name, kind=kind, input_shape=(c_in, h_in, w_in),
                  output_shape=(out_channels, h_out, w_out), params=params,
                  fwd_flops=2.0 * macs, input_grad_flops=2.0 * macs if needs_input_grad else 0.0,
                  weight_grad_flops=2.0 * macs,
@@ -201,6 +198,53 @@ def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_
                  weight_grad_bytes=(in_values + out_values) * b,
                  in_channels=c_in, out_channels=out_channels, kernel=(kh, kw), stride=(sh, sw),
                  padding=(ph, pw), groups=groups)
+
+
+@register_kind("conv2d", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="conv2d")
+def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
+           out_channels: int, kernel: object, stride: object = 1, padding: object = 0,
+           groups: int = 1, bias: bool = True) -> Layer:
+    """2-D convolution C_in -> C_out, kernel K_h x K_w, output H x W.
+
+    FLOPs per sample (fwd = input-grad = weight-grad): 2·C_out·H·W·K_h·K_w·C_in/groups
+    (torch.utils.flop_counter.conv_flop_count). Params: C_out·C_in/groups·K_h·K_w (+ C_out bias).
+    """
+    return _conv("conv2d", name, _need_3d(input_shape, "conv2d", name), bytes_per_value,
+                 needs_input_grad, out_channels, kernel, stride, padding, groups, bias)
+
+
+@register_kind("shortcut_conv2d", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="conv2d")
+def shortcut_conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                    needs_input_grad: bool, block_input: object, stride: object = 1,
+                    kernel: object = 1, bias: bool = False) -> Layer:
+    """The projection shortcut of a residual block (He et al. 2016, §3.3 option B): a
+    convolution of the block's input, a branch beside the chain. It reads `block_input`
+    (channels, height, width), not the chain's value, and its output must have the chain's
+    shape, the main branch's output it is added to (`shortcut_add`); the chain's value passes
+    on (its input and output shapes are the chain's). Padding 0, one group.
+
+    Formula: `conv2d`'s on the block input: FLOPs per sample 2·C_out·H·W·K_h·K_w·C_in per phase
+    (H x W its output); bytes per phase (C_in·H_in·W_in + C_out·H·W)·b. Its input gradient is
+    also where the block's input forks (the main branch's first conv reads it too): the two
+    gradients are summed there, read 2 and write 1, + 3·C_in·H_in·W_in·b. Params
+    C_out·C_in·K_h·K_w (+ C_out bias). Source: torch.utils.flop_counter.conv_flop_count; the
+    fork's sum is autograd's accumulation of a tensor's gradients (one add kernel).
+    Under Project Adam's model-parallel splits its re-gather and stripe traffic are priced on
+    the chain's shape (model/sharding.py), not the block input it reads.
+    """
+    shape = check_shape(block_input, f"layers.{name}.block_input")
+    if len(shape) != 3:
+        raise InputError(f"layers.{name}.block_input", f"must be (channels, height, width), got "
+                         f"{list(shape)}")
+    out = _need_3d(input_shape, "shortcut_conv2d", name)
+    conv = _conv("shortcut_conv2d", name, (shape[0], shape[1], shape[2]), bytes_per_value,
+                 needs_input_grad, out[0], kernel, stride, 0, 1, bias)
+    if conv.output_shape != out:
+        raise InputError(f"layers.{name}.block_input", f"the shortcut of {list(shape)} gives "
+                         f"{list(conv.output_shape)}, not the main branch's {list(out)}")
+    fork = 3.0 * math.prod(shape) * bytes_per_value if needs_input_grad else 0.0
+    return replace(conv, input_shape=out, input_grad_bytes=conv.input_grad_bytes + fork,
+                   hyper={"block_input": list(shape), "bias": bias})
 
 
 @register_kind("linear", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="linear",
@@ -286,6 +330,59 @@ def relu(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
          needs_input_grad: bool) -> Layer:
     """Element-wise ReLU: 0 FLOP, memory bound."""
     return _elementwise("relu", name, input_shape, input_shape, bytes_per_value, needs_input_grad)
+
+
+@register_kind("batchnorm2d", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
+def batchnorm2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                needs_input_grad: bool) -> Layer:
+    """Batch normalization in training (Ioffe & Szegedy 2015) over each of C channels of a
+    (C, H, W) input: the batch's mean and variance per channel, then y = γ·x̂ + β.
+
+    Formula: 0 FLOP (memory bound; torch.utils.flop_counter counts none). Params 2·C (γ, β;
+    the running statistics are buffers). Bytes per sample, v = C·H·W values: forward 3·v·b (a
+    statistics pass reads x, then a pass reads x and writes y); input gradient 5·v·b (a
+    reduction reads dy and x for Σdy and Σdy·x̂, then a pass reads dy and x and writes dx),
+    which also yields γ's and β's gradients (weight gradient 0); where nothing upstream needs
+    an input gradient, only the reduction runs, 2·v·b, as the weight gradient.
+    Units: bytes per sample. Source: PyTorch's CUDA batch norm, two kernels a phase
+    (aten/src/ATen/native/cuda/Normalization.cu{,h}: batch_norm_stats then batch_norm_elemt
+    forward, batch_norm_backward_reduce then batch_norm_backward_elemt backward). Fusions of
+    the norm with the ReLU or the residual add that follow it (cuDNN's, MXNet's NHWC kernels)
+    are not modelled: each layer moves its own bytes.
+    """
+    c, h, w = _need_3d(input_shape, "batchnorm2d", name)
+    values, b = c * h * w, bytes_per_value
+    return Layer(name=name, kind="batchnorm2d", input_shape=(c, h, w), output_shape=(c, h, w),
+                 params=2 * c, fwd_flops=0.0, input_grad_flops=0.0, weight_grad_flops=0.0,
+                 fwd_bytes=3.0 * values * b,
+                 input_grad_bytes=5.0 * values * b if needs_input_grad else 0.0,
+                 weight_grad_bytes=0.0 if needs_input_grad else 2.0 * values * b,
+                 in_channels=c, out_channels=c)
+
+
+@register_kind("shortcut_add", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
+def shortcut_add(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                 needs_input_grad: bool, identity: bool = True) -> Layer:
+    """A residual block's add (He et al. 2016): the chain's value plus the other branch, of
+    the same (C, H, W) shape, from outside the chain: the block's input itself (`identity`,
+    an identity shortcut) or, after a projection (`shortcut_conv2d` and its norm in the
+    chain), the main branch's output.
+
+    Formula: 0 FLOP (memory bound). Bytes per sample, v = C·H·W: forward reads both and writes
+    the sum, 3·v·b. Input gradient: the add passes its output gradient to both branches
+    unchanged (no kernel); with an identity shortcut the block's input forks (the main
+    branch's first conv and this add read it), so its two gradients are summed, read 2 and
+    write 1, 3·v·b, counted here; 0 after a projection, whose conv counts its fork. Units:
+    bytes per sample. Source: autograd's AddBackward returns the gradient as it is and
+    accumulates the gradients of a tensor used twice with one add kernel.
+    """
+    c, h, w = _need_3d(input_shape, "shortcut_add", name)
+    values, b = c * h * w, bytes_per_value
+    fork = 3.0 * values * b if _flag(identity, f"layers.{name}.identity") else 0.0
+    return Layer(name=name, kind="shortcut_add", input_shape=(c, h, w), output_shape=(c, h, w),
+                 params=0, fwd_flops=0.0, input_grad_flops=0.0, weight_grad_flops=0.0,
+                 fwd_bytes=3.0 * values * b, input_grad_bytes=fork if needs_input_grad else 0.0,
+                 weight_grad_bytes=0.0, in_channels=c, out_channels=c)
 
 
 @register_kind("flatten", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)

@@ -56,15 +56,16 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          rope_theta: float | None = None, attention_kernel: str = "fa2",
                          experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
                          shared_ffn: int = 0, capacity_factor: float | None = None,
-                         dense_blocks: tuple[int, ...] = (), bytes_per_value: int = 2,
-                         description: str = "") -> Workload:
+                         dense_blocks: tuple[int, ...] = (), memory: int = 0,
+                         bytes_per_value: int = 2, description: str = "") -> Workload:
     """A transformer as a `Workload` whose `transformer` field summarises its shape.
 
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
     `dropout` the attention and residual dropouts, `rope_theta` RoPE's base (None: 10,000).
     `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape), except the
-    blocks listed in `dense_blocks`.
+    blocks listed in `dense_blocks`. `memory` > 0 (with `positional="relative"`) makes it a
+    Transformer-XL (TransformerShape): each block attends over its cached memory too.
     One sample is one sequence of `seq` tokens; `bytes_per_value` 2 (bf16 activations; the
     model rescales for other precisions). Bad values raise `InputError` naming
     ``transformer.<field>``.
@@ -79,7 +80,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
         rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
         top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn,
-        capacity_factor=capacity_factor, dense_blocks=dense_blocks)
+        capacity_factor=capacity_factor, dense_blocks=dense_blocks, memory=memory)
     # Blocks of one kind (MoE or dense MLP) differ only in their names and `block` index: build
     # the chain with the first block of each kind once (through build_workload, as a YAML file
     # of it would be) and copy its layers for the rest.
@@ -121,9 +122,10 @@ def transformer_layer_specs(shape: TransformerShape) -> list[dict[str, object]]:
 def _spec(shape: TransformerShape, kind: str, role: str, block: int | None,
           **options: object) -> dict[str, object]:
     name = role if block is None else f"block{block}.{role}"
+    memory = {"memory": shape.memory} if shape.memory else {}
     return {"kind": kind, "name": name, "block": block, "role": role, "hidden": shape.hidden,
             "heads": shape.heads, "kv_heads": shape.kv_heads, "seq": shape.seq,
-            "ffn": shape.ffn, "vocab": shape.vocab, "gated": shape.gated, **options}
+            "ffn": shape.ffn, "vocab": shape.vocab, "gated": shape.gated, **memory, **options}
 
 
 def _norm(shape: TransformerShape, role: str, block: int | None) -> dict[str, object]:
@@ -147,7 +149,8 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
         specs.append(_spec(shape, "flash_attention", "flash_attention", i, causal=shape.causal,
                            attention_kernel=shape.attention_kernel))
     else:
-        specs += [_spec(shape, "attn_scores", "attn_scores", i, causal=shape.causal),
+        relative = {"relative": True} if shape.positional == "relative" else {}
+        specs += [_spec(shape, "attn_scores", "attn_scores", i, causal=shape.causal, **relative),
                   _spec(shape, "attn_softmax", "attn_softmax", i, causal=shape.causal,
                         dropout=shape.dropout),
                   _spec(shape, "attn_context", "attn_context", i)]

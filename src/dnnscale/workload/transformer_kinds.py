@@ -4,7 +4,8 @@ apart. Registered in the kinds registry (workload/kinds.py) when `dnnscale.workl
 One sample is one sequence of s tokens; every count is per sequence. Notation: h hidden, a
 heads, k key/value heads (k = a for multi-head attention, k < a for grouped-query attention,
 Ainslie et al. 2023), d = h/a head width, h_kv = k·d, f the MLP's inner width, V vocabulary,
-b bytes per activation value (`Workload.bytes_per_value`; 2 for bf16).
+b bytes per activation value (`Workload.bytes_per_value`; 2 for bf16), m the cached memory of
+Transformer-XL (0 without one) and s_k = s + m the keys each query attends over.
 
 Conventions as in workload/kinds.py: 1 multiply-add = 2 FLOP and bias adds, norms, softmax,
 activations and dropout count 0 FLOP (torch.utils.flop_counter's convention: they are memory
@@ -19,9 +20,10 @@ Shape keys. Every layer's `hyper` holds the model's shape, so the model never re
 attn_qkv, attn_scores, attn_softmax, attn_context, flash_attention, attn_out, attn_residual,
 mlp_norm, mlp_up, mlp_act, mlp_down, mlp_residual, embedding, embedding_norm, final_norm,
 logits, cross_entropy), ``hidden``, ``heads``, ``kv_heads``, ``seq``, ``ffn``, ``vocab``,
-``gated``, plus the kind's own options (``bias``, ``causal``, ``dropout``, ``tied``,
-``positional``, ``positions``, ``token_types``). A key the kind's formula does not need may be
-None (layers imported from PyTorch know only their own module's sizes).
+``gated``, ``memory`` (kept only where it is not 0), plus the kind's own options (``bias``,
+``causal``, ``dropout``, ``tied``, ``positional``, ``positions``, ``token_types``,
+``relative``). A key the kind's formula does not need may be None (layers imported from
+PyTorch know only their own module's sizes).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ TOKEN_ID_BYTES = 8     # int64 token ids and targets
 MASK_BYTES = 1         # a dropout mask value
 STAT_BYTES = 4         # FlashAttention's per-row log-sum-exp is kept in fp32
 SHAPE_KEYS = ("block", "role", "hidden", "heads", "kv_heads", "seq", "ffn", "vocab", "gated")
+"""The shape keys every transformer layer's `hyper` holds."""
+OPTIONAL_SHAPE_KEYS = ("memory",)
+"""Shape keys a layer's `hyper` holds only where they are not 0 (a Transformer-XL's memory)."""
 
 
 # --- the formulas, one place each --------------------------------------------------------------
@@ -54,17 +59,20 @@ def token_linear_flops(seq: int, n_in: int, n_out: int) -> float:
     return 2.0 * seq * n_in * n_out
 
 
-def attention_matmul_flops(seq: int, hidden: int) -> float:
-    """Forward FLOPs of one of attention's two products, Q·Kᵀ (scores) or P·V (context).
+def attention_matmul_flops(seq: int, keys: int, hidden: int) -> float:
+    """Forward FLOPs of one of attention's products over s queries and s_k keys: Q·Kᵀ (scores),
+    P·V (context), or Transformer-XL's relative-position term (Q + v)·(W_{k,R} R)ᵀ.
 
-    Formula: 2·s²·h: a heads, each an [s, d] x [d, s] (or [s, s] x [s, d]) product, a·d = h.
-    The full s x s square is counted even for causal attention: unfused kernels compute it and
-    mask afterwards. Each product's backward is two products of the same size (the gradients
-    of both operands), 4·s²·h. Units: FLOP per sequence. Source: Narayanan et al. SC'21 §5.1
-    ("attention ... 4·B·s²·h" forward for both); grouped-query attention does not change it (K
-    and V heads are shared, the products still run over all a query heads).
+    Formula: 2·s·s_k·h: a heads, each an [s, d] x [d, s_k] (or [s, s_k] x [s_k, d]) product,
+    a·d = h; s_k = s without a memory (2·s²·h). The full s x s_k rectangle is counted even for
+    causal attention: unfused kernels compute it and mask afterwards. Each product's backward
+    is two products of the same size (the gradients of both operands), 4·s·s_k·h. Units: FLOP
+    per sequence. Source: Narayanan et al. SC'21 §5.1 ("attention ... 4·B·s²·h" forward for
+    both); grouped-query attention does not change it (K and V heads are shared, the products
+    still run over all a query heads); Dai et al. 2019 §3.3 for the relative term, the same
+    product shape.
     """
-    return 2.0 * seq * seq * hidden
+    return 2.0 * seq * keys * hidden
 
 
 def flash_attention_flops(seq: int, hidden: int, causal: bool) -> tuple[float, float]:
@@ -94,6 +102,12 @@ class _Dims:
     f: int | None
     V: int | None
     gated: bool
+    m: int = 0
+
+    @property
+    def keys(self) -> int:
+        """s_k = s + m."""
+        return self.s + self.m
 
     @property
     def h_kv(self) -> int:
@@ -116,7 +130,7 @@ def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
     """Validate the shape keys of a `kind` layer; `needs` are the keys its formula uses.
 
     Returns the dimensions and the layer's hyper dict (every shape key, kv_heads resolved)."""
-    unknown = sorted(set(shape) - set(SHAPE_KEYS))
+    unknown = sorted(set(shape) - {*SHAPE_KEYS, *OPTIONAL_SHAPE_KEYS})
     if unknown:
         raise InputError(f"layers.{name}.{unknown[0]}", f"unknown field for a {kind} layer")
     h = _positive(name, "hidden", shape.get("hidden"), "hidden" in needs)
@@ -134,14 +148,20 @@ def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
     if a is not None and k is not None and a % k:
         raise InputError(f"layers.{name}.kv_heads", f"{k} key/value heads do not divide {a} "
                          f"heads")
+    memory = shape.get("memory", 0)
+    if isinstance(memory, bool) or not isinstance(memory, int) or not 0 <= memory <= MAX_COUNT:
+        raise InputError(f"layers.{name}.memory", f"must be an integer in [0, {MAX_COUNT:,}], "
+                         f"got {short_repr(memory)}")
     block = shape.get("block")
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 0):
         raise InputError(f"layers.{name}.block", f"must be an integer >= 0 or null, got {short_repr(block)}")
     hyper: dict[str, object] = {"block": block, "role": str(shape.get("role") or kind),
                                 "hidden": h, "heads": a, "kv_heads": k, "seq": s, "ffn": f,
                                 "vocab": V, "gated": gated}
+    if memory:
+        hyper["memory"] = memory
     assert s is not None
-    return _Dims(s=s, h=h, a=a, k=k, f=f, V=V, gated=gated), hyper
+    return _Dims(s=s, h=h, a=a, k=k, f=f, V=V, gated=gated, m=memory), hyper
 
 
 def _flag(name: str, key: str, value: object) -> bool:
@@ -174,19 +194,23 @@ def _layer(kind: str, name: str, input_shape: tuple[int, ...], output_shape: tup
 
 def _token_linear(kind: str, name: str, input_shape: tuple[int, ...], b: int,
                   needs_input_grad: bool, dims: _Dims, hyper: dict[str, object], n_in: int,
-                  n_out: int, bias: bool, weights: bool = True) -> Layer:
-    """A linear n_in -> n_out on each of s tokens: FLOPs `token_linear_flops` per phase; bytes
-    as the `linear` kind (per phase (s·n_in + s·n_out)·b); params n_in·n_out (0 when the weight
-    is another layer's, see `logits`) + n_out bias."""
+                  n_out: int, bias: bool, weights: bool = True, tokens: int | None = None,
+                  extra_forward_bytes: float = 0.0) -> Layer:
+    """A linear n_in -> n_out on each of the s tokens of its (s, n_in) input, or on `tokens`
+    rows (the s tokens and a memory's): FLOPs `token_linear_flops` per phase; bytes as the
+    `linear` kind (per phase (t·n_in + t·n_out)·b for t rows, plus `extra_forward_bytes`
+    forward); params n_in·n_out (0 when the weight is another layer's, see `logits`) + n_out
+    bias."""
     s = dims.s
+    rows = s if tokens is None else tokens
     _expect(kind, name, input_shape, (s, n_in), f"(seq, {n_in})")
     hyper["bias"] = _flag(name, "bias", bias)
-    flops = token_linear_flops(s, n_in, n_out)
-    moved = float((s * n_in + s * n_out) * b)
+    flops = token_linear_flops(rows, n_in, n_out)
+    moved = float((rows * n_in + rows * n_out) * b)
     params = (n_in * n_out if weights else 0) + (n_out if bias else 0)
-    return _layer(kind, name, input_shape, (s, n_out), params, (flops, flops, flops),
-                  (moved, moved, moved), needs_input_grad, hyper, in_features=n_in,
-                  out_features=n_out)
+    return _layer(kind, name, input_shape, (rows, n_out), params, (flops, flops, flops),
+                  (moved + extra_forward_bytes, moved, moved), needs_input_grad, hyper,
+                  in_features=n_in, out_features=n_out)
 
 
 # --- the kinds -----------------------------------------------------------------------------------
@@ -206,9 +230,12 @@ def embedding(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     """Token lookup in a V x h table (s ids -> s x h), plus a learned position table
     (`positional: learned`, `positions` rows, GPT-2/3, BERT) and a token-type table (BERT's
     segments, `token_types` rows) added in the same pass. RoPE positions have no table
-    (`positional: rope`; the rotation, memory bound, is not counted).
+    (`positional: rope`; the rotation, memory bound, is not counted); nor have Transformer-XL's
+    relative positions (`positional: relative`: the sinusoids are computed, their projections
+    are each block's, attn_scores), whose two bias vectors u and v, shared by all blocks (Dai et
+    al. 2019 §3.3), are counted here: 2·h more params.
 
-    Params: (V + positions + token_types)·h. FLOPs: 0 (a gather; the backward scatter-adds
+    Params: (V + positions + token_types)·h (+ 2·h relative). FLOPs: 0 (a gather; the backward scatter-adds
     rows). Bytes, with r tables: forward s·8 (ids) + r·s·h·b (rows read) + s·h·b (written);
     weight gradient s·8 + s·h·b (read grad_out) + 2·r·s·h·b (read-modify-write the touched
     rows of each gradient table); no input gradient (the input is ids).
@@ -234,7 +261,8 @@ def embedding(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     tables = 1 + (positions > 0) + (token_types > 0)
     fwd = s * TOKEN_ID_BYTES + tables * s * h * b + s * h * b
     wgrad = s * TOKEN_ID_BYTES + s * h * b + 2 * tables * s * h * b
-    return _layer("embedding", name, (s,), (s, h), (V + positions + token_types) * h,
+    biases = 2 * h if positional == "relative" else 0
+    return _layer("embedding", name, (s,), (s, h), (V + positions + token_types) * h + biases,
                   (0.0, 0.0, 0.0), (float(fwd), 0.0, float(wgrad)), False, hyper)
 
 
@@ -291,41 +319,80 @@ def attn_qkv(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     (column parallel, Shoeybi et al. 2019 §3).
 
     FLOPs per phase 2·s·h·(h + 2·h_kv) (`token_linear_flops`); params h·(h + 2·h_kv) + bias.
+    With a memory of m cached hidden states (Transformer-XL) it projects the concatenation of
+    the memory and the segment, s_k = s + m rows, to an (s_k, h + 2·h_kv) Q|K|V: FLOPs per
+    phase 2·s_k·h·(h + 2·h_kv), and the concatenation's copy, 2·s_k·h·b, forward. The
+    reference implementations (kimiyoung/transformer-xl and NVIDIA DeepLearningExamples'
+    mem_transformer.py: qkv_net applied to cat([mems, w])) project all s_k rows, the memory's
+    queries too, and form the input gradient of the whole concatenation, of which the memory's
+    rows are dropped (the stop-gradient): so all three phases run on s_k rows.
     """
     dims, hyper = _dims("attn_qkv", name, shape, ("hidden", "heads"))
     assert dims.h is not None
+    concatenation = 2.0 * dims.keys * dims.h * bytes_per_value if dims.m else 0.0
     return _token_linear("attn_qkv", name, input_shape, bytes_per_value, needs_input_grad, dims,
-                         hyper, dims.h, dims.h + 2 * dims.h_kv, bias)
+                         hyper, dims.h, dims.h + 2 * dims.h_kv, bias, tokens=dims.keys,
+                         extra_forward_bytes=concatenation)
 
 
 def _qkv_input(kind: str, name: str, input_shape: tuple[int, ...], dims: _Dims) -> None:
     assert dims.h is not None
-    _expect(kind, name, input_shape, (dims.s, dims.h + 2 * dims.h_kv), "(seq, hidden + 2·kv_hidden)"
-            " Q|K|V")
+    _expect(kind, name, input_shape, (dims.keys, dims.h + 2 * dims.h_kv),
+            "(seq + memory, hidden + 2·kv_hidden) Q|K|V")
 
 
 @register_kind("attn_scores", kernel=KernelClass.ATTENTION, splits=megatron("local"),
                tensor_extent_key="heads", recompute=Recompute.ATTENTION_CORE)
 def attn_scores(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-                needs_input_grad: bool, causal: bool = True, **shape: object) -> Layer:
-    """Scores S = Q·Kᵀ/√d per head: (s, h + 2·h_kv) Q|K|V -> (a, s, s). No weights.
+                needs_input_grad: bool, causal: bool = True, relative: bool = False,
+                **shape: object) -> Layer:
+    """Scores S = Q·Kᵀ/√d per head: (s_k, h + 2·h_kv) Q|K|V -> (a, s, s_k), the s queries
+    over the s_k = s + m keys (s_k = s without a memory). No weights.
 
-    FLOPs: forward 2·s²·h (`attention_matmul_flops`), input gradient 4·s²·h (dQ = dS·K and
-    dK = dSᵀ·Q), weight gradient 0. The scaling and the causal mask are memory bound and
-    fused. Bytes: forward reads Q and K, writes S: (s·h + s·h_kv + a·s²)·b; input gradient
-    reads dS, Q, K and writes dQ, dK: (a·s² + 2·s·(h + h_kv))·b.
+    FLOPs: forward 2·s·s_k·h (`attention_matmul_flops`), input gradient 4·s·s_k·h (dQ = dS·K
+    and dK = dSᵀ·Q), weight gradient 0. The scaling and the causal mask are memory bound and
+    fused. Bytes: forward reads Q and K, writes S: (s·h + s_k·h_kv + a·s·s_k)·b; input gradient
+    reads dS, Q, K and writes dQ, dK: (a·s·s_k + 2·(s·h + s_k·h_kv))·b.
+
+    `relative` (Transformer-XL's relative positions, Dai et al. 2019 §3.3, terms (a)-(d) as its
+    reference code computes them): S = ((Q + u)·Kᵀ + shift((Q + v)·(W_{k,R} R)ᵀ))/√d, R the
+    s_k sinusoid position vectors (shared by the micro-batch's samples), W_{k,R} this block's
+    h x h weights, u and v bias vectors shared by all blocks (counted at the embedding).
+      Params: h² (W_{k,R}).
+      FLOPs: forward 2 x 2·s·s_k·h (the two products); input gradient 2 x 4·s·s_k·h (dQ and dK
+        of the first, dQ and d(W_{k,R} R) of the second). The projection W_{k,R} R itself,
+        2·s_k·h² forward and 2·s_k·h² for W_{k,R}'s gradient, runs once per micro-batch on the
+        shared R, not once per sample: per sample it is that over the micro-batch, which a
+        workload (counts per sample) does not know; it is not counted (at the published rows'
+        micro-batches of 4 to 32 it is 0.4-3 % of a block's FLOPs).
+      Bytes, on top of the plain scores': forward + (5·s·h + 6·a·s·s_k)·b (the u and v adds
+        read Q and write two copies, 4·s·h; the second product reads Q + v, s·h, and writes
+        its scores, a·s·s_k; the shift copies them, 2·a·s·s_k; the add-and-scale reads both
+        score tensors and writes S, 3·a·s·s_k, where the plain scores write S directly);
+        input gradient + (5·a·s·s_k + 5·s·h)·b (the add-and-scale's backward reads dS and
+        writes the scores' gradient, 2·a·s·s_k; the shift's backward copies it back, 2·a·s·s_k;
+        the second product reads it and Q + v, a·s·s_k + s·h, and writes dQ, s·h; the two dQ
+        are summed, 3·s·h).
+    Source: mem_transformer.py's RelPartialLearnableMultiHeadAttn (kimiyoung/transformer-xl,
+    NVIDIA DeepLearningExamples' PyTorch Transformer-XL).
     """
     dims, hyper = _dims("attn_scores", name, shape, ("hidden", "heads"))
     _qkv_input("attn_scores", name, input_shape, dims)
     hyper["causal"] = _flag(name, "causal", causal)
-    s, h, a, h_kv = dims.s, dims.h, dims.a, dims.h_kv
+    if _flag(name, "relative", relative):
+        hyper["relative"] = True
+    s, s_k, h, a, h_kv = dims.s, dims.keys, dims.h, dims.a, dims.h_kv
     assert h is not None and a is not None
-    fwd = attention_matmul_flops(s, h)
-    b = bytes_per_value
-    moved = (float((s * h + s * h_kv + a * s * s) * b),
-             float((a * s * s + 2 * s * (h + h_kv)) * b), 0.0)
-    return _layer("attn_scores", name, input_shape, (a, s, s), 0, (fwd, 2 * fwd, 0.0), moved,
-                  needs_input_grad, hyper)
+    products = 2 if relative else 1
+    fwd = products * attention_matmul_flops(s, s_k, h)
+    b, scores = bytes_per_value, a * s * s_k
+    moved = [float((s * h + s_k * h_kv + scores) * b),
+             float((scores + 2 * (s * h + s_k * h_kv)) * b), 0.0]
+    if relative:
+        moved[0] += (5 * s * h + 6 * scores) * b
+        moved[1] += (5 * scores + 5 * s * h) * b
+    return _layer("attn_scores", name, input_shape, (a, s, s_k), h * h if relative else 0,
+                  (fwd, 2 * fwd, 0.0), (moved[0], moved[1], moved[2]), needs_input_grad, hyper)
 
 
 @register_kind("attn_softmax", kernel=KernelClass.MEMORY, splits=megatron("local"),
@@ -333,24 +400,26 @@ def attn_scores(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 def attn_softmax(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  needs_input_grad: bool, causal: bool = True, dropout: bool = True,
                  **shape: object) -> Layer:
-    """Softmax over each of the a·s score rows, then attention dropout: (a, s, s) -> (a, s, s).
-    Memory bound, 0 FLOP (Megatron fuses mask, scale and softmax in one kernel).
+    """Softmax over each of the a·s score rows, then attention dropout: (a, s, s_k) ->
+    (a, s, s_k) (s_k = s without a memory). Memory bound, 0 FLOP (Megatron fuses mask, scale
+    and softmax in one kernel).
 
-    Bytes: forward reads S and writes P, (2·a·s²)·b; with dropout it also writes the dropped
-    P and the mask, + (b + 1)·a·s². Input gradient reads dP' and P and writes dS, 3·a·s²·b,
-    + a·s² (the mask) with dropout. (Korthikanti et al. 2022 §4.1 keep P, the mask and the
-    dropped P for backward: 5·a·s² bytes per block in bf16.)
+    Bytes: forward reads S and writes P, (2·a·s·s_k)·b; with dropout it also writes the
+    dropped P and the mask, + (b + 1)·a·s·s_k. Input gradient reads dP' and P and writes dS,
+    3·a·s·s_k·b, + a·s·s_k (the mask) with dropout. (Korthikanti et al. 2022 §4.1 keep P, the
+    mask and the dropped P for backward: 5·a·s² bytes per block in bf16.)
     """
     dims, hyper = _dims("attn_softmax", name, shape, ("heads",))
     s, a = dims.s, dims.a
     assert a is not None
-    _expect("attn_softmax", name, input_shape, (a, s, s), "(heads, seq, seq) score")
+    _expect("attn_softmax", name, input_shape, (a, s, dims.keys), "(heads, seq, seq + memory) "
+            "score")
     hyper["causal"] = _flag(name, "causal", causal)
     hyper["dropout"] = _flag(name, "dropout", dropout)
-    b, values = bytes_per_value, a * s * s
+    b, values = bytes_per_value, a * s * dims.keys
     fwd = 2 * values * b + ((b + MASK_BYTES) * values if dropout else 0)
     bwd = 3 * values * b + (MASK_BYTES * values if dropout else 0)
-    return _layer("attn_softmax", name, input_shape, (a, s, s), 0, (0.0, 0.0, 0.0),
+    return _layer("attn_softmax", name, input_shape, (a, s, dims.keys), 0, (0.0, 0.0, 0.0),
                   (float(fwd), float(bwd), 0.0), needs_input_grad, hyper)
 
 
@@ -358,22 +427,23 @@ def attn_softmax(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                tensor_extent_key="heads", recompute=Recompute.ATTENTION_CORE)
 def attn_context(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  needs_input_grad: bool, **shape: object) -> Layer:
-    """Context O = P·V per head, heads concatenated: (a, s, s) probabilities -> (s, h). V comes
-    from the Q|K|V projection (outside the chain). No weights.
+    """Context O = P·V per head, heads concatenated: (a, s, s_k) probabilities -> (s, h) (s_k =
+    s without a memory). V comes from the Q|K|V projection (outside the chain). No weights.
 
-    FLOPs: forward 2·s²·h (`attention_matmul_flops`), input gradient 4·s²·h (dP = dO·Vᵀ and
-    dV = Pᵀ·dO), weight gradient 0. Bytes: forward reads P and V, writes O:
-    (a·s² + s·h_kv + s·h)·b; input gradient reads dO, P, V and writes dP, dV:
-    (2·a·s² + s·h + 2·s·h_kv)·b.
+    FLOPs: forward 2·s·s_k·h (`attention_matmul_flops`), input gradient 4·s·s_k·h (dP = dO·Vᵀ
+    and dV = Pᵀ·dO), weight gradient 0. Bytes: forward reads P and V, writes O:
+    (a·s·s_k + s_k·h_kv + s·h)·b; input gradient reads dO, P, V and writes dP, dV:
+    (2·a·s·s_k + s·h + 2·s_k·h_kv)·b.
     """
     dims, hyper = _dims("attn_context", name, shape, ("hidden", "heads"))
-    s, h, a, h_kv = dims.s, dims.h, dims.a, dims.h_kv
+    s, s_k, h, a, h_kv = dims.s, dims.keys, dims.h, dims.a, dims.h_kv
     assert h is not None and a is not None
-    _expect("attn_context", name, input_shape, (a, s, s), "(heads, seq, seq) probability")
-    fwd = attention_matmul_flops(s, h)
+    _expect("attn_context", name, input_shape, (a, s, s_k), "(heads, seq, seq + memory) "
+            "probability")
+    fwd = attention_matmul_flops(s, s_k, h)
     b = bytes_per_value
-    moved = (float((a * s * s + s * h_kv + s * h) * b),
-             float((2 * a * s * s + s * h + 2 * s * h_kv) * b), 0.0)
+    moved = (float((a * s * s_k + s_k * h_kv + s * h) * b),
+             float((2 * a * s * s_k + s * h + 2 * s_k * h_kv) * b), 0.0)
     return _layer("attn_context", name, input_shape, (s, h), 0, (fwd, 2 * fwd, 0.0), moved,
                   needs_input_grad, hyper)
 
@@ -397,6 +467,9 @@ def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: in
     Θ(s²·d²/M) HBM accesses, Dao et al. 2022 Theorem 2) are assumed to hit the L2 cache.
     """
     dims, hyper = _dims("flash_attention", name, shape, ("hidden", "heads"))
+    if dims.m:
+        raise InputError(f"layers.{name}.memory", "fused attention over a recurrence memory is "
+                         "not priced: use attn_scores, attn_softmax and attn_context")
     _qkv_input("flash_attention", name, input_shape, dims)
     hyper["causal"] = _flag(name, "causal", causal)
     if attention_kernel not in ATTENTION_KERNELS:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from dnnscale.errors import MAX_COUNT, InputError, short_repr
 
 NORMS = ("layernorm", "rmsnorm")
-POSITIONALS = ("learned", "rope", "none")
+POSITIONALS = ("learned", "rope", "relative", "none")
 NORM_POSITIONS = ("pre", "post")
 ATTENTION_KERNELS = ("fa2", "triton")
 """Fused attention kernels a workload may run: FlashAttention-2's CUDA kernels (Megatron,
@@ -43,6 +43,17 @@ class TransformerShape:
     (`rotary_base`); only a RoPE shape has one. It changes no count, only the engines' options.
     `attention_kernel` is the fused attention kernel (ATTENTION_KERNELS) when
     `flash_attention` is on; it changes no count, only the kernel's speed.
+
+    Transformer-XL (Dai et al. 2019, "Transformer-XL: Attentive Language Models Beyond a
+    Fixed-Length Context"): `memory` (mem_len, 0: none) is the number of hidden states of the
+    previous segment each block caches and attends over, so every query of the s-token segment
+    scores k = s + memory keys; the memory is not back-propagated (a stop-gradient, §3.2).
+    `positional: relative` is its relative positional encoding (§3.3): each block projects the
+    k sinusoid position vectors by its own W_{k,R} (h x h) and adds a second score term
+    (Q + v)·(W_{k,R} R)ᵀ to (Q + u)·Kᵀ, with two bias vectors u, v (a·d each) shared by all
+    blocks. A memory needs relative positions (absolute ones cannot tell the memory's tokens
+    from the segment's, §3.3) and the unfused attention kinds (no fused kernel computes the
+    relative term).
 
     Mixture of experts (`experts` > 0; 0 is a dense MLP): every block's MLP is a router over
     `experts` routed experts, each token sent to `top_k` of them, each expert a (gated, as the
@@ -81,13 +92,15 @@ class TransformerShape:
     shared_ffn: int = 0
     capacity_factor: float | None = None
     dense_blocks: tuple[int, ...] = ()
+    memory: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.dense_blocks, list):  # YAML and JSON give a list
             object.__setattr__(self, "dense_blocks", tuple(self.dense_blocks))
         for name in REQUIRED_FIELDS:
             _require_int(name, getattr(self, name), 1)
-        for name in ("positions", "token_types", "experts", "top_k", "expert_ffn", "shared_ffn"):
+        for name in ("positions", "token_types", "experts", "top_k", "expert_ffn", "shared_ffn",
+                     "memory"):
             _require_int(name, getattr(self, name), 0)
         for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias", "dropout"):
             if not isinstance(getattr(self, name), bool):
@@ -113,6 +126,7 @@ class TransformerShape:
                              f"got {self.positions}")
         self._check_rope_theta()
         self._check_experts()
+        self._check_relative()
         if self.attention_kernel != "fa2" and not self.flash_attention:
             raise InputError("transformer.attention_kernel", f"only fused attention has a "
                              f"kernel choice; {self.attention_kernel!r} needs flash attention on")
@@ -151,6 +165,19 @@ class TransformerShape:
         if len(blocks) == self.layers:
             raise InputError("transformer.dense_blocks", "every block is dense: give experts 0 "
                              "for a dense model")
+
+    def _check_relative(self) -> None:
+        if self.memory and self.positional != "relative":
+            raise InputError("transformer.memory", f"a recurrence memory needs relative "
+                             f"positions (positional: relative), got {self.positional!r}")
+        if self.positional == "relative" and self.flash_attention:
+            raise InputError("transformer.flash_attention", "no fused attention kernel computes "
+                             "relative positions' second score term: give flash_attention false")
+
+    @property
+    def keys(self) -> int:
+        """k = seq + memory: the keys (and values) each query attends over."""
+        return self.seq + self.memory
 
     @property
     def is_moe(self) -> bool:

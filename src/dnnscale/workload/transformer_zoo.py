@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer import DEFAULT_SAMPLES_PER_EPOCH, transformer_workload
-from dnnscale.workload.transformer_shape import ATTENTION_KERNELS, ROPE_THETA_DEFAULT
+from dnnscale.workload.transformer_shape import (ATTENTION_KERNELS, NORM_POSITIONS,
+                                                 POSITIONALS, ROPE_THETA_DEFAULT)
 from dnnscale.workload.workload import Workload
 
 GPT3_SEQ, GPT3_VOCAB = 2048, 50257
@@ -224,14 +225,14 @@ TRANSFORMER_ZOO: dict[str, Callable[[], Workload]] = {
 # The parametric name: gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200[,...]
 _GPT_INTS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads", "positions",
              "samples", "rope_theta", "experts", "top_k", "expert_ffn", "shared_ffn",
-             "first_dense")
+             "first_dense", "memory")
 _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
               "tied": "tied_embeddings", "causal": "causal", "bias": "bias",
               "dropout": "dropout"}
-_GPT_CHOICES = {"norm": ("layernorm", "rmsnorm"), "positional": ("learned", "rope", "none"),
-                "attention_kernel": ATTENTION_KERNELS}
+_GPT_CHOICES = {"norm": ("layernorm", "rmsnorm"), "positional": POSITIONALS,
+                "attention_kernel": ATTENTION_KERNELS, "norm_position": NORM_POSITIONS}
 GPT_REQUIRED = ("layers", "hidden", "heads", "seq", "vocab")
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
@@ -286,8 +287,9 @@ def gpt_from_name(argument: str) -> Workload:
     """The workload of ``gpt:<argument>``, e.g. ``layers=24,hidden=1024,heads=16,seq=1024,
     vocab=51200``; optional keys ffn, kv_heads, positions, samples (per epoch), rope_theta
     (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout
-    (true/false), norm (layernorm|rmsnorm), positional (learned|rope|none), attention_kernel
-    (fa2|triton, with flash=true). A mixture of experts: experts (routed experts per block;
+    (true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
+    attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), memory (Transformer-XL's cached memory
+    length, with positional=relative; default 0). A mixture of experts: experts (routed experts per block;
     0, the default, is a dense MLP), top_k (experts per token, needed with experts),
     expert_ffn (each routed expert's inner width; default ffn), shared_ffn (the shared
     experts' total inner width; default none), capacity (the capacity factor, a number;

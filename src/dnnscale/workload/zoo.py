@@ -1,6 +1,6 @@
 """Built-in workloads. Each builder's docstring gives its source and what was assumed.
 
-Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, mlp, and the transformers of
+Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, resnet50, mlp, and the transformers of
 workload/transformer_zoo.py (gpt3-*, llama2-*, llama3-*, bert-large, and the mixtures of experts
 mixtral-8x7b, mixtral-8x22b, deepseek-v3-like). `mlp` takes widths in its name:
 ``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
@@ -156,6 +156,76 @@ def vgg16() -> Workload:
               + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
     return build_workload("vgg16", [3, 224, 224], specs, samples_per_epoch=1_281_167,
                           description=vgg16.__doc__ or "")
+
+
+RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
+"""ResNet-50's four stages: (bottleneck width, blocks, stride of the first block); each block's
+output has 4 x its width (He et al. 2016, Table 1, "50-layer")."""
+IMAGENET_TRAIN_IMAGES = 1_281_167
+
+
+def _conv_bn(name: str, out_channels: int, kernel: int, stride: int = 1,
+             relu: bool = True) -> list[dict[str, object]]:
+    """A bias-free convolution (padding kernel // 2), its batch norm, and a ReLU unless not."""
+    specs: list[dict[str, object]] = [
+        {"kind": "conv2d", "name": name, "out_channels": out_channels, "kernel": kernel,
+         "stride": stride, "padding": kernel // 2, "bias": False},
+        {"kind": "batchnorm2d", "name": f"{name}_bn"}]
+    return specs + ([{"kind": "relu", "name": f"{name}_relu"}] if relu else [])
+
+
+def _bottleneck(name: str, block_input: tuple[int, int, int], width: int,
+                stride: int) -> tuple[list[dict[str, object]], tuple[int, int, int]]:
+    """One v1.5 bottleneck on `block_input` (C, H, W): 1x1 to `width`, 3x3 with the stride,
+    1x1 to 4·width, each with batch norm; a projection shortcut (1x1 with the stride, batch
+    norm) where the shape changes; the add; ReLU. Returns its specs and its output shape."""
+    channels, height, width_px = block_input
+    out = (4 * width, (height - 1) // stride + 1, (width_px - 1) // stride + 1)
+    specs = (_conv_bn(f"{name}.conv1", width, 1) + _conv_bn(f"{name}.conv2", width, 3, stride)
+             + _conv_bn(f"{name}.conv3", 4 * width, 1, relu=False))
+    projection = out[0] != channels or stride != 1
+    if projection:
+        specs += [{"kind": "shortcut_conv2d", "name": f"{name}.shortcut",
+                   "block_input": list(block_input), "stride": stride},
+                  {"kind": "batchnorm2d", "name": f"{name}.shortcut_bn"}]
+    specs += [{"kind": "shortcut_add", "name": f"{name}.add", "identity": not projection},
+              {"kind": "relu", "name": f"{name}.relu"}]
+    return specs, out
+
+
+@register_workload("resnet50")
+def resnet50() -> Workload:
+    """ResNet-50 v1.5 (He et al. 2016, Table 1's 50-layer network, with the stride-2 of each
+    downsampling bottleneck on its 3x3 convolution instead of the first 1x1: NVIDIA
+    DeepLearningExamples' resnet50v1.5 README, torchvision's resnet50).
+
+    3x224x224 input; conv 7x7/2 3->64 (pad 3) + batch norm + ReLU + 3x3/2 max-pool (pad 1) to
+    64x56x56; bottleneck stages RESNET50_STAGES (3, 4, 6, 3 blocks of width 64, 128, 256, 512,
+    outputs 256x56x56, 512x28x28, 1024x14x14, 2048x7x7); 7x7 average pool (the global pool at
+    224), FC 2048->1000 + softmax. Convolutions have no bias (each is followed by a batch
+    norm); the shortcuts are identities but for the first block of each stage, a 1x1
+    projection with the stage's stride (option B). The residual branches lie beside the chain
+    (shortcut_conv2d, shortcut_add in workload/kinds.py).
+
+    Checked (tests/test_resnet50.py): 25,557,032 parameters, torchvision's num_params for
+    resnet50; 4.09 G forward multiply-adds per image (conv and FC), torchvision's "GFLOPS 4.09"
+    for it (a multiply-add counted once). He et al.'s 3.8 G is v1's (stride on the 1x1).
+    ImageNet-1k: 1,281,167 training images.
+    """
+    specs = (_conv_bn("conv1", 64, 7, 2)
+             + [{"kind": "maxpool2d", "name": "maxpool", "kernel": 3, "stride": 2,
+                 "padding": 1}])
+    shape = (64, 56, 56)
+    for stage, (width, blocks, stride) in enumerate(RESNET50_STAGES, start=1):
+        for block in range(blocks):
+            block_specs, shape = _bottleneck(f"layer{stage}.{block}", shape, width,
+                                             stride if block == 0 else 1)
+            specs += block_specs
+    specs += [{"kind": "avgpool2d", "name": "avgpool", "kernel": shape[1]},
+              {"kind": "flatten", "name": "flatten"}] + _fc_block("fc", 1000, last=True)
+    return build_workload("resnet50", [3, 224, 224], specs,
+                          samples_per_epoch=IMAGENET_TRAIN_IMAGES,
+                          description=resnet50.__doc__ or "")
 
 
 @register_workload("mlp")
