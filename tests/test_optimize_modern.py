@@ -141,19 +141,23 @@ def test_quick_bound_never_exceeds_the_exact_bound(layers: int, nodes: int, glob
                                                    objective: str) -> None:
     """The search enters each group with a bound from the whole model on one stage and
     tightens it lazily; exactness needs quick ≤ exact for every group, also when the blocks do
-    not split evenly over the stages (6 and 12 blocks on 4 stages) and at every d."""
+    not split evenly over the stages (6 and 12 blocks on 4 stages) and at every d; with the
+    tensor-parallel overlap in the space, a class's bound (the overlap where any member may
+    take it) is at most each member's exact one."""
     from dnnscale.optimize.modern import _Search
 
     w = load_workload(f"gpt:layers={layers},hidden=128,heads=4,seq=64,vocab=512")
     system = _system(nodes)
-    space = make_modern_space(w, system, global_batch, tensor=(1, 2, 4), micro_batch=(1, 2, 4))
+    space = make_modern_space(w, system, global_batch, tensor=(1, 2, 4), micro_batch=(1, 2, 4),
+                              overlap_tp=(False, True))
     search = _Search(w, system, space, objective)
     checked = 0
     for group in groups_of(space, w):
         choices = replica_choices(group, space, system.machines)
         if choices:
-            quick = search.quick_bound(group, choices)
+            quick = search.quick_bound(group, choices, group.overlap_tp)
             exact = search.bound(group, choices, search.stages(group))
             assert 0 < quick <= exact
+            assert search.quick_bound(group, choices, group.may_overlap_tp(space)) <= exact
             checked += 1
     assert checked > 0

@@ -199,6 +199,14 @@ def predict(workload: Optional[str] = typer.Option(
             overlap_dp: Optional[bool] = typer.Option(
                 None, "--overlap-dp/--no-overlap-dp",
                 help="overlap data-parallel gradients with the backward pass"),
+            overlap_tp: Optional[bool] = typer.Option(
+                None, "--overlap-tp/--no-overlap-tp",
+                help="GPU: run the tensor-parallel all-gathers and reduce-scatters in tp chunks "
+                "under the GEMMs (needs --sequence-parallel; Megatron's --tp-comm-overlap)"),
+            overlap_pp: Optional[bool] = typer.Option(
+                None, "--overlap-pp/--no-overlap-pp",
+                help="GPU: pipeline sends overlap compute (interleaved schedule only; default "
+                "on there, as Megatron runs it)"),
             ep: Optional[int] = typer.Option(
                 None, "--ep", help="GPU: expert-parallel degree (MoE workloads: experts split "
                 "over ep devices; the mesh is pp × dp × ep × cp × tp)"),
@@ -261,7 +269,8 @@ def predict(workload: Optional[str] = typer.Option(
              schedule=schedule, virtual_stages=virtual_stages, zero=zero, recompute=recompute,
              precision=precision, grad_bytes=grad_bytes, sequence_parallel=sequence_parallel,
              overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
-             expert_imbalance=expert_imbalance, etp=etp))
+             expert_imbalance=expert_imbalance, etp=etp, overlap_tp=overlap_tp,
+             overlap_pp=overlap_pp))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,

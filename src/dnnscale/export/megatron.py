@@ -139,6 +139,20 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return -(-vocab // multiple) * multiple
 
 
+def overlap_flags(plan: ParallelPlan) -> list[Flag]:
+    """The tensor- and pipeline-parallel overlaps: --tp-comm-overlap (Transformer Engine's
+    userbuffers: the sequence-parallel all-gathers and reduce-scatters in chunks under the
+    linear layers' GEMMs; arguments.py refuses it without --sequence-parallel) and, with the
+    interleaved schedule, --no-overlap-p2p-communication where the plan's sends do not overlap
+    compute (Megatron-LM overlaps them by default there, and only there)."""
+    flags: list[Flag] = []
+    if plan.tensor.overlap:
+        flags.append(("--tp-comm-overlap", None))
+    if plan.pipeline.schedule == "interleaved" and not plan.pipeline.overlaps_p2p:
+        flags.append(("--no-overlap-p2p-communication", None))
+    return flags
+
+
 def _data_parallel_flags(plan: ParallelPlan) -> list[Flag]:
     zero = zero_stage(plan)
     flags: list[Flag] = []
@@ -248,6 +262,7 @@ def megatron_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
     flags = pipeline_flags(plan, shape)
     if sequence_parallel(plan):
         flags.append(("--sequence-parallel", None))
+    flags += overlap_flags(plan)
     return (flags + _expert_context_flags(plan, shape) + batch_flags(plan)
             + _data_parallel_flags(plan) + _recompute_flags(plan) + _precision_flags(plan)
             + _megatron_model_flags(shape) + _moe_flags(shape))

@@ -26,6 +26,9 @@ names (``--parallelism.tensor_parallel_degree 8``).
   balancer (the 2 · cp chunks the plan prices). DDP with ep or cp > 1, the all-to-all (Ulysses)
   algorithm, a capacity factor and shared experts narrower than a multiple of a routed one are
   refused (plan/engines.py).
+- overlap_tp: [parallelism] enable_async_tensor_parallel = true with [compile] enable = true,
+  components = ["model"] (async TP is an Inductor pass); the interleaved schedule's sends always
+  overlap compute in torch.distributed.pipelining, so overlap_pp false is a note.
 - [training] local_batch_size (per DP rank and gradient-accumulation step; with a pipeline it
   holds all the step's micro-batches, which the pipeline splits), global_batch_size, seq_len,
   mixed_precision_param, mixed_precision_reduce.
@@ -66,6 +69,11 @@ LLAMA3_ROPE_THETA = 500_000.0
 CP_ROTATE_METHOD = "alltoall"
 """context_parallel_rotate_method for ring attention: torch's _AllToAllRotater passes each K/V
 shard on to the next rank at every step (a ring); "allgather" gathers them all at once."""
+ASYNC_TP_COMPILE: dict[str, TomlValue] = {"enable": True, "components": ["model"]}
+"""[compile] for overlap_tp: torchtitan's async tensor parallelism
+(parallelism.enable_async_tensor_parallel) is an Inductor pass, so the model must be compiled
+(llama3/infra/parallelize.py raises "Async TP requires torch.compile" otherwise). Compiling
+also fuses the element-wise kernels, which the plan did not price."""
 MOE_MODEL = "llama4"
 """torchtitan's model for a mixture of experts (models/llama4: RMSNorm, SwiGLU, GQA, RoPE, MoE
 blocks, with pipelining)."""
@@ -115,6 +123,8 @@ def _parallelism(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlV
     if plan.expert.degree > 1:
         section["expert_parallel_degree"] = plan.expert.degree
         section["expert_tensor_parallel_degree"] = plan.expert_tensor  # tp or 1 (engines.py)
+    if plan.tensor.overlap:  # async TP: the compiler chunks all-gather + matmul pairs
+        section["enable_async_tensor_parallel"] = True
     return section
 
 
@@ -215,6 +225,8 @@ def export_torchtitan(plan: ParallelPlan, shape: TransformerShape | None,
               "model": model, "training": _training(plan, shape),
               "parallelism": _parallelism(plan, shape),
               "activation_checkpoint": _activation_checkpoint(plan)}
+    if plan.tensor.overlap:
+        tables["compile"] = dict(ASYNC_TP_COMPILE)
     notes = _notes(plan, shape, workload, flavor)
     header = (f"torchtitan job config for {workload}, exported by dnnscale",
               "run: torchrun --nproc-per-node ... -m torchtitan.train --job.config_file FILE",

@@ -149,7 +149,7 @@ class StepContext:
         self.param_bytes_per_value = precision.param_bytes or b
         self.state_bytes_per_param = optimizer_state_bytes_per_param(plan, b)
         self.p2p_s = self._p2p_seconds()
-        recompute = plan.memory.recompute
+        recompute, overlap_tp = plan.memory.recompute, plan.tensor.overlap
         self.pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
         per_stage: dict[int, tuple[float, int, float, float]] = {}
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
@@ -157,7 +157,8 @@ class StepContext:
                 stored = stage.stored_params(stage.params or workload.params)
                 experts = stage.expert_params / (plan.expert_tensor * self.ep)
                 per_stage[id(stage)] = (
-                    stage.compute_s + stage.partition_s + stage.recompute_s(recompute)
+                    stage.compute_s + stage.exposed_partition_s(overlap_tp)
+                    + stage.recompute_s(recompute, overlap_tp)
                     + stage.expert_comm_s + stage.context_comm_s,
                     stage.launches(recompute),
                     (stored - stage.expert_params) / self.P + experts, experts)
@@ -186,9 +187,16 @@ class StepContext:
         return tuple(launches * launch_s + self.pipeline_step_s for launches in self.launches)
 
     def _stage_seconds(self, host_s: tuple[float, ...]) -> tuple[float, ...]:
-        """A micro-batch takes the longer of its kernels' device time and their launch time."""
-        return tuple(max(device, host) + p2p for device, host, p2p
-                     in zip(self.device_s, host_s, self.p2p_s))
+        """A micro-batch takes the longer of its kernels' device time and their launch time,
+        then its pipeline sends; sends that overlap compute (Pipeline.overlaps_p2p) travel
+        while the next chunk computes, so only what outlasts the computation shows."""
+        return tuple(max(device, host) + self.exposed_p2p_s(p2p, max(device, host))
+                     for device, host, p2p in zip(self.device_s, host_s, self.p2p_s))
+
+    def exposed_p2p_s(self, p2p_s: float, busy_s: float) -> float:
+        """A micro-batch's pipeline sends past its `busy_s` of kernels: all of them, or where
+        the sends overlap compute (Pipeline.overlaps_p2p) what outlasts the computation."""
+        return max(0.0, p2p_s - busy_s) if self.plan.pipeline.overlaps_p2p else p2p_s
 
     def stage_seconds_at(self, replicas: int) -> tuple[float, ...]:
         """stage_seconds with `replicas` replicas instead of the plan's (the Adam search prices
@@ -591,16 +599,22 @@ def _stage_record(ctx: StepContext, index: int, stage: StageCosts) -> StageRecor
     """Stage `index`'s seconds per micro-batch: under collectives the context's device, host
     and point-to-point times; under a parameter server one stage whose kernels are its compute
     and partition traffic (no launches, no pipeline)."""
-    tp_forward_s = sum((layer.comm_forward_s for layer in stage.layers), 0.0)
+    overlap_tp = ctx.plan.tensor.overlap
+    tp_forward_s = sum((layer.comm_forward_s
+                        - (layer.comm_hidden_forward_s if overlap_tp else 0.0)
+                        for layer in stage.layers), 0.0)
     if ctx.uses_ps:
         busy_s = stage.compute_s + stage.partition_s
         return StageRecord(index, stage.forward_s, stage.input_grad_s, stage.weight_grad_s,
                            stage.partition_s, tp_forward_s, 0.0, busy_s, 0.0, 0.0, busy_s,
                            stage.layers)
     return StageRecord(index, stage.forward_s, stage.input_grad_s, stage.weight_grad_s,
-                       stage.partition_s, tp_forward_s,
-                       stage.recompute_s(ctx.plan.memory.recompute), ctx.device_s[index],
-                       ctx.host_s[index], ctx.p2p_s[index], ctx.stage_seconds[index],
+                       stage.exposed_partition_s(overlap_tp), tp_forward_s,
+                       stage.recompute_s(ctx.plan.memory.recompute, overlap_tp),
+                       ctx.device_s[index], ctx.host_s[index],
+                       ctx.exposed_p2p_s(ctx.p2p_s[index],
+                                         max(ctx.device_s[index], ctx.host_s[index])),
+                       ctx.stage_seconds[index],
                        stage.layers, stage.expert_comm_s, stage.context_comm_s,
                        stage.totals.expert_forward_s, stage.totals.context_forward_s)
 

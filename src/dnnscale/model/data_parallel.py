@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from dnnscale.model.network import chunked_exposed_s
 
 DEFAULT_BUCKET_BYTES = 25e6
 """Gradient bucket for overlapped all-reduce: PyTorch DDP's default bucket_cap_mb = 25."""
@@ -71,10 +72,7 @@ def exposed_after_backward_s(communication_s: float, overlappable_backward_s: fl
     Source: Li et al., "PyTorch Distributed", VLDB 2020 (bucketed all-reduce overlapping
     backward); performance-model.md §9.
     """
-    if buckets <= 1:
-        return communication_s
-    return max(communication_s / buckets,
-               communication_s - overlappable_backward_s * (buckets - 1) / buckets)
+    return chunked_exposed_s(communication_s, overlappable_backward_s, buckets)
 
 
 def buckets_for(grad_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -> int:

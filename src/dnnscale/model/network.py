@@ -64,3 +64,23 @@ def overlapped_time_s(first_s: float, second_s: float, gamma: float) -> float:
     top = max(first_s, second_s)
     combined: float = top * ((first_s / top) ** gamma + (second_s / top) ** gamma) ** (1.0 / gamma)
     return combined
+
+
+def chunked_exposed_s(communication_s: float, compute_s: float, chunks: int) -> float:
+    """Communication left exposed when it runs in `chunks` pieces beside a computation cut
+    the same way, each piece travelling while the computation works on another.
+
+    Formula: max(T_c / k, T_c − T_x · (k − 1)/k) for k chunks (T_c / k at least: one piece
+    always waits, the last of a bucketed backward's gradients or the first of a chunked
+    all-gather); T_c for k ≤ 1.
+    Units: s, s, count -> s.
+    Source: Li et al., "PyTorch Distributed", VLDB 2020 (bucketed all-reduce beside the
+    backward pass); Wang et al., "Overlap Communication with Dependent Computation via
+    Decomposition", ASPLOS 2023 (a collective and its GEMM decomposed into tp chunks, as
+    Transformer Engine's userbuffers and PyTorch's async tensor parallelism run them).
+    """
+    if chunks <= 1:
+        return communication_s
+    return max(communication_s / chunks,
+               communication_s - compute_s * (chunks - 1) / chunks)
+

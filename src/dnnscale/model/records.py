@@ -96,7 +96,8 @@ class StageRecord:
     parallelism's exposed exchange (ring attention's sends past its compute, or Ulysses'
     all-to-alls);
     host_s = launches × launch time (+ the pipeline's per-step host cost);
-    micro_batch_s = max(device_s, host_s) + p2p_s (model/compose.py).
+    micro_batch_s = max(device_s, host_s) + p2p_s (model/compose.py), p2p_s the sends' exposed
+    part (all of them, or what outlasts the kernels where they overlap compute).
     `tp_forward_s`: the part of `tp_comm_s` in the forward phase (0 when the stage was costed
     from block totals, without its layers). `layers`: its layers' costs (may be empty).
     """

@@ -23,6 +23,7 @@ from dnnscale.model.expert_parallel import (EXPERT_WORK_KINDS, expert_exchange_e
                                             expert_gemm_calls, expert_work_factor)
 from dnnscale.model.gpu_compute import fp8_cast_launches, gpu_phase_times_s
 from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
+from dnnscale.model.network import chunked_exposed_s
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
 from dnnscale.plan.mesh import MeshDim, Placement, placement
@@ -63,6 +64,12 @@ class LayerCost(NamedTuple):
     """Context parallelism's exchange: ring attention's exposed sends or Ulysses' all-to-alls."""
     ep_forward_s: float = 0.0
     cp_forward_s: float = 0.0
+    comm_hidden_s: float = 0.0
+    """The part of comm_s that runs under the layer's own GEMMs when the plan overlaps its
+    tensor-parallel exchanges (tp chunks, network.chunked_exposed_s); 0 for layers the
+    overlap does not reach."""
+    comm_hidden_forward_s: float = 0.0
+    """The part of comm_hidden_s in the forward phase."""
 
     @property
     def compute_s(self) -> float:
@@ -97,6 +104,10 @@ class StageTotals(NamedTuple):
     context_comm_s: float = 0.0
     expert_forward_s: float = 0.0
     context_forward_s: float = 0.0
+    partition_hidden_s: float = 0.0
+    """Σ comm_hidden_s: the tensor-parallel exchanges an overlapping plan hides."""
+    recompute_full_hidden_s: float = 0.0
+    """Σ comm_hidden_forward_s over the block layers: what it hides of a full recompute."""
     blocks: float = 0.0
     """Transformer blocks in the stage."""
     expert_blocks: float = 0.0
@@ -123,7 +134,8 @@ class StageTotals(NamedTuple):
                     layer.activation_values,
                     0.0 if in_block else layer.activation_values,
                     layer.ep_comm_s, layer.cp_comm_s, layer.ep_forward_s,
-                    layer.cp_forward_s)):
+                    layer.cp_forward_s, layer.comm_hidden_s,
+                    layer.comm_hidden_forward_s if in_block else 0.0)):
                 totals[index] += value
             if in_block:
                 blocks.add(layer.block)
@@ -183,6 +195,11 @@ class StageCosts:
         """T_mp: time in split-caused (tensor-group) communication."""
         return self.totals.partition_s
 
+    def exposed_partition_s(self, overlap: bool) -> float:
+        """T_mp as the plan runs it: less what the GEMMs hide when it overlaps its
+        tensor-parallel exchanges (TensorSplit.overlap)."""
+        return self.partition_s - (self.totals.partition_hidden_s if overlap else 0.0)
+
     @property
     def expert_comm_s(self) -> float:
         """T_ep: expert parallelism's all-to-alls per micro-batch."""
@@ -219,11 +236,14 @@ class StageCosts:
                  "selective": self.totals.launches_selective}.get(recompute, 0.0)
         return int(self.totals.launches + extra)
 
-    def recompute_s(self, recompute: str) -> float:
+    def recompute_s(self, recompute: str, overlap: bool = False) -> float:
         """Forward work recomputed in the backward pass: 'full' every block layer's forward
-        (with its tensor-parallel communication), 'selective' the attention core, else 0."""
-        return {"full": self.totals.recompute_full_s,
-                "selective": self.totals.recompute_selective_s}.get(recompute, 0.0)
+        (with its tensor-parallel communication, less what the GEMMs hide of it when the plan
+        overlaps it), 'selective' the attention core, else 0."""
+        if recompute == "full":
+            return self.totals.recompute_full_s - (
+                self.totals.recompute_full_hidden_s if overlap else 0.0)
+        return self.totals.recompute_selective_s if recompute == "selective" else 0.0
 
 
 def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, placed: Placement,
@@ -279,11 +299,18 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         cp_total[1] += forward_s
     block = layer.hyper.get("block")
     tp_s, ep_s, cp_s = (seconds_by[d] for d in (MeshDim.TP, MeshDim.EP, MeshDim.CP))
+    hidden_forward = hidden_backward = 0.0
+    if device.is_accelerator and record_of(layer).fp8_gemm and tp_s[0] > 0:
+        # Transformer Engine's linear modules (the fp8_gemm kinds) run their all-gather or
+        # reduce-scatter in tp chunks under the GEMM of the same phase
+        hidden_forward = tp_s[1] - chunked_exposed_s(tp_s[1], fwd, partitions)
+        backward = tp_s[0] - tp_s[1]
+        hidden_backward = backward - chunked_exposed_s(backward, ing + wg, partitions)
     return LayerCost(layer.name, layer.kind, shard.scheme, shard.work_fraction, fwd, ing, wg,
                      comm_bytes, comm_messages, tp_s[0], shard.replicated_params, tp_s[1],
                      block if isinstance(block, int) else None, launches[0], launches[1],
                      shard.work_fraction * layer.activation_values, ep_s[0], cp_s[0],
-                     ep_s[1], cp_s[1])
+                     ep_s[1], cp_s[1], hidden_forward + hidden_backward, hidden_forward)
 
 
 def mesh_split_key(layer: Layer, split: MeshSplit) -> tuple[object, ...]:

@@ -106,6 +106,13 @@ def register(app: typer.Typer) -> None:
             overlap_dp: Optional[str] = typer.Option(
                 None, "--overlap-dp", help="GPU: data-parallel gradients overlap the backward "
                 "pass: on, off or on,off (default: both)"),
+            overlap_tp: Optional[str] = typer.Option(
+                None, "--overlap-tp", help="GPU: tensor-parallel exchanges under the GEMMs "
+                "(tp > 1 with sequence parallelism; Megatron's --tp-comm-overlap): on, off or "
+                "on,off (default: off, the engines' default)"),
+            overlap_pp: Optional[str] = typer.Option(
+                None, "--overlap-pp", help="GPU: pipeline sends under compute (interleaved "
+                "schedule): on, off or on,off (default: on, Megatron's)"),
             ep: Optional[str] = typer.Option(
                 None, "--ep", help="GPU: expert-parallel degrees, e.g. 1,2,4,8 (default: the "
                 "divisors of a MoE model's experts; 1 for a dense model)"),
@@ -221,6 +228,8 @@ def register(app: typer.Typer) -> None:
                                 sequence_parallel=switches(sequence_parallel,
                                                            "--sequence-parallel"),
                                 overlap_dp=switches(overlap_dp, "--overlap-dp"),
+                                overlap_tp=switches(overlap_tp, "--overlap-tp"),
+                                overlap_pp=switches(overlap_pp, "--overlap-pp"),
                                 engine=engine, ep=lists["ep"], cp=lists["cp"],
                                 cp_algorithms=strings(cp_algorithm, "cp_algorithm"),
                                 expert_imbalance=expert_imbalance, etp=lists["etp"],

@@ -104,7 +104,9 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
              cp: int | Iterable[int] | None = None,
              cp_algorithms: str | Sequence[str] | None = None,
              expert_imbalance: float | None = None,
-             etp: int | Iterable[int] | None = None) -> OptimizeResult:
+             etp: int | Iterable[int] | None = None,
+             overlap_tp: bool | Sequence[bool] | None = None,
+             overlap_pp: bool | Sequence[bool] | None = None) -> OptimizeResult:
     """The fastest plan within a budget, the top `top`, the best of each family, and the
     scalability curve, over the space the inputs call for.
 
@@ -125,7 +127,10 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     choices; defaults modern.default_expert_degrees / default_context_degrees),
     cp_algorithms ('ring', 'alltoall', or both; default both), expert_imbalance (the busiest
     ep member's load over the mean, for every plan; default 1), etp (expert tensor-parallel
-    degrees to try besides each plan's tp; default none).
+    degrees to try besides each plan's tp; default none), overlap_tp (the tensor-parallel
+    exchanges under the GEMMs, tp > 1 with sequence parallelism) and overlap_pp (the
+    pipeline's sends under compute, interleaved schedule): True, False or both (None: the
+    engines' defaults, overlap_tp off and overlap_pp on).
 
     Raises InputError naming the field for bad input, an argument the chosen space does not
     have, or a budget too small for any feasible plan.
@@ -137,6 +142,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     method = _optional_name("method", method) or "fast"
     sequence_parallel = require_switches("sequence_parallel", sequence_parallel)
     overlap_dp = require_switches("overlap_dp", overlap_dp)
+    overlap_tp = require_switches("overlap_tp", overlap_tp)
+    overlap_pp = require_switches("overlap_pp", overlap_pp)
     engine = _optional_name("engine", engine)
     pareto = _optional_bool("pareto", pareto)
     precision, objective = (_optional_name("precision", precision),
@@ -157,7 +164,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                  "objective": objective, "pareto": pareto,
                  "price_per_device_hour": price_per_device_hour, "engine": engine,
                  "ep": ep, "cp": cp, "cp_algorithm": cp_algorithms,
-                 "expert_imbalance": expert_imbalance, "etp": etp}, ADAM_SPACE)
+                 "expert_imbalance": expert_imbalance, "etp": etp,
+                 "overlap_tp": overlap_tp, "overlap_pp": overlap_pp}, ADAM_SPACE)
         from dnnscale.optimize.api import optimize_adam
 
         return optimize_adam(w, c, budget, modes, top, minibatch, push_every, pull_every, base,
@@ -184,7 +192,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                               engine=engine, expert=ep, context=cp,
                               cp_algorithms=_strings(cp_algorithms, "cp_algorithm"),
                               expert_imbalance=1.0 if expert_imbalance is None
-                              else expert_imbalance, expert_tensor=etp)
+                              else expert_imbalance, expert_tensor=etp,
+                              overlap_tp=overlap_tp, overlap_pp=overlap_pp)
     result = optimize_modern(w, c, space, gpus=budget, top=top, objective=objective or "time",
                              pareto=bool(pareto), curve=curve)
     check_prediction(result.best, "optimize")

@@ -101,6 +101,15 @@ class ModernSpace:
     """Expert tensor-parallel degrees (etp) for mixture-of-experts workloads; 0 is each
     plan's tp (the default, Megatron-Core's); a value above a plan's tp or not dividing it is
     skipped for that tp."""
+    overlap_tp: tuple[bool, ...] = (False,)
+    """Whether the tensor-parallel exchanges overlap the GEMMs (for tp > 1 with sequence
+    parallelism; the others run without). Default: off, the engines' default (Megatron's
+    --tp-comm-overlap needs Transformer Engine's userbuffers, torchtitan's async TP
+    torch.compile); (False, True) searches both."""
+    overlap_pp: tuple[bool, ...] = (True,)
+    """Whether the pipeline's sends overlap compute (for the interleaved schedule; the others
+    run without). Default: on, Megatron-LM's default there, which the model never prices
+    slower than off (a plan without it is the same plan, no faster)."""
 
     def precision_of(self) -> Precision:
         """The plans' precision: the preset, with the engine's gradient width if it fixes one."""
@@ -124,6 +133,9 @@ class Group(NamedTuple):
     cp_algorithm: str = "ring"
     etp: int | None = None
     """The experts' tensor split where it is not tp (None: tp)."""
+    overlap_tp: bool = False
+    overlap_pp: bool | None = None
+    """The pipeline's sends overlap compute (None: the schedule's default, Pipeline)."""
 
     @property
     def devices_per_replica(self) -> int:
@@ -140,8 +152,9 @@ class Group(NamedTuple):
 
     def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
         return ParallelPlan(
-            tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel),
-            pipeline=Pipeline(self.pipeline, self.schedule, self.virtual_stages),
+            tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel, self.overlap_tp),
+            pipeline=Pipeline(self.pipeline, self.schedule, self.virtual_stages,
+                              self.overlap_pp),
             data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp)),
             batch=Batch(self.micro_batch, self.micro_batches(space, replicas)),
             memory=MemoryPolicy(self.recompute), precision=space.precision_of(),
@@ -153,7 +166,15 @@ class Group(NamedTuple):
         return EngineFacts(self.tensor, self.pipeline, replicated, self.schedule, self.zero,
                            self.overlap_dp, self.sequence_parallel, space.precision,
                            space.precision_of().grad_bytes, ep=self.ep, cp=self.cp,
-                           cp_algorithm=self.cp_algorithm, etp=self.etp)
+                           cp_algorithm=self.cp_algorithm, etp=self.etp,
+                           overlap_tp=self.overlap_tp,
+                           overlap_pp=Pipeline(self.pipeline, self.schedule,
+                                               self.virtual_stages,
+                                               self.overlap_pp).overlaps_p2p)
+
+    def may_overlap_tp(self, space: ModernSpace) -> bool:
+        """Whether the space lets the group's tensor-parallel exchanges overlap the GEMMs."""
+        return True in space.overlap_tp and self.tensor > 1 and self.sequence_parallel
 
     def runs_on(self, space: ModernSpace, replicated: bool) -> bool:
         """Whether the space's engine (any, if None) runs the group's plan as priced."""
@@ -217,7 +238,9 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                       context: Iterable[int] | int | None = None,
                       cp_algorithms: Sequence[str] | None = None,
                       expert_imbalance: float = 1.0,
-                      expert_tensor: Iterable[int] | int | None = None) -> ModernSpace:
+                      expert_tensor: Iterable[int] | int | None = None,
+                      overlap_tp: bool | Sequence[bool] | None = None,
+                      overlap_pp: bool | Sequence[bool] | None = None) -> ModernSpace:
     """The space for a transformer on GPUs; defaults: TP dividing the heads and key/value heads
     within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch,
     ep dividing the experts (1 for a dense model: `default_expert_degrees`), cp up to 8
@@ -230,7 +253,10 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     heads, pp not dividing the layers, a ZeRO stage outside 0-3) is an InputError naming the
     field; a combination the rules reject (ZeRO-2 with a pipeline, a micro-batch not dividing
     the batch, an interleaved chunking) is left out of the space, as the defaults' are.
-    sequence_parallel, overlap_dp: one value, or the choices (None: both). engine: only plans
+    sequence_parallel, overlap_dp: one value, or the choices (None: both); overlap_tp (tp > 1
+    with sequence parallelism only) and overlap_pp (the interleaved schedule only) the same,
+    None the engines' default: overlap_tp off, overlap_pp on.
+    engine: only plans
     that engine runs as they are priced (plan/engines.py search_violation), its gradient
     width where it fixes one (None: any engine)."""
     shape = workload.transformer
@@ -270,6 +296,8 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     both = (False, True)  # None: search both
     sp = require_switches("sequence_parallel", sequence_parallel) or both
     overlap = require_switches("overlap_dp", overlap_dp) or both
+    tp_overlap = require_switches("overlap_tp", overlap_tp) or (False,)
+    pp_overlap = require_switches("overlap_pp", overlap_pp) or (True,)
     if engine is not None:
         engine = check_engine(engine)
     ep = _choices(expert, default_expert_degrees(shape, system.machines), "ep")
@@ -291,7 +319,7 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
                         precision, overlap, engine, priced_grad_bytes(engine), ep, cp,
                         tuple(dict.fromkeys(algorithms)), imbalance,
-                        shape if engine is not None else None, etp)
+                        shape if engine is not None else None, etp, tp_overlap, pp_overlap)
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space
@@ -367,10 +395,17 @@ def groups_of(space: ModernSpace, workload: Workload) -> list[Group]:
 
 def class_members(rep: Group, space: ModernSpace) -> list[Group]:
     """The groups of `rep`'s class in `space`: its plan at each of the space's ZeRO stages and
-    overlaps that the space's engine runs as priced at one replica."""
+    overlaps (data parallel; tensor parallel where tp > 1 with sequence parallelism; the
+    pipeline's sends under the interleaved schedule) that the space's engine runs as priced
+    at one replica."""
+    overlap_tp = space.overlap_tp if rep.tensor > 1 and rep.sequence_parallel else (False,)
+    overlap_pp: tuple[bool | None, ...] = (
+        space.overlap_pp if rep.schedule == "interleaved" and rep.pipeline > 1 else (None,))
     out = []
-    for zero, overlap in itertools.product(space.zero, space.overlap_dp):
-        group = rep._replace(zero=zero, overlap_dp=overlap)
+    for zero, overlap, tp_overlap, pp_overlap in itertools.product(
+            space.zero, space.overlap_dp, overlap_tp, overlap_pp):
+        group = rep._replace(zero=zero, overlap_dp=overlap, overlap_tp=tp_overlap,
+                             overlap_pp=pp_overlap)
         if group.runs_on(space, False):
             out.append(group)
     return out
@@ -417,7 +452,7 @@ def group_classes(space: ModernSpace, workload: Workload) -> list[Group]:
 def memory_group(group: Group) -> Group:
     """The group whose memory is the same as `group`'s at every data-parallel degree: memory
     does not depend on overlap, and follows model/data_parallel.memory_zero_stage."""
-    return group._replace(overlap_dp=False,
+    return group._replace(overlap_dp=False, overlap_tp=False, overlap_pp=None,
                           zero=memory_zero_stage(group.zero, group.pipeline))
 
 
@@ -600,14 +635,17 @@ class _Search:
         first = priced.step_s if self.objective == "time" else priced.cost
         return first, priced.devices, priced.group, priced.replicas
 
-    def seconds(self, group: Group, stages: tuple[StageCosts, ...]) -> tuple[float, ...]:
+    def seconds(self, group: Group, stages: tuple[StageCosts, ...],
+                overlap: bool) -> tuple[float, ...]:
         """t_i per stage: compute + tensor-, expert- and context-parallel communication +
-        recompute, one micro-batch on the devices alone (no launch or transfer time)."""
-        key = (id(stages), group.recompute)
+        recompute, one micro-batch on the devices alone (no launch or transfer time); with
+        `overlap`, the tensor-parallel exchanges less what the GEMMs hide."""
+        key = (id(stages), group.recompute, overlap)
         seconds = self.caches.seconds.get(key)
         if seconds is None:
-            seconds = tuple(stage.compute_s + stage.partition_s + stage.expert_comm_s
-                            + stage.context_comm_s + stage.recompute_s(group.recompute)
+            seconds = tuple(stage.compute_s + stage.exposed_partition_s(overlap)
+                            + stage.expert_comm_s + stage.context_comm_s
+                            + stage.recompute_s(group.recompute, overlap)
                             for stage in stages)
             self.caches.seconds[key] = seconds
         return seconds
@@ -630,28 +668,31 @@ class _Search:
         time on the devices alone (no launch or transfer time, no data-parallel traffic, no
         optimizer step), which falls as d grows (fewer micro-batches)."""
         self.bounded += 1
-        seconds = self.seconds(group, stages)
+        seconds = self.seconds(group, stages, group.overlap_tp)
         return self.over_choices(group, choices,
                                  lambda m: pipeline_time_s(seconds, m, group.virtual_stages))
 
-    def quick_bound(self, group: Group, choices: list[int]) -> float:
+    def quick_bound(self, group: Group, choices: list[int], overlap: bool) -> float:
         """A lower bound of `bound` without the group's pipeline layout, from the whole model
         on one stage (shared by every pipeline degree): stage totals are additive and every
         layer sits on one device, so Σ t_i is the whole model's T; t_max ≥ T / p; and
         m · t_max + (T − t_max) / v grows with t_max (m ≥ 1 ≥ 1/v). QUICK_SLACK covers the
-        rounding of the two sums' orders."""
+        rounding of the two sums' orders. `overlap`: the tensor-parallel exchanges less what
+        the GEMMs hide (a class's bound where any member may overlap them, a member's where
+        it does)."""
         self.bounded += 1
         memo = (group.tensor, group.micro_batch, group.sequence_parallel, group.ep, group.cp,
-                group.cp_algorithm, group.etp, group.recompute, group.pipeline,
-                group.virtual_stages, choices[-1] if self.objective == "time" else tuple(choices))
+                group.cp_algorithm, group.etp, group.recompute, overlap,
+                group.pipeline, group.virtual_stages,
+                choices[-1] if self.objective == "time" else tuple(choices))
         known = self.caches.bounds.get(memo)
         if known is not None:
             return known
-        key = memo[:8]
+        key = memo[:9]
         total = self.caches.whole.get(key)
         if total is None:
             whole = self.stages(group._replace(pipeline=1, schedule="1f1b", virtual_stages=1))
-            total = self.caches.whole[key] = self.seconds(group, whole)[0]
+            total = self.caches.whole[key] = self.seconds(group, whole, overlap)[0]
         share, v = total / group.pipeline, group.virtual_stages
         bound = self.caches.bounds[memo] = self.over_choices(
             group, choices, lambda m: (m * share + (total - share) / v) * (1 - QUICK_SLACK))
@@ -667,7 +708,12 @@ class _Search:
         Groups that differ only in their ZeRO stage and overlap share their quick bound (it
         reads neither): they enter as one class, bounded at the replica counts of any engine
         (a superset of each member's, so a lower bound of each), and are split into their
-        groups when the class comes up."""
+        groups when the class comes up.
+
+        A group whose tensor-parallel exchanges do not overlap the GEMMs is never faster than
+        its twin that overlaps them (the same plan with less exposed communication per stage:
+        every step term is the same or larger, memory the same): once the twin is priced, the
+        group's bound rises to the twin's best objective."""
         heap: list[tuple[float, tuple[int, int], bool, Group, list[int],
                          tuple[StageCosts, ...] | None]] = []
         classes = self.caches.classes_for(self.space, self.workload)
@@ -676,26 +722,38 @@ class _Search:
                                             rep.schedule, rep.pipeline,
                                             devices // rep.devices_per_replica))
             if choices:
-                heap.append((self.quick_bound(rep, choices), (index, -1), True, rep,
-                             choices, None))
+                heap.append((self.quick_bound(rep, choices, rep.may_overlap_tp(self.space)),
+                             (index, -1), True, rep, choices, None))
         heapq.heapify(heap)
         found: list[Priced] = []
+        twin_best: dict[Group, float] = {}
+        """Per group that overlaps its tensor-parallel exchanges, its best objective."""
         while heap:
             bound, order, is_class, group, choices, stages = heapq.heappop(heap)
             if len(found) >= top and bound >= self.key(found[top - 1])[0] * (1 + 1e-12):
                 break
+            if not is_class and not group.overlap_tp:
+                twin = twin_best.pop(group._replace(overlap_tp=True), None)
+                if twin is not None and twin > bound:
+                    heapq.heappush(heap, (twin, order, False, group, choices, stages))
+                    continue
             if is_class:  # a class: its groups, each at its own replica counts
+                shared: dict[tuple[tuple[int, ...], bool], float] = {}  # members' equal bounds
                 for j, member in enumerate(class_members(group, self.space)):
                     own = replica_choices(member, self.space, devices)
                     if own:
-                        heapq.heappush(heap, (self.quick_bound(member, own), (order[0], j),
-                                              False, member, own, None))
+                        key = (tuple(own), member.overlap_tp)
+                        if key not in shared:
+                            shared[key] = self.quick_bound(member, own, member.overlap_tp)
+                        heapq.heappush(heap, (shared[key], (order[0], j), False, member, own,
+                                              None))
                 continue
             if stages is None:
                 stages = self.stages(group)
                 heapq.heappush(heap, (self.bound(group, choices, stages), order, False, group,
                                       choices, stages))
                 continue
+            best = float("inf")
             for replicas in reversed(choices):  # memory never grows with d: stop at a misfit
                 if not self.fits(group, replicas, stages):
                     break
@@ -705,6 +763,9 @@ class _Search:
                 step = self.space.global_batch / x
                 used = group.devices_per_replica * replicas
                 found.append(Priced(group, replicas, step, used, step * used * self.price() / 3600))
+                best = min(best, self.key(found[-1])[0])
+            if group.overlap_tp:
+                twin_best[group] = best
             found.sort(key=self.key)
             del found[max(top, 1) * 4:]
         return found[:top]

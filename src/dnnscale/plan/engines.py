@@ -111,6 +111,10 @@ class EngineFacts:
     cp_algorithm: str = "ring"
     etp: int | None = None
     """The experts' tensor split where it is not tp (None: tp)."""
+    overlap_tp: bool = False
+    """The tensor-parallel exchanges run in chunks under the GEMMs (TensorSplit.overlap)."""
+    overlap_pp: bool = False
+    """The pipeline's sends overlap compute (Pipeline.overlaps_p2p)."""
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
@@ -123,7 +127,8 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        plan.tensor.sequence_parallel, plan.precision.compute,
                        plan.precision.grad_bytes, ep=plan.expert.degree,
                        cp=plan.context.degree, cp_algorithm=plan.context.algorithm,
-                       etp=plan.expert.tensor)
+                       etp=plan.expert.tensor, overlap_tp=plan.tensor.overlap,
+                       overlap_pp=plan.pipeline.overlaps_p2p)
 
 
 def check_engine(engine: object, field: str = "engine") -> str:
@@ -165,6 +170,10 @@ def _deepspeed(f: EngineFacts) -> Violation | None:
         return Violation("overlap_dp", f"{name} overlaps gradient reduction with the backward "
                          f"pass only under ZeRO (zero_optimization.overlap_comm); use zero >= 1 "
                          f"or overlap_dp false")
+    if f.overlap_tp:
+        return Violation("overlap_tp", f"{name}'s tensor parallelism runs its exchanges after "
+                         f"the GEMMs (no userbuffers overlap, no --tp-comm-overlap option); use "
+                         f"overlap_tp false")
     return _deepspeed_context(f) if f.cp > 1 else None
 
 
@@ -347,6 +356,14 @@ def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]
         out.append(Violation("overlap_dp", "torchtitan always overlaps data-parallel "
                              "communication with computation (FSDP2 prefetch, DDP buckets); "
                              "the plan priced it after the backward pass"))
+    if facts.pp > 1 and facts.schedule == "interleaved" and not facts.overlap_pp:
+        out.append(Violation("overlap_pp", "torch.distributed.pipelining's interleaved schedule "
+                             "posts its sends and receives asynchronously and computes "
+                             "meanwhile; the plan priced them after each chunk"))
+    if facts.pp > 1 and facts.schedule == "interleaved" and not facts.overlap_pp:
+        out.append(Violation("overlap_pp", "torch.distributed.pipelining's interleaved schedule "
+                             "posts its sends and receives asynchronously and computes "
+                             "meanwhile; the plan priced them after each chunk"))
     if facts.tp > 1 and not facts.sequence_parallel:
         out.append(Violation("sequence_parallel", "torchtitan's tensor parallelism always "
                              "shards the norms over the sequence (SequenceParallel); the plan "

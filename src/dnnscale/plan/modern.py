@@ -16,6 +16,10 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     precision: bf16     # fp32 | tf32 | bf16 | fp16 | fp8
     sequence_parallel: false
     overlap_dp: false   # data-parallel gradients overlap the backward pass in buckets
+    overlap_tp: false   # tensor-parallel exchanges in tp chunks under the GEMMs (needs
+                        # sequence_parallel; Megatron's --tp-comm-overlap)
+    overlap_pp: true    # pipeline sends overlap compute (interleaved only; default: on there,
+                        # Megatron's overlap_p2p_comm)
     grad_bytes: 4       # bytes per gradient value accumulated and reduced (default: 4 under
                         # bf16/fp8, Megatron's fp32 main grads; 2 under fp16; 4 under fp32/tf32)
     ep: 8               # expert parallelism: experts split over ep devices (MoE workloads)
@@ -41,7 +45,9 @@ from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, OPTIMIZERS, RECOMPUTE
                                 Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
                                  imbalance_within_experts, interleaved_micro_batches,
-                                 megatron_aggregation, require, schedule_virtual_stages)
+                                 megatron_aggregation, pipeline_overlap_needs_interleaving,
+                                 require, schedule_virtual_stages,
+                                 tensor_overlap_needs_sequence_parallel)
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
@@ -63,7 +69,8 @@ grad_bytes (predict --grad-bytes) overrides the width."""
 
 MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
-                 "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp")
+                 "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp",
+                 "overlap_tp", "overlap_pp")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -108,6 +115,10 @@ def _plan_rules(plan: ParallelPlan, where: str) -> ParallelPlan:
     require(megatron_aggregation(isinstance(aggregation, ParameterServer)), where)
     require(imbalance_within_experts(plan.expert.imbalance, plan.expert.degree), where)
     require(expert_tensor_divides(plan.expert.tensor, plan.tensor.degree), where)
+    require(tensor_overlap_needs_sequence_parallel(plan.tensor.overlap, plan.tensor.degree,
+                                                   plan.tensor.sequence_parallel), where)
+    require(pipeline_overlap_needs_interleaving(plan.pipeline.overlap_p2p,
+                                                plan.pipeline.schedule, pp), where)
     return plan
 
 
@@ -157,9 +168,12 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
         precision = Precision(precision.compute, precision.param_bytes, grad,
                               precision.optimizer_state_bytes, precision.activation_bytes,
                               precision.master_weights)
+    overlap_pp = (require_bool(f"{where}.overlap_pp", values["overlap_pp"])
+                  if "overlap_pp" in values else None)
     return _plan_rules(ParallelPlan(
-        tensor=TensorSplit(tp, "megatron", _flag(values, "sequence_parallel", where)),
-        pipeline=Pipeline(pp, schedule, virtual),
+        tensor=TensorSplit(tp, "megatron", _flag(values, "sequence_parallel", where),
+                           _flag(values, "overlap_tp", where)),
+        pipeline=Pipeline(pp, schedule, virtual, overlap_pp),
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where))),
         batch=Batch(micro, micro_batches), memory=MemoryPolicy(recompute), precision=precision,
         optimizer="adam", expert=ExpertParallel(ep, imbalance, None if etp == tp else etp),
@@ -198,7 +212,10 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
                          "'megatron'")
     require_int(f"{where}.tp", plan.tensor.degree, maximum=MAX_DEGREE)
     require_bool(f"{where}.sequence_parallel", plan.tensor.sequence_parallel)
+    require_bool(f"{where}.overlap_tp", plan.tensor.overlap)
     require_int(f"{where}.pp", plan.pipeline.stages, maximum=MAX_DEGREE)
+    if plan.pipeline.overlap_p2p is not None:
+        require_bool(f"{where}.overlap_pp", plan.pipeline.overlap_p2p)
     _one_of(f"{where}.schedule", plan.pipeline.schedule, SCHEDULES)
     require_int(f"{where}.virtual_stages", plan.pipeline.virtual_stages,
                 maximum=MAX_VIRTUAL_STAGES)
@@ -251,7 +268,10 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
             "grad_bytes": plan.precision.grad_bytes, "ep": plan.expert.degree,
             "cp": plan.context.degree, "cp_algorithm": plan.context.algorithm,
             "expert_imbalance": plan.expert.imbalance,
-            **({"etp": plan.expert.tensor} if plan.expert.tensor is not None else {})}
+            **({"etp": plan.expert.tensor} if plan.expert.tensor is not None else {}),
+            "overlap_tp": plan.tensor.overlap,
+            **({"overlap_pp": plan.pipeline.overlap_p2p}
+               if plan.pipeline.overlap_p2p is not None else {})}
 
 
 def plan_label(plan: ParallelPlan) -> str:
@@ -259,7 +279,10 @@ def plan_label(plan: ParallelPlan) -> str:
     extras = [f"zero{d['zero']}" if d["zero"] else "", d["recompute"] if d["recompute"] != "none"
               else "", "sp" if d["sequence_parallel"] else "",
               f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
-              "overlap" if d["overlap_dp"] and d["dp"] > 1 else ""]
+              "overlap" if d["overlap_dp"] and d["dp"] > 1 else "",
+              "tp-overlap" if d["overlap_tp"] else "",
+              "no-pp-overlap" if d["schedule"] == "interleaved"
+              and not plan.pipeline.overlaps_p2p else ""]
     mesh = (f" EP{d['ep']}" if d["ep"] > 1 else "") + (
         f" ETP{d['etp']}" if "etp" in d else "") + (
         f" CP{d['cp']}{'' if d['cp_algorithm'] == 'ring' else '-a2a'}" if d["cp"] > 1 else "")

@@ -34,21 +34,37 @@ a head split around the attention core; Jacobs et al. 2023)."""
 class TensorSplit:
     """Intra-layer split over `degree` devices. rules: 'adam' (Project Adam's vertical split:
     FC layers by output features, convolutions by channels or horizontal stripes, the cheaper per
-    layer) or 'megatron' (column/row pairs; sequence_parallel splits norms and dropout too)."""
+    layer) or 'megatron' (column/row pairs; sequence_parallel splits norms and dropout too).
+    overlap: the sequence-parallel all-gathers and reduce-scatters run in tp chunks under the
+    GEMMs beside them (Megatron's --tp-comm-overlap, Transformer Engine's userbuffers;
+    torchtitan's async tensor parallelism); it needs sequence parallelism."""
 
     degree: int = 1
     rules: str = "adam"
     sequence_parallel: bool = False
+    overlap: bool = False
 
 
 @dataclass(frozen=True)
 class Pipeline:
     """`stages` pipeline stages run with `schedule`; `virtual_stages` chunks per device for the
-    interleaved schedule (1 otherwise)."""
+    interleaved schedule (1 otherwise). overlap_p2p: a stage's sends and receives travel while
+    it computes the next chunk (Megatron's overlap_p2p_comm, on by default with the
+    interleaved schedule and only there); None: the engine's default."""
 
     stages: int = 1
     schedule: str = "1f1b"
     virtual_stages: int = 1
+    overlap_p2p: bool | None = None
+
+    @property
+    def overlaps_p2p(self) -> bool:
+        """Whether the sends overlap compute: `overlap_p2p`, or by default with the interleaved
+        schedule on more than one stage (Megatron-LM: --no-overlap-p2p-communication turns it
+        off; a non-interleaved schedule forces it off)."""
+        if self.overlap_p2p is not None:
+            return self.overlap_p2p
+        return self.schedule == "interleaved" and self.stages > 1
 
 
 @dataclass(frozen=True)

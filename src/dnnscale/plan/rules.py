@@ -130,6 +130,29 @@ def schedule_virtual_stages(schedule: str, pp: int, virtual_stages: int) -> Viol
     return None
 
 
+def tensor_overlap_needs_sequence_parallel(overlap: bool, tp: int,
+                                           sequence_parallel: bool) -> Violation | None:
+    """Overlapping the tensor-parallel exchanges with the GEMMs chunks the sequence-parallel
+    all-gathers and reduce-scatters: it needs tp > 1 and sequence parallelism (Megatron-LM
+    refuses --tp-comm-overlap without --sequence-parallel; torchtitan's async TP rewrites the
+    all-gather + matmul and matmul + reduce-scatter pairs of its sequence-parallel TP)."""
+    if overlap and (tp < 2 or not sequence_parallel):
+        return Violation("overlap_tp", "overlapping the tensor-parallel exchanges with the GEMMs "
+                         "needs tp > 1 and sequence_parallel (the all-gathers and "
+                         "reduce-scatters it chunks)")
+    return None
+
+
+def pipeline_overlap_needs_interleaving(overlap: bool | None, schedule: str,
+                                       pp: int) -> Violation | None:
+    """The pipeline's sends overlap compute only under the interleaved schedule (Megatron-LM
+    turns overlap_p2p_comm off for any other)."""
+    if overlap and (schedule != "interleaved" or pp < 2):
+        return Violation("overlap_pp", "the pipeline's sends overlap compute only under the "
+                         "interleaved schedule with pp >= 2 (Megatron-LM's overlap_p2p_comm)")
+    return None
+
+
 def interleaved_micro_batches(schedule: str, micro_batches: int, pp: int) -> Violation | None:
     """With the interleaved schedule the micro-batches per step m are a multiple of pp
     (Megatron-LM's rule)."""
