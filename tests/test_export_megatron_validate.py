@@ -52,6 +52,7 @@ from pathlib import Path
 
 import pytest
 
+from dnnscale.errors import InputError
 from dnnscale.export.megatron import export_megatron
 from dnnscale.plan.modern import modern_plan_from_dict
 from dnnscale.workload import load_workload
@@ -83,6 +84,9 @@ LLAMA8_FSDP = dict(tp=2, pp=1, dp=32, micro_batch=2, global_batch=256, zero=3,
 GPT_ZERO2_FP16 = dict(tp=4, pp=1, dp=8, micro_batch=4, global_batch=64, zero=2,
                       recompute="full", precision="fp16", grad_bytes=4)
 FP32_PIPELINE = dict(tp=1, pp=2, dp=2, micro_batch=1, global_batch=8, precision="fp32")
+OVERLAPS = dict(tp=8, pp=4, dp=4, micro_batch=1, global_batch=512, schedule="interleaved",
+                virtual_stages=2, zero=1, recompute="selective", precision="bf16",
+                sequence_parallel=True, overlap_tp=True, overlap_pp=False)
 HF_INTERLEAVED = dict(tp=4, pp=2, dp=2, micro_batch=2, global_batch=64, schedule="interleaved",
                       virtual_stages=2, zero=0, recompute="none", precision="bf16",
                       sequence_parallel=False)
@@ -173,7 +177,9 @@ MEGATRON_READER = """
             "fsdp": args.use_megatron_fsdp, "distributed_optimizer": args.use_distributed_optimizer,
             "query_groups": t.num_query_groups, "ffn": t.ffn_hidden_size,
             "params_dtype": str(args.params_dtype), "fp8": t.fp8,
-            "attention_backend": t.attention_backend.name})
+            "attention_backend": t.attention_backend.name,
+            "tp_comm_overlap": bool(args.tp_comm_overlap),
+            "overlap_p2p_comm": bool(args.overlap_p2p_comm)})
         unset_global_variables()
     print(json.dumps(results))
 """
@@ -244,7 +250,8 @@ def test_exported_launches_pass_megatron_validate_args(tmp_path) -> None:
                       "rotary_base": 10000, "sequence_parallel": True, "fsdp": False,
                       "distributed_optimizer": True, "query_groups": 96, "ffn": 49152,
                       "params_dtype": "torch.bfloat16", "fp8": None,
-                      "attention_backend": "auto"}
+                      "attention_backend": "auto", "tp_comm_overlap": False,
+                      "overlap_p2p_comm": True}
     assert (narayanan["dp"], narayanan["vpp"], narayanan["microbatches"]) == (12, 2, 128)
     assert llama70["recompute"] == ["full", "uniform", 1, ["core_attn"]]
     assert (llama70["rotary_base"], llama70["query_groups"], llama70["ffn"]) == (500000, 8, 28672)
@@ -258,6 +265,28 @@ def test_exported_launches_pass_megatron_validate_args(tmp_path) -> None:
     assert "CUDA_DEVICE_MAX_CONNECTIONS to 1" in no_variable["error"]
     assert "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset" in fsdp_with_one["error"]
     assert "error" not in blackwell
+
+
+def test_overlap_options_pass_megatron_validate_args(tmp_path) -> None:
+    """overlap_tp exports --tp-comm-overlap and overlap_pp false --no-overlap-p2p-communication;
+    Megatron reads both (tp_comm_overlap on, overlap_p2p_comm off), and the default
+    interleaved plan keeps its p2p overlap on. Negative control: Megatron asserts pp > 2 for an
+    interleaved schedule without the overlap, the rule plan/engines.py states."""
+    overlaps = launched(tmp_path, "overlaps", OVERLAPS, "gpt3-175b")
+    default = launched(tmp_path, "default", {**OVERLAPS, "overlap_tp": False,
+                                             "overlap_pp": None}, "gpt3-175b")
+    argv = list(overlaps["argv"])
+    argv[argv.index("--pipeline-model-parallel-size") + 1] = "2"   # same world: DP 8
+    two_stages = {**overlaps, "argv": argv}
+    on, off, refused = megatron_checks(tmp_path, [overlaps, default, two_stages])
+    assert "error" not in on and "error" not in off, (on, off)
+    assert (on["tp_comm_overlap"], on["overlap_p2p_comm"]) == (True, False)
+    assert (off["tp_comm_overlap"], off["overlap_p2p_comm"]) == (False, True)
+    assert "p2p communication overlap is disabled" in refused.get("error", ""), refused
+    with pytest.raises(InputError) as caught:
+        export_megatron(modern_plan_from_dict({**OVERLAPS, "pp": 2, "global_batch": 256}),
+                        load_workload("gpt3-175b").transformer, "gpt3-175b")
+    assert caught.value.field == "plan.overlap_pp"
 
 
 def test_the_readme_winner_for_megatron_passes_validate_args(tmp_path) -> None:

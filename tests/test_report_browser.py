@@ -29,8 +29,9 @@ GPU_FLAGS = ["-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp", "8", "--pp", "8
              "--global-batch", "1536", "--recompute", "full"]
 TIGHT_FLAGS = ["-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp", "8", "--pp", "8", "--dp",
                "8", "--global-batch", "1536", "--schedule", "interleaved", "--virtual-stages",
-               "4", "--recompute", "selective"]
-"""An interleaved plan whose fullest stage needs 96.8 % of the GPU's memory."""
+               "4", "--recompute", "selective", "--grad-bytes", "2"]
+"""An interleaved plan whose fullest stage needs 98.1 % of the GPU's memory (bf16 gradients,
+the reserve included)."""
 
 OVERLAPS_JS = """(selector => {
   const boxes = [];
@@ -123,7 +124,8 @@ def test_report_of_make_runs_plan(tmp_path: Path) -> None:
 def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:
     """GPT-3 175B, TP8 PP8 DP8, 1536 per step: 8 stage lanes, 192 micro-batches → 192 forward
     and 192 backward passes per stage in the full-step chart, then dp and optimizer parts;
-    the memory chart has a bar of the GPU's four parts per stage; no two labels overlap."""
+    the memory chart has a bar of the GPU's five parts per stage (weights, gradients, optimizer
+    state, activations, reserve); no two labels overlap."""
     out = tmp_path / "gpu.html"
     dnnscale_cli("predict", *GPU_FLAGS, "--html", str(out), "-q")
     with Browser() as browser:
@@ -134,7 +136,7 @@ def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:
         assert _count(browser, f"{first} .seg[data-part=backward]") == 8 * 192
         assert _count(browser, f"{first} .seg[data-part=dp_comm]") == 8
         assert _count(browser, "svg.timeline") == 3  # the whole step, the fill, the drain
-        assert _count(browser, "svg.memory .mem-part") == 8 * 4  # each stage's four parts
+        assert _count(browser, "svg.memory .mem-part") == 8 * 5  # each stage's five parts
         assert _overlapping_labels(browser, "svg.chart") == []
 
 
@@ -142,15 +144,16 @@ def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
     """TIGHT_FLAGS: GPT-3 175B (96 blocks) on 8 stages of 4 interleaved chunks each. The model
     (model/schedule.py) gives block b to chunk ⌊b·32/96⌋ = ⌊b/3⌋ and chunk c to stage c mod 8:
     stage d holds blocks 3d..3d+2, 24+3d.., 48+3d.., 72+3d..; the embedding goes with block 0,
-    the final norm, logits and loss with block 95. The fullest stage (the first) needs 83.1 GB
-    of the A100's 85.9 GB, so its total label ends where the capacity line is: the two labels
-    must not overlap, nor the total label cross the line."""
+    the final norm, logits and loss with block 95. The fullest stage (the first) needs 84.2 GB
+    of the A100's 85.9 GB (bf16 gradients; 1.13 GB of it the reserve), so its total label ends
+    where the capacity line is: the two labels must not overlap, nor the total label cross the
+    line."""
     out = tmp_path / "tight.html"
     dnnscale_cli("predict", *TIGHT_FLAGS, "--html", str(out), "-q")
     prediction = dnnscale.predict(load_workload("gpt3-175b"), load_system("dgx-a100-80g:64"),
                                   {"tp": 8, "pp": 8, "dp": 8, "global_batch": 1536,
                                    "schedule": "interleaved", "virtual_stages": 4,
-                                   "recompute": "selective"})
+                                   "recompute": "selective", "grad_bytes": 2})
     capacity = prediction.memory_capacity_bytes["worker"]
     assert prediction.fits and prediction.memory_of("worker") > 0.95 * capacity
     expected = ["stage 1: embedding + blocks 0–2, 24–26, 48–50, 72–74",
@@ -164,11 +167,11 @@ def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
     with Browser() as browser:
         _check_page(browser, out)
         # the memory chart: one bar per stage, the total and capacity labels apart
-        assert _count(browser, "svg.memory .mem-part") == 8 * 4
+        assert _count(browser, "svg.memory .mem-part") == 8 * 5
         totals = _boxes(browser, "svg.memory .bar-total")
         (cap,) = _boxes(browser, "svg.memory .capacity-label")
         (line,) = _boxes(browser, "svg.memory line.capacity")
-        assert [t["text"] for t in totals][0] == "83.1 GB"
+        assert [t["text"] for t in totals][0] == "84.2 GB"
         for box in totals:
             apart = (box["right"] <= cap["left"] or box["left"] >= cap["right"]
                      or box["bottom"] <= cap["top"] or box["top"] >= cap["bottom"])
@@ -187,14 +190,14 @@ def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
         assert _count(browser, "#layers tbody tr") == len(prediction.layers) == 1156
         assert "1,156 layers in 8 pipeline stages" in browser.evaluate(
             "document.getElementById('layers').textContent")
-        # the cards: GPUs on nodes, what an epoch is, the memory and its (absent) reserve
+        # the cards: GPUs on nodes, what an epoch is, the memory and its reserve
         cards = browser.evaluate("[...document.querySelectorAll('#plan .figure')]"
                                  ".map(e => [e.querySelector('.k').textContent,"
                                  " e.querySelector('.v').textContent])")
         assert ["GPUs (64 nodes of 8)", "512"] in cards
         assert any(k == "time per epoch: 300 B tokens (146,484,375 sequences of 2,048 tokens)"
                    for k, _ in cards)
-        assert ["fits in memory (83.1 GB of 85.9 GB per GPU, no reserve modelled)",
+        assert ["fits in memory (84.2 GB of 85.9 GB per GPU, reserve included)",
                 "yes"] in cards
         stage_rows = browser.evaluate("[...document.querySelectorAll('table.stage-memory "
                                       "tbody tr')].map(r => r.cells[0].textContent)")

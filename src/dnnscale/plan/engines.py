@@ -146,6 +146,10 @@ def _megatron(f: EngineFacts) -> Violation | None:
     if f.compute == "fp32" and f.grad_bytes != 4:
         return Violation("grad_bytes", f"{name} reduces fp32 gradients in fp32 (4 bytes), got "
                          f"{f.grad_bytes}")
+    if f.schedule == "interleaved" and 1 < f.pp <= 2 and not f.overlap_pp:
+        return Violation("overlap_pp", f"{name} asserts pp > 2 for the interleaved schedule "
+                         f"without p2p overlap (two stages would send and receive twice between "
+                         f"the same ranks in one batch); use overlap_pp true or pp > 2")
     if f.zero >= 2 and f.pp > 1:
         return Violation("zero", f"{name} shards gradients (ZeRO-{f.zero}, Megatron-FSDP) within "
                          f"one pipeline stage only (its FSDP adapter refuses pp > 1); use "
