@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dnnscale.export.result import EngineExport
-from dnnscale.model.memory import device_reserve_bytes
+from dnnscale.model.memory import parallel_groups, plan_reserve_bytes
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.units import format_si
 from dnnscale.workload.transformer_shape import TransformerShape
@@ -26,8 +26,8 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
                    if shape.flash_attention else
                    "attention unfused (scores, softmax and context kernels, the s x s scores in "
                    "memory)")
-    groups = sum(1 for size in plan.mesh.sizes if size > 1)
-    out.append(f"{format_si(device_reserve_bytes(groups), 'B')} per GPU held back for the CUDA "
+    groups = parallel_groups(plan)
+    out.append(f"{format_si(plan_reserve_bytes(plan), 'B')} per GPU held back for the CUDA "
                f"context, cuBLAS's workspace and NCCL's buffers of {groups} parallel "
                f"group{'s' if groups != 1 else ''}; allocator fragmentation not counted")
     return tuple(out)

@@ -20,8 +20,9 @@ names (``--parallelism.tensor_parallel_degree 8``).
   expert_tensor_parallel_degree = the plan's etp (tp, the experts split over the tensor group,
   or 1, whole experts with ep members one rank apart; plan/engines.py refuses others), ep
   borrowed from the FSDP2 degree, which therefore holds every sample-taking member:
-  data_parallel_shard_degree = dp · ep; context_parallel_degree = cp with context_parallel_rotate_method "alltoall" (torch's
-  _AllToAllRotater: each step passes the K/V shard to the next rank, ring attention as priced;
+  data_parallel_shard_degree = dp · ep; context_parallel_degree = cp with
+  context_parallel_rotate_method "alltoall" (torch's _AllToAllRotater: each step passes the
+  K/V shard to the next rank, ring attention as priced;
   "allgather", the default, gathers every shard at once) and the default "headtail" load
   balancer (the 2 · cp chunks the plan prices). DDP with ep or cp > 1, the all-to-all (Ulysses)
   algorithm, a capacity factor and shared experts narrower than a multiple of a routed one are
@@ -151,8 +152,9 @@ def _activation_checkpoint(plan: ParallelPlan) -> dict[str, TomlValue]:
 def moe_flavor_args(shape: TransformerShape) -> tuple[dict[str, object], dict[str, object]]:
     """The llama4 TransformerModelArgs and MoEArgs keywords of a mixture of experts: MoE blocks
     every layer (interleave_moe_layer_step 1; plan/engines.py refuses dense blocks); each
-    expert of width int(8 · dim / 3 · ffn_dim_multiplier) rounded up to multiple_of (auto_scale_hidden_dim False), so multiple_of
-    = the routed width, with a multiplier only where 8 · dim / 3 exceeds it; shared experts as
+    expert of width int(8 · dim / 3 · ffn_dim_multiplier) rounded up to multiple_of
+    (auto_scale_hidden_dim False), so multiple_of = the routed width, with a multiplier only
+    where 8 · dim / 3 exceeds it; shared experts as
     num_shared_experts MLPs of the routed width; a softmax router over normalised top-k scores
     (torchtitan/models/llama4/model/model.py, models/moe/moe.py)."""
     width, base = shape.routed_ffn, int(8 * shape.hidden / 3)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from dnnscale.model.prediction import MemoryPart
+from dnnscale.plan.plan import ParallelPlan
 
 
 def worker_memory_parts(params_on_worker: float, param_bytes: float, grad_bytes: float,
@@ -69,6 +70,17 @@ def device_reserve_bytes(communicators: int) -> float:
     """
     return (CUDA_CONTEXT_BYTES + CUBLAS_WORKSPACE_BYTES
             + communicators * 2 * NCCL_CHANNELS * NCCL_BUFFER_BYTES)
+
+
+def parallel_groups(plan: ParallelPlan) -> int:
+    """The parallel groups of more than one member a device of `plan` is in (its mesh's
+    dimensions of size > 1), each an NCCL communicator."""
+    return sum(1 for size in plan.mesh.sizes if size > 1)
+
+
+def plan_reserve_bytes(plan: ParallelPlan) -> float:
+    """device_reserve_bytes of a device of `plan`, one communicator per parallel group."""
+    return device_reserve_bytes(parallel_groups(plan))
 
 
 class MoeActivations(NamedTuple):

@@ -10,7 +10,7 @@ from dnnscale.model.error_band import band_of
 from dnnscale.model.expert_parallel import expert_load_factor
 from dnnscale.model.gpu_compute import peak_flops_per_s
 from dnnscale.model.mesh_split import MeshSplit
-from dnnscale.model.memory import (MoeActivations, device_reserve_bytes, ps_memory_parts,
+from dnnscale.model.memory import (MoeActivations, plan_reserve_bytes, ps_memory_parts,
                                    sharded_state_parts, transformer_block_activation_bytes,
                                    worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
@@ -164,9 +164,9 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
     """Per pipeline stage, the memory parts of one of its devices: weights, gradients and
     optimizer state under ZeRO, the activations it keeps in flight (transformer blocks by
     Korthikanti et al.'s formula, other layers by their outputs) and the reserve no tensor can
-    use (CUDA context, workspaces, NCCL buffers: memory.device_reserve_bytes). `distinct`: leave out a
-    stage like an earlier one (it holds no more micro-batches in flight), for a search that
-    needs only the fullest."""
+    use (CUDA context, workspaces, NCCL buffers: memory.plan_reserve_bytes). `distinct`: leave
+    out a stage like an earlier one (it holds no more micro-batches in flight), for a search
+    that needs only the fullest."""
     aggregation = plan.data.aggregation
     zero = aggregation.zero_stage if isinstance(aggregation, Collective) else 0
     b = workload.bytes_per_value
@@ -181,9 +181,7 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
     out: list[tuple[MemoryPart, ...]] = []
     seen: set[tuple[float, ...]] = set()
     zero_stage = memory_zero_stage(zero, plan.pipeline.stages)
-    # one NCCL communicator per parallel group of more than one member
-    reserve = MemoryPart("reserve", device_reserve_bytes(
-        sum(1 for size in plan.mesh.sizes if size > 1)))
+    reserve = MemoryPart("reserve", plan_reserve_bytes(plan))
     for index, (stage, params, experts) in enumerate(zip(context.stages, context.member_params,
                                                          context.member_expert_params)):
         signature = (params, stage.totals.blocks, stage.totals.expert_blocks,

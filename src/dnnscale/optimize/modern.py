@@ -51,10 +51,10 @@ from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Coll
                                 ParallelPlan, Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (Violation, batch_divides, batch_violation, context_splits,
                                  experts_divide, global_batch_within_epoch,
-                                 imbalance_within_experts,
-                                 pipeline_divides_layers,
-                                 precision_on_device, require, schedule_violation,
-                                 sequence_parallel_splits, tensor_divides_heads)
+                                 imbalance_within_experts, pipeline_divides_layers,
+                                 pipeline_overlap_needs_interleaving, precision_on_device,
+                                 require, schedule_violation, sequence_parallel_splits,
+                                 tensor_divides_heads, tensor_overlap_needs_sequence_parallel)
 from dnnscale.system.system import System
 from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
@@ -150,11 +150,14 @@ class Group(NamedTuple):
         return _mesh_split(self.ep, self.cp, self.cp_algorithm, space.expert_imbalance,
                            self.etp)
 
+    def pipeline_part(self) -> Pipeline:
+        """The plan's Pipeline (stages, schedule, virtual stages, sends' overlap)."""
+        return Pipeline(self.pipeline, self.schedule, self.virtual_stages, self.overlap_pp)
+
     def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
         return ParallelPlan(
             tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel, self.overlap_tp),
-            pipeline=Pipeline(self.pipeline, self.schedule, self.virtual_stages,
-                              self.overlap_pp),
+            pipeline=self.pipeline_part(),
             data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp)),
             batch=Batch(self.micro_batch, self.micro_batches(space, replicas)),
             memory=MemoryPolicy(self.recompute), precision=space.precision_of(),
@@ -168,13 +171,20 @@ class Group(NamedTuple):
                            space.precision_of().grad_bytes, ep=self.ep, cp=self.cp,
                            cp_algorithm=self.cp_algorithm, etp=self.etp,
                            overlap_tp=self.overlap_tp,
-                           overlap_pp=Pipeline(self.pipeline, self.schedule,
-                                               self.virtual_stages,
-                                               self.overlap_pp).overlaps_p2p)
+                           overlap_pp=self.pipeline_part().overlaps_p2p)
+
+    def can_overlap_tp(self) -> bool:
+        """Whether the group's tensor-parallel exchanges can overlap the GEMMs (plan/rules.py)."""
+        return tensor_overlap_needs_sequence_parallel(True, self.tensor,
+                                                      self.sequence_parallel) is None
+
+    def can_overlap_pp(self) -> bool:
+        """Whether the group's pipeline sends can overlap compute (plan/rules.py)."""
+        return pipeline_overlap_needs_interleaving(True, self.schedule, self.pipeline) is None
 
     def may_overlap_tp(self, space: ModernSpace) -> bool:
         """Whether the space lets the group's tensor-parallel exchanges overlap the GEMMs."""
-        return True in space.overlap_tp and self.tensor > 1 and self.sequence_parallel
+        return True in space.overlap_tp and self.can_overlap_tp()
 
     def runs_on(self, space: ModernSpace, replicated: bool) -> bool:
         """Whether the space's engine (any, if None) runs the group's plan as priced."""
@@ -255,10 +265,9 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     the batch, an interleaved chunking) is left out of the space, as the defaults' are.
     sequence_parallel, overlap_dp: one value, or the choices (None: both); overlap_tp (tp > 1
     with sequence parallelism only) and overlap_pp (the interleaved schedule only) the same,
-    None the engines' default: overlap_tp off, overlap_pp on.
-    engine: only plans
-    that engine runs as they are priced (plan/engines.py search_violation), its gradient
-    width where it fixes one (None: any engine)."""
+    None the engines' default: overlap_tp off, overlap_pp on. engine: only plans that engine
+    runs as they are priced (plan/engines.py search_violation), its gradient width where it
+    fixes one (None: any engine)."""
     shape = workload.transformer
     if shape is None:
         raise InputError("workload", f"{workload.name} is not a transformer: the GPU-plan search "
@@ -398,9 +407,8 @@ def class_members(rep: Group, space: ModernSpace) -> list[Group]:
     overlaps (data parallel; tensor parallel where tp > 1 with sequence parallelism; the
     pipeline's sends under the interleaved schedule) that the space's engine runs as priced
     at one replica."""
-    overlap_tp = space.overlap_tp if rep.tensor > 1 and rep.sequence_parallel else (False,)
-    overlap_pp: tuple[bool | None, ...] = (
-        space.overlap_pp if rep.schedule == "interleaved" and rep.pipeline > 1 else (None,))
+    overlap_tp = space.overlap_tp if rep.can_overlap_tp() else (False,)
+    overlap_pp: tuple[bool | None, ...] = space.overlap_pp if rep.can_overlap_pp() else (None,)
     out = []
     for zero, overlap, tp_overlap, pp_overlap in itertools.product(
             space.zero, space.overlap_dp, overlap_tp, overlap_pp):
@@ -738,7 +746,9 @@ class _Search:
                     heapq.heappush(heap, (twin, order, False, group, choices, stages))
                     continue
             if is_class:  # a class: its groups, each at its own replica counts
-                shared: dict[tuple[tuple[int, ...], bool], float] = {}  # members' equal bounds
+                # members with the same replica counts and overlap share one quick bound:
+                # asked once here, not once a member (~10^4 fewer calls on the MoE row)
+                shared: dict[tuple[tuple[int, ...], bool], float] = {}
                 for j, member in enumerate(class_members(group, self.space)):
                     own = replica_choices(member, self.space, devices)
                     if own:

@@ -40,9 +40,10 @@ and model_type, which gives the rest:
 A mixture-of-experts family must give its experts key (absent or null is refused, where
 Hugging Face would default to its own count); 0 is a dense model of intermediate_size; with
 experts, num_experts_per_tok (and moe_intermediate_size, shared_expert_intermediate_size for
-the Qwen families) must be given, top-k at most the experts, and at least one block must be a mixture. Hugging Face's MoE models are dropless (no
-capacity factor); the router's auxiliary loss and noise (router_aux_loss_coef,
-output_router_logits, router_jitter_noise, norm_topk_prob) change no cost and are not read.
+the Qwen families) must be given, top-k at most the experts, and at least one block must be
+a mixture. Hugging Face's MoE models are dropless (no capacity factor); the router's
+auxiliary loss and noise (router_aux_loss_coef, output_router_logits, router_jitter_noise,
+norm_topk_prob) change no cost and are not read.
 The other families refuse num_local_experts, num_experts or n_routed_experts > 0.
 
 Attention is fused (flash attention) by default, as Hugging Face transformers runs these
