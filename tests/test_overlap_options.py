@@ -200,3 +200,21 @@ def test_search_over_the_overlaps_equals_exhaustive(engine: str | None) -> None:
         assert best.pipeline.overlaps_p2p
     default = make_modern_space(w, system, 32)
     assert default.overlap_tp == (False,) and default.overlap_pp == (True,)
+
+
+def test_tp_overlap_leaves_the_routed_experts_exchanges_alone() -> None:
+    """A mixture of experts with tp 2 and sequence parallelism: the attention and dense
+    linears hide part of their exchanges, the routed experts' all-gather and reduce-scatter of
+    the token copies (Megatron-Core's token dispatcher, not Transformer Engine's userbuffers)
+    stay exposed."""
+    from dnnscale.workload.transformer import transformer_workload
+
+    w = transformer_workload("moe", 2, 2048, 16, 2048, 1000, flash_attention=True, experts=4,
+                             top_k=2)
+    p = predict_plan(w, load_system("dgx-a100-80g:1"),
+                     plan(tp=2, global_batch=2, micro_batch=2, sequence_parallel=True,
+                          overlap_tp=True))
+    by_kind = {cost.kind: cost for cost in p.layers if cost.block == 0}
+    assert by_kind["attn_qkv"].comm_hidden_s > 0
+    assert by_kind["expert_up"].comm_s > 0 and by_kind["expert_up"].comm_hidden_s == 0.0
+    assert by_kind["expert_down"].comm_hidden_s == 0.0

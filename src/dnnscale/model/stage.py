@@ -300,9 +300,11 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
     block = layer.hyper.get("block")
     tp_s, ep_s, cp_s = (seconds_by[d] for d in (MeshDim.TP, MeshDim.EP, MeshDim.CP))
     hidden_forward = hidden_backward = 0.0
-    if device.is_accelerator and record_of(layer).fp8_gemm and tp_s[0] > 0:
+    record = record_of(layer)
+    if device.is_accelerator and record.fp8_gemm and not record.expert and tp_s[0] > 0:
         # Transformer Engine's linear modules (the fp8_gemm kinds) run their all-gather or
-        # reduce-scatter in tp chunks under the GEMM of the same phase
+        # reduce-scatter in tp chunks under the GEMM of the same phase; the routed experts'
+        # exchanges are the token dispatcher's, outside the userbuffers overlap
         hidden_forward = tp_s[1] - chunked_exposed_s(tp_s[1], fwd, partitions)
         backward = tp_s[0] - tp_s[1]
         hidden_backward = backward - chunked_exposed_s(backward, ing + wg, partitions)
