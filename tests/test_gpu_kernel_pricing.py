@@ -59,11 +59,51 @@ def test_which_figures_a_device_gets() -> None:
     h100 = kernel_figures("fa2", "H100-SXM5-80GB")
     assert h100 is not None and h100.achieved_flops_per_s(128, True, 4096) == pytest.approx(294 * T)
     assert kernel_figures("fa2", "H200-SXM-141GB") is h100          # same die and clocks
-    assert kernel_figures("triton", "H100-SXM5-80GB") is h100       # no triton figure there
+    triton_h100 = kernel_figures("triton", "H100-SXM5-80GB")        # derived, not fa2's
+    assert triton_h100 is not None and triton_h100 is not h100 and triton_h100.estimated
     triton = kernel_figures("triton", "A100-SXM4-40GB")             # either A100 memory size
     assert triton is not None and triton.achieved_flops_per_s(128, True, 16384) == pytest.approx(80 * T)
     assert kernel_figures("fa2", "V100-SXM2-32GB") is None
     assert set(published_kernels()) == set(ATTENTION_KERNELS)
+
+
+def test_triton_on_hopper_is_scaled_from_a100_by_fa2s_own_ratio() -> None:
+    # the pre-MLIR Triton kernel runs Ampere MMAs on H100, as FA2 does: its A100 speed times
+    # FA2's measured H100 / A100 ratio at the same point (presets/attention_kernels.yaml)
+    triton = kernel_figures("triton", "H100-SXM5-80GB")
+    assert triton is not None and triton.measured_on == "derived from A100-SXM4 by fa2"
+    assert triton.precision == "fp16" and not kernel_figures("triton", "A100-SXM4-80GB").estimated
+    assert triton.achieved_flops_per_s(128, True, 4096) == pytest.approx(74 * 294 / 173 * T)
+    assert triton.achieved_flops_per_s(64, False, 16384) == pytest.approx(100 * 296 / 176 * T)
+    assert triton.achieved_flops_per_s(128, True, 65536) == pytest.approx(80 * 328 / 189 * T)
+    # FA2's A100 full-mask d = 128 label at 512 is not legible, so that point stays unknown and
+    # the 1k value holds below it
+    assert triton.achieved_flops_per_s(128, False, 512) == pytest.approx(85 * 294 / 173 * T)
+    assert kernel_figures("triton", "H800-SXM5-80GB") is triton
+    assert kernel_figures("triton", "H200-SXM-141GB") is triton
+    # η on H100: 125.8 TFLOP/s of 989.4 at 4k, causal, d = 128
+    layer = _layer(_gpt(seq=4096, attention_kernel="triton"), "flash_attention")
+    assert flash_efficiency(_h100(), layer) == pytest.approx(74 * 294 / 173 * T / H100_BF16)
+
+
+def test_a_derived_entry_must_name_what_it_scales() -> None:
+    from dnnscale.system.attention_kernels import _derived
+    a100 = kernel_figures("fa2", "A100-SXM4-80GB")
+    h100 = kernel_figures("fa2", "H100-SXM5-80GB")
+    triton = kernel_figures("triton", "A100-SXM4-80GB")
+    measured = {("fa2", "A100-SXM4"): a100, ("fa2", "H100-SXM5"): h100,
+                ("triton", "A100-SXM4"): triton}
+    good = {"derived": {"from": "A100-SXM4", "scaled_by": "fa2"}, "source": "s"}
+    assert _derived("triton", "H100-SXM5", good, measured).estimated
+    with pytest.raises(ValueError, match="'from' and 'scaled_by'"):
+        _derived("triton", "H100-SXM5", {"derived": {"from": "A100-SXM4"}, "source": "s"},
+                 measured)
+    with pytest.raises(ValueError, match="needs measured triton on A100-SXM4 and fa2"):
+        _derived("triton", "H100-SXM5", good, {k: v for k, v in measured.items()
+                                              if k != ("fa2", "H100-SXM5")})
+    shorter = dataclasses.replace(h100, seq=h100.seq[:-1])
+    with pytest.raises(ValueError, match="sequence lengths differ"):
+        _derived("triton", "H100-SXM5", good, {**measured, ("fa2", "H100-SXM5"): shorter})
 
 
 # --- fused attention ---------------------------------------------------------------------------

@@ -15,6 +15,13 @@ kernels' own published benchmarks (presets/attention_kernels.yaml), interpolated
 A device with a measured `flash` curve (`dnnscale calibrate --gpu`) keeps its own measurement;
 the figures are for devices that have none. Forward and backward get the same η: the sources
 publish their sum.
+
+Where no benchmark of a kernel on a family exists but the kernel is known to run there as it
+runs on a benchmarked family (the same instructions, no use of the newer die's own), its
+figures are derived: the benchmarked family's, scaled point by point by another kernel's
+measured speed ratio between the two families (`derived` in the YAML; `estimated` is set).
+
+    speed_k(here) = speed_k(from) · speed_ref(here) / speed_ref(from)   at each (mask, d, s)
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ class KernelFigures:
     flops_per_s: dict[tuple[bool, int], tuple[float | None, ...]]
     """(causal, head dimension) -> achieved FLOP/s at each of `seq` (None: not published)."""
     source: str
+    estimated: bool = False
+    """Derived from other families' measurements (module docstring), not measured."""
 
     def _at_head_dim(self, causal: bool, head_dim: int, seq: int) -> float:
         points = [(s, v) for s, v in zip(self.seq, self.flops_per_s[(causal, head_dim)])
@@ -86,14 +95,48 @@ def _figures(kernel: str, family: str, data: dict[str, Any]) -> KernelFigures:
                          table, str(data["source"]))
 
 
+def _derived(kernel: str, family: str, data: dict[str, Any],
+             measured: dict[tuple[str, str], KernelFigures]) -> KernelFigures:
+    """`kernel`'s figures on `family` scaled from another family's (module docstring): every
+    point where all three figures are published, None elsewhere; ValueError naming the entry
+    where a figure it needs is missing or the benchmarks' lengths differ."""
+    where = f"attention_kernels.{kernel}.{family}.derived"
+    rule = data["derived"]
+    if not isinstance(rule, dict) or set(rule) != {"from", "scaled_by"}:
+        raise ValueError(f"{where}: expected a mapping of 'from' and 'scaled_by'")
+    origin, reference = str(rule["from"]), str(rule["scaled_by"])
+    base = measured.get((kernel, origin))
+    ref_here, ref_there = measured.get((reference, family)), measured.get((reference, origin))
+    if base is None or ref_here is None or ref_there is None:
+        raise ValueError(f"{where}: needs measured {kernel} on {origin} and {reference} on both "
+                         f"{origin} and {family}")
+    if not base.seq == ref_here.seq == ref_there.seq:
+        raise ValueError(f"{where}: the benchmarks' sequence lengths differ")
+    if ref_here.precision != ref_there.precision or base.precision != ref_there.precision:
+        raise ValueError(f"{where}: the benchmarks' precisions differ")
+    table: dict[tuple[bool, int], tuple[float | None, ...]] = {}
+    for key, values in base.flops_per_s.items():
+        if key not in ref_here.flops_per_s or key not in ref_there.flops_per_s:
+            raise ValueError(f"{where}: {reference} has no figures at head dimension {key[1]}")
+        table[key] = tuple(
+            None if v is None or a is None or b is None else v * a / b
+            for v, a, b in zip(values, ref_here.flops_per_s[key], ref_there.flops_per_s[key]))
+    return KernelFigures(kernel, family, f"derived from {origin} by {reference}",
+                         base.precision, base.seq, table, str(data["source"]), estimated=True)
+
+
 @functools.cache
 def _table() -> dict[tuple[str, str], KernelFigures]:
+    entries = [(kernel, family, facts) for kernel, families in
+               preset_table("attention_kernels").items() for family, facts in families.items()]
+    measured = {(kernel, family): _figures(kernel, family, facts)
+                for kernel, family, facts in entries if "derived" not in facts}
     table = {}
-    for kernel, families in preset_table("attention_kernels").items():
-        for family, facts in families.items():
-            figures = _figures(kernel, family, facts)
-            for name in (family, *facts.get("applies_to", ())):
-                table[(kernel, name)] = figures
+    for kernel, family, facts in entries:
+        figures = (_derived(kernel, family, facts, measured) if "derived" in facts
+                   else measured[(kernel, family)])
+        for name in (family, *facts.get("applies_to", ())):
+            table[(kernel, name)] = figures
     return table
 
 

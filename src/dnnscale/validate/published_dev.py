@@ -9,9 +9,9 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
 
 - MPT: ``gpt:`` with the row's layers, d_model, heads, vocab and sequence, no positional
   embedding (ALiBi adds no parameters), tied embeddings, no biases, flash attention by the
-  Triton kernel (MPT's yamls: ``no_bias: true``, ``attn_impl: triton``; on H100, where that
-  kernel has no published speed, FlashAttention-2's applies); the plan dp = the GPUs, ZeRO-3 (FSDP
-  FULL_SHARD), the row's micro-batch and global batch, full recompute where activation
+  Triton kernel (MPT's yamls: ``no_bias: true``, ``attn_impl: triton``; on H100 its speed is
+  derived from A100's, presets/attention_kernels.yaml says why); the plan dp = the GPUs,
+  ZeRO-3 (FSDP FULL_SHARD), the row's micro-batch and global batch, full recompute where activation
   checkpointing is on, bf16 or fp8 (``amp_fp8``), and gradients reduced in fp32 under
   ``mixed_precision=DEFAULT`` (llm-foundry's FSDP default reduces in float32) or bf16 under
   ``PURE``.
