@@ -6,6 +6,7 @@ the README's GPT-3 example, as a user runs them (real processes); the search spa
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -123,13 +124,19 @@ def test_the_gpt3_plan_of_narayanan_runs_on_megatron_only() -> None:
 
 def test_pipelined_zero_traffic_and_memory_by_hand() -> None:
     g, p, m = 6e9, 3e9, 8          # gradient bytes, parameter bytes, micro-batches
-    assert zero_traffic(2, g, p, m) == (("reduce_scatter", g, 8), ("allgather", p, 1))
-    assert zero_traffic(2, g, p, m, pipelined=True) == (("reduce_scatter", g, 1),
-                                                        ("allgather", p, 1))
+    # ZeRO-1/2 gather the updated parameters after the optimizer step (not under a backward)
+    assert zero_traffic(0, g, p, m) == (("allreduce", g, 1, True),)
+    assert zero_traffic(1, g, p, m) == (("reduce_scatter", g, 1, True),
+                                        ("allgather", p, 1, False))
+    assert zero_traffic(2, g, p, m) == (("reduce_scatter", g, 8, True),
+                                        ("allgather", p, 1, False))
+    assert zero_traffic(2, g, p, m, pipelined=True) == (("reduce_scatter", g, 1, True),
+                                                        ("allgather", p, 1, False))
     # ZeRO-3: the first forward and each of the m backwards gather; one reduce-scatter
-    assert zero_traffic(3, g, p, m, pipelined=True) == (("allgather", p, 9),
-                                                        ("reduce_scatter", g, 1))
-    assert zero_traffic(3, g, p, m) == (("allgather", p, 16), ("reduce_scatter", g, 8))
+    assert zero_traffic(3, g, p, m, pipelined=True) == (("allgather", p, 9, True),
+                                                        ("reduce_scatter", g, 1, True))
+    assert zero_traffic(3, g, p, m) == (("allgather", p, 16, True),
+                                        ("reduce_scatter", g, 8, True))
     assert [memory_zero_stage(z, 2) for z in range(4)] == [0, 1, 1, 1]
     assert [memory_zero_stage(z, 1) for z in range(4)] == [0, 1, 2, 3]
     # Ψ = 1e9 over d = 4 with ZeRO-1's sharding: 2Ψ + 2Ψ + 12Ψ/4 = 7e9 bytes
@@ -235,3 +242,27 @@ def test_sequence_parallel_and_overlap_switches() -> None:
     for flag in ("--overlap-dp", "--sequence-parallel"):
         bad = CliRunner().invoke(app, ["optimize", *SMALL, flag, "sometimes"])
         assert bad.exit_code == 2 and bad.stderr.startswith(f"error: {flag}: must be on, off")
+
+
+def test_zero1_and_2_gather_the_parameters_after_the_step_where_nothing_hides_it() -> None:
+    # gpt3-1.3b, dp 16 over two DGX A100 nodes, one micro-batch of 8, fp16 (2-byte gradients
+    # and parameters, so the reduce-scatter and the all-gather move the same bytes: each is half
+    # of ZeRO-0's all-reduce, T). With --overlap-dp the gradients' traffic travels in
+    # k = ceil(2Ψ / 25 MB) buckets under a backward far longer than it (exposed: T_rs / k);
+    # ZeRO-1/2's all-gather of the updated parameters follows the optimizer step: all exposed.
+    w, c = load_workload("gpt3-1.3b"), load_system("dgx-a100-80g:2")
+
+    def dp_comm_s(zero: int, overlap: bool) -> float:
+        plan = modern_plan_from_dict({"dp": 16, "micro_batch": 8, "global_batch": 128,
+                                      "zero": zero, "overlap_dp": overlap,
+                                      "precision": "fp16"})
+        return predict_plan(w, c, plan).part("dp_comm")
+
+    buckets = math.ceil(2 * w.params / 25e6)
+    all_reduce_s, zero1_s = dp_comm_s(0, False), dp_comm_s(1, False)
+    assert zero1_s == pytest.approx(all_reduce_s, rel=1e-3)     # RS + AG: an all-reduce's bytes
+    assert dp_comm_s(0, True) == pytest.approx(all_reduce_s / buckets, rel=1e-9)
+    for zero in (1, 2):
+        assert dp_comm_s(zero, True) == pytest.approx(zero1_s / 2 / buckets + zero1_s / 2,
+                                                      rel=1e-9)
+

@@ -263,7 +263,9 @@ class StepContext:
         """The slowest stage's data-parallel communication per step (exposed part): the dense
         parameters' among the dp × ep × cp members holding them, then the experts' among the
         dp × cp holding them (`data_parallel_spans`), each collective run by the plan's
-        algorithm (collectives.py)."""
+        algorithm (collectives.py). With Collective.overlap the gradients' traffic travels under
+        the backward pass in buckets (exposed_after_backward_s); ZeRO-1/2's all-gather of the
+        updated parameters follows the optimizer step and is always exposed (zero_traffic)."""
         dense_span, expert_span = self.data_parallel_spans(replicas)
         if dense_span.size <= 1:
             return 0.0
@@ -271,21 +273,25 @@ class StepContext:
         slowest = 0.0
         for stage, params, experts in zip(self.stages, self.member_params,
                                           self.member_expert_params):
-            seconds = 0.0
+            under_backward = after_step = 0.0
             for span, group_params in ((dense_span, params - experts), (expert_span, experts)):
                 if span.size <= 1 or group_params <= 0:
                     continue
-                for operation, payload, count in zero_traffic(
+                for traffic in zero_traffic(
                         self.collective.zero_stage, group_params * self.grad_bytes_per_value,
                         group_params * self.param_bytes_per_value, micro_batches, deferred):
-                    seconds += count * collective_after_compute_s(
-                        self.system, operation, payload, span, self.topology,
-                        self.collective.algorithm)
+                    seconds = traffic.times * collective_after_compute_s(
+                        self.system, traffic.operation, traffic.payload_bytes, span,
+                        self.topology, self.collective.algorithm)
+                    if traffic.during_backward:
+                        under_backward += seconds
+                    else:
+                        after_step += seconds
             if self.collective.overlap:
-                seconds = exposed_after_backward_s(
-                    seconds, stage.input_grad_s + stage.weight_grad_s,
+                under_backward = exposed_after_backward_s(
+                    under_backward, stage.input_grad_s + stage.weight_grad_s,
                     buckets_for(params * self.grad_bytes_per_value))
-            slowest = max(slowest, seconds)
+            slowest = max(slowest, under_backward + after_step)
         return slowest
 
     @property

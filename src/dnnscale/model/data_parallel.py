@@ -5,6 +5,7 @@ the exposed part when it overlaps the backward pass, and the optimizer step on a
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from dnnscale.model.network import chunked_exposed_s
 
@@ -31,10 +32,21 @@ def memory_zero_stage(zero_stage: int, pipeline_stages: int) -> int:
     return 1 if deferred_gradient_sync(zero_stage, pipeline_stages) else zero_stage
 
 
+class Traffic(NamedTuple):
+    """One data-parallel collective of a step: `operation` on `payload_bytes`, `times` times;
+    `during_backward`: it carries gradients as the backward pass makes them, so it can travel
+    under that pass (Collective.overlap), where the parameters' all-gather after the optimizer
+    step cannot (nothing is left to compute under it)."""
+
+    operation: str
+    payload_bytes: float
+    times: int
+    during_backward: bool = True
+
+
 def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
-                 micro_batches: int,
-                 pipelined: bool = False) -> tuple[tuple[str, float, int], ...]:
-    """The collectives one data-parallel member runs per step: (operation, payload bytes, count).
+                 micro_batches: int, pipelined: bool = False) -> tuple[Traffic, ...]:
+    """The collectives one data-parallel member runs per step.
 
     Formula: ZeRO-0 (plain data parallelism): all-reduce of the gradients once;
     ZeRO-1: reduce-scatter of the gradients + all-gather of the updated parameters, once (the
@@ -45,21 +57,31 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
     `pipelined` (pp > 1, see deferred_gradient_sync): ZeRO-2/3 reduce-scatter once per step;
     ZeRO-2 all-gathers once, ZeRO-3 m + 1 times (the first forward, then every backward that
     follows a forward: in 1F1B and GPipe order m + 1 whatever the warm-up).
-    Units: bytes, bytes, count -> (name, bytes, count).
+    ZeRO-1/2's all-gather runs after the optimizer step (`during_backward` false): Megatron's
+    distributed optimizer gathers the updated parameters when the step ends unless
+    --overlap-param-gather defers it into the next forward (which export does not emit), and
+    DeepSpeed's stage 1/2 overlap_comm overlaps only the gradient reduction. ZeRO-3's gathers
+    run inside the forward and backward passes and are counted with the gradients' traffic.
+    Units: bytes, bytes, count -> Traffic.
     Source: Rajbhandari et al. SC'20 §5, §7 (ZeRO stages and their communication volume);
-    DeepSpeed's stage-2 engine reduces partitioned gradients during each backward; PyTorch's
+    DeepSpeed's stage-2 engine reduces partitioned gradients during each backward
+    (deepspeed/runtime/zero/stage_1_and_2.py); Megatron-LM's DistributedOptimizer
+    (megatron/core/optimizer/distrib_optimizer.py, overlap_param_gather); PyTorch's
     torch/distributed/pipelining/stage.py (2.13) for the pipelined case.
     """
     if zero_stage == 0:
-        return (("allreduce", grad_bytes, 1),)
+        return (Traffic("allreduce", grad_bytes, 1),)
     if zero_stage == 1 or (zero_stage == 2 and pipelined):
-        return (("reduce_scatter", grad_bytes, 1), ("allgather", param_bytes, 1))
+        return (Traffic("reduce_scatter", grad_bytes, 1),
+                Traffic("allgather", param_bytes, 1, during_backward=False))
     if pipelined:
-        return (("allgather", param_bytes, micro_batches + 1), ("reduce_scatter", grad_bytes, 1))
+        return (Traffic("allgather", param_bytes, micro_batches + 1),
+                Traffic("reduce_scatter", grad_bytes, 1))
     if zero_stage == 2:
-        return (("reduce_scatter", grad_bytes, micro_batches), ("allgather", param_bytes, 1))
-    return (("allgather", param_bytes, 2 * micro_batches),
-            ("reduce_scatter", grad_bytes, micro_batches))
+        return (Traffic("reduce_scatter", grad_bytes, micro_batches),
+                Traffic("allgather", param_bytes, 1, during_backward=False))
+    return (Traffic("allgather", param_bytes, 2 * micro_batches),
+            Traffic("reduce_scatter", grad_bytes, micro_batches))
 
 
 def exposed_after_backward_s(communication_s: float, overlappable_backward_s: float,
