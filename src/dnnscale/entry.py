@@ -84,8 +84,8 @@ def main() -> None:
     _install()
     guard = _GuardedStdout(sys.stdout) if sys.stdout is not None else None
     if guard is not None:
-        sys.stdout = guard  # type: ignore[assignment]
-    code: object = 0
+        sys.stdout = guard
+    code: str | int | None = 0
     try:
         from dnnscale.cli import app
 
