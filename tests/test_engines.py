@@ -157,10 +157,13 @@ def test_predict_prices_zero3_with_a_pipeline() -> None:
     assert state(three) == state(one)   # whole weights and gradients at the peak
     # ZeRO-3 gathers the stage's weights m + 1 = 5 times, ZeRO-1 once: more data-parallel time
     assert three.step_time_s > one.step_time_s
-    # without a pipeline ZeRO-3 shards the weights: 1/8 of ZeRO-0's over 8 replicas
+    # without a pipeline ZeRO-3 shards the weights: 1/8 of ZeRO-0's over 8 replicas, plus two
+    # of its largest unit gathered whole (the root unit's 107,124,736 bf16 parameters: see
+    # test_zero3_holds_the_largest_unit_gathered_twice_and_its_gradients_once)
     flat = {z: predict_plan(w, c, modern_plan_from_dict({**common, "pp": 1, "dp": 8, "zero": z}))
             for z in (0, 3)}
-    assert flat[3].memory_bytes["weights"] == pytest.approx(flat[0].memory_bytes["weights"] / 8)
+    assert flat[3].memory_bytes["weights"] == pytest.approx(
+        flat[0].memory_bytes["weights"] / 8 + 2 * 107_124_736 * 2)
 
 
 # --- the README's GPT-3 example, as a user runs it ---------------------------------------------
@@ -266,3 +269,24 @@ def test_zero1_and_2_gather_the_parameters_after_the_step_where_nothing_hides_it
         assert dp_comm_s(zero, True) == pytest.approx(zero1_s / 2 / buckets + zero1_s / 2,
                                                       rel=1e-9)
 
+
+def test_zero3_holds_the_largest_unit_gathered_twice_and_its_gradients_once() -> None:
+    # gpt3-1.3b: 24 blocks of 12h² + 13h = 50,358,272 parameters (h = 2048); the root unit
+    # (token and position embeddings (50,257 + 2,048)·h, tied output, final norm 2h) holds
+    # 107,124,736, the largest unit. W = 24 blocks + root = 1,315,723,264. ZeRO-3 over 8, bf16
+    # weights and Megatron's fp32 gradients: shards W·2/8 and W·4/8, plus two units gathered
+    # (the one computing and the next, FSDP's limit_all_gathers) and one unit's gradients.
+    w, c = load_workload("gpt3-1.3b"), load_system("dgx-a100-80g:1")
+    unit, total = 107_124_736, 1_315_723_264
+    assert w.params == total
+    memory = predict_plan(w, c, modern_plan_from_dict(
+        {"dp": 8, "micro_batch": 1, "global_batch": 8, "zero": 3,
+         "precision": "bf16"})).memory_bytes
+    assert memory["weights"] == pytest.approx(total * 2 / 8 + 2 * unit * 2)
+    assert memory["gradients"] == pytest.approx(total * 4 / 8 + unit * 4)
+    assert memory["optimizer_state"] == pytest.approx(total * 12 / 8)
+    zero2 = predict_plan(w, c, modern_plan_from_dict(
+        {"dp": 8, "micro_batch": 1, "global_batch": 8, "zero": 2,
+         "precision": "bf16"})).memory_bytes
+    assert zero2["weights"] == pytest.approx(total * 2)       # no units: the weights are whole
+    assert zero2["gradients"] == pytest.approx(total * 4 / 8)

@@ -168,6 +168,24 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     return whole + split + core
 
 
+def gathered_unit_bytes(unit_params: float, param_bytes: float,
+                        grad_bytes: float) -> tuple[float, float]:
+    """(weights, gradients) a ZeRO-3 / FSDP member holds whole beyond its shards, at its peak
+    in the backward pass, for units of at most `unit_params` parameters (its share of them).
+
+    Formula: weights 2·U·b_p: the unit it computes and the next one, gathered ahead;
+    gradients U·b_g: the unit's whole gradients before their reduce-scatter.
+    Units: parameters, bytes per value -> bytes.
+    Source: torch.distributed.fsdp.FullyShardedDataParallel, limit_all_gathers (default True):
+    GPU memory from only two consecutive FSDP instances, the one computing and the next whose
+    all-gather is prefetched; the backward's unsharded gradient is reduce-scattered after the
+    unit's backward (PyTorch FSDP docs; FSDP2's fully_shard prefetches one unit ahead
+    likewise). DeepSpeed's ZeRO-3 bounds the whole parameters it keeps by
+    stage3_max_live_parameters (1e9 by default) instead: not priced apart.
+    """
+    return 2 * unit_params * param_bytes, unit_params * grad_bytes
+
+
 def sharded_state_parts(params: float, param_bytes: float, grad_bytes: float,
                         state_bytes_per_param: float, zero_stage: int,
                         replicas: int) -> tuple[MemoryPart, ...]:

@@ -10,9 +10,9 @@ from dnnscale.model.error_band import band_of
 from dnnscale.model.expert_parallel import expert_load_factor
 from dnnscale.model.gpu_compute import peak_flops_per_s
 from dnnscale.model.mesh_split import MeshSplit
-from dnnscale.model.memory import (MoeActivations, plan_reserve_bytes, ps_memory_parts,
-                                   sharded_state_parts, transformer_block_activation_bytes,
-                                   worker_memory_parts)
+from dnnscale.model.memory import (MoeActivations, gathered_unit_bytes, plan_reserve_bytes,
+                                   ps_memory_parts, sharded_state_parts,
+                                   transformer_block_activation_bytes, worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
 from dnnscale.model.schedule import in_flight_micro_batches, stage_layers
 from dnnscale.model.stage import (StageCosts, pipeline_layout, stage_costs, stage_template,
@@ -184,7 +184,7 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
     reserve = MemoryPart("reserve", plan_reserve_bytes(plan))
     for index, (stage, params, experts) in enumerate(zip(context.stages, context.member_params,
                                                          context.member_expert_params)):
-        signature = (params, stage.totals.blocks, stage.totals.expert_blocks,
+        signature = (params, stage.unit_params, stage.totals.blocks, stage.totals.expert_blocks,
                      stage.totals.outside_activation_values)
         if distinct and signature in seen:
             continue
@@ -196,6 +196,12 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
             for group_params, replicas in ((params - experts, plan.dense_replicas),
                                            (experts, plan.expert_replicas)))
         state = tuple(MemoryPart(a.name, a.bytes + b.bytes) for a, b in zip(dense, expert))
+        if zero_stage >= 3:  # the units gathered whole: the member's share of the largest
+            share = params / max(1, stage.stored_params(stage.params or workload.params))
+            extra = gathered_unit_bytes(stage.unit_params * share, context.param_bytes_per_value,
+                                        context.grad_bytes_per_value)
+            state = (MemoryPart(state[0].name, state[0].bytes + extra[0]),
+                     MemoryPart(state[1].name, state[1].bytes + extra[1]), *state[2:])
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
         blocks = stage.blocks

@@ -8,7 +8,7 @@ workers are the tensor group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -168,6 +168,10 @@ class StageCosts:
     boundary_values: int = 0
     expert_params: int = 0
     """The part of `params` in routed experts' layers (split over ep, reduced over dp · cp)."""
+    unit_params: int = 0
+    """The most parameters one FSDP unit of the stage holds: its largest transformer block, or
+    its layers outside the blocks together (the root unit: embeddings, final norm, output);
+    the stage's `params` where it has no blocks (`largest_unit_params`)."""
 
     @property
     def forward_s(self) -> float:
@@ -451,6 +455,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     """
     b = workload.bytes_per_value * bytes_scale
     params = expert_params = 0
+    units: dict[int | None, int] = {}  # an FSDP unit's parameters: each block, the rest together
     chosen = set(layer_indices) if layer_indices is not None else None
     memo: dict[tuple[object, ...], LayerOptions] = {}
     context_key = (partitions, minibatch, rules, fc_protocol, precision, bytes_scale,
@@ -470,6 +475,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
             expert_params += layer.params
         block = layer.hyper.get("block")
         block_id = block if isinstance(block, int) else None
+        units[block_id] = units.get(block_id, 0) + layer.params
         pinned = schemes.get(layer.name) if schemes is not None and layer.has_weights else None
         extended: list[tuple[_State, float, _Path | None]] = []
         for state, total, path in frontier:
@@ -500,7 +506,20 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     costs.reverse()
     last = workload.layers[last_index] if last_index >= 0 else workload.layers[-1]
     return StageCosts(partitions, minibatch, tuple(costs), params, StageTotals.of(costs),
-                      boundary_values=last.activation_values, expert_params=expert_params)
+                      boundary_values=last.activation_values, expert_params=expert_params,
+                      unit_params=largest_unit_params(units.values()))
+
+
+def largest_unit_params(units: Iterable[int]) -> int:
+    """The largest FSDP unit among a stage's `units` (each block's parameters, and those of
+    its layers outside the blocks together): what a sharded member gathers whole at once.
+
+    Formula: max over the units. Units: parameters.
+    Source: PyTorch FSDP wraps each transformer block as its own unit and the root module holds
+    the rest (llm-foundry's and torchtitan's wrapping policies; torch.distributed.fsdp docs,
+    auto_wrap_policy).
+    """
+    return max(units, default=0)
 
 
 MAX_BLOCK_KINDS = 4
@@ -634,7 +653,10 @@ def stages_from_template(workload: Workload, template: StageTemplate,
                     totals = totals.plus(kind.totals, count)
                     params += kind.params * count
                     expert_params += kind.expert_params * count
+            unit = largest_unit_params(
+                [sum(workload.layers[i].params for i in others)]
+                + [kind.params for kind, count in zip(template.kinds, blocks) if count])
             stage = made[key] = StageCosts(template.partitions, template.minibatch, (), params,
-                                           totals, boundary, expert_params)
+                                           totals, boundary, expert_params, unit)
         stages.append(stage)
     return tuple(stages)
