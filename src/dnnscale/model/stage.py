@@ -646,7 +646,7 @@ def stages_from_template(workload: Workload, template: StageTemplate,
         stage = made.get(key)
         if stage is None:
             totals = StageTotals.of([template.outside[i] for i in others])
-            params = sum(workload.layers[i].params for i in others)
+            params = root = sum(workload.layers[i].params for i in others)
             expert_params = 0
             for kind, count in zip(template.kinds, blocks):
                 if count:
@@ -654,8 +654,7 @@ def stages_from_template(workload: Workload, template: StageTemplate,
                     params += kind.params * count
                     expert_params += kind.expert_params * count
             unit = largest_unit_params(
-                [sum(workload.layers[i].params for i in others)]
-                + [kind.params for kind, count in zip(template.kinds, blocks) if count])
+                [root] + [kind.params for kind, count in zip(template.kinds, blocks) if count])
             stage = made[key] = StageCosts(template.partitions, template.minibatch, (), params,
                                            totals, boundary, expert_params, unit)
         stages.append(stage)
