@@ -124,3 +124,17 @@ def test_export_lists_what_the_price_assumed(tmp_path: Path) -> None:
     assert text.returncode == 0
     assert "assumes: gradients accumulated and reduced in fp32" in text.stderr
     assert "--grad-reduce-in-bf16" not in text.stdout
+
+
+def test_a_fused_kernel_assumption_says_its_speed_may_be_an_estimate() -> None:
+    """The export cannot see the GPU, so the fused-attention line names both ways its speed is
+    priced: the kernel's published figures, or an estimate derived from another GPU's (the
+    Triton kernel on H100, presets/attention_kernels.yaml)."""
+    from dnnscale.export.assumptions import plan_assumptions
+    from dnnscale.plan.modern import modern_plan_from_dict
+
+    shape = load_workload("gpt:layers=2,hidden=256,heads=4,seq=512,vocab=1000,flash=true,"
+                          "attention_kernel=triton").transformer
+    lines = plan_assumptions(modern_plan_from_dict({"dp": 1, "global_batch": 1}), shape)
+    assert ("attention fused (triton, priced by its published speed, or on a GPU with none by "
+            "an estimate derived from another's)") in lines

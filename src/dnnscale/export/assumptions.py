@@ -22,7 +22,8 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
         width = {4: "fp32", 2: "16-bit", 1: "8-bit"}.get(grad, f"{grad}-byte")
         out.append(f"gradients accumulated and reduced in {width} ({grad} bytes per value)")
     if shape is not None:
-        out.append(f"attention fused ({shape.attention_kernel}, priced by its published speed)"
+        out.append(f"attention fused ({shape.attention_kernel}, priced by its published speed, "
+                   "or on a GPU with none by an estimate derived from another's)"
                    if shape.flash_attention else
                    "attention unfused (scores, softmax and context kernels, the s x s scores in "
                    "memory)")

@@ -20,7 +20,8 @@ NORM_POSITIONS = ("pre", "post")
 ATTENTION_KERNELS = ("fa2", "triton")
 """Fused attention kernels a workload may run: FlashAttention-2's CUDA kernels (Megatron,
 PyTorch SDPA, Hugging Face) and the Triton implementation of FlashAttention (llm-foundry's
-``attn_impl: triton``). Each is priced by its published speed (system/attention_kernels.py)."""
+``attn_impl: triton``). Each is priced by its published speed, or where a GPU has none by an
+estimate derived from another GPU's (system/attention_kernels.py)."""
 ROPE_THETA_DEFAULT = 10_000.0
 """RoPE's base when a shape gives none: RoFormer's θ_i = 10000^(-2(i-1)/d) (Su et al. 2021,
 eq. 15), which GPT-NeoX, Llama 1 and 2 keep and Hugging Face's configs default to."""
