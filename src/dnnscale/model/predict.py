@@ -195,13 +195,14 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
             context.state_bytes_per_param, zero_stage, replicas)
             for group_params, replicas in ((params - experts, plan.dense_replicas),
                                            (experts, plan.expert_replicas)))
-        state = tuple(MemoryPart(a.name, a.bytes + b.bytes) for a, b in zip(dense, expert))
-        if zero_stage >= 3:  # the units gathered whole: the member's share of the largest
+        gathered = (0.0, 0.0)  # ZeRO-3's units held whole: the member's share of the largest
+        if zero_stage >= 3:
             share = params / max(1, stage.stored_params(stage.params or workload.params))
-            extra = gathered_unit_bytes(stage.unit_params * share, context.param_bytes_per_value,
-                                        context.grad_bytes_per_value)
-            state = (MemoryPart(state[0].name, state[0].bytes + extra[0]),
-                     MemoryPart(state[1].name, state[1].bytes + extra[1]), *state[2:])
+            gathered = gathered_unit_bytes(stage.unit_params * share,
+                                           context.param_bytes_per_value,
+                                           context.grad_bytes_per_value)
+        state = tuple(MemoryPart(a.name, a.bytes + b.bytes + extra)
+                      for a, b, extra in zip(dense, expert, (*gathered, 0.0)))
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
         blocks = stage.blocks

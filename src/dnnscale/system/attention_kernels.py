@@ -112,7 +112,7 @@ def _derived(kernel: str, family: str, data: dict[str, Any],
                          f"{origin} and {family}")
     if not base.seq == ref_here.seq == ref_there.seq:
         raise ValueError(f"{where}: the benchmarks' sequence lengths differ")
-    if ref_here.precision != ref_there.precision or base.precision != ref_there.precision:
+    if len({base.precision, ref_here.precision, ref_there.precision}) > 1:
         raise ValueError(f"{where}: the benchmarks' precisions differ")
     table: dict[tuple[bool, int], tuple[float | None, ...]] = {}
     for key, values in base.flops_per_s.items():
@@ -131,11 +131,16 @@ def _table() -> dict[tuple[str, str], KernelFigures]:
                preset_table("attention_kernels").items() for family, facts in families.items()]
     measured = {(kernel, family): _figures(kernel, family, facts)
                 for kernel, family, facts in entries if "derived" not in facts}
+    applies_to = {(kernel, family): tuple(facts.get("applies_to", ()))
+                  for kernel, family, facts in entries}
     table = {}
     for kernel, family, facts in entries:
-        figures = (_derived(kernel, family, facts, measured) if "derived" in facts
-                   else measured[(kernel, family)])
-        for name in (family, *facts.get("applies_to", ())):
+        if "derived" in facts:  # it covers the devices its scaling reference covers there
+            figures = _derived(kernel, family, facts, measured)
+            others = applies_to[(str(facts["derived"]["scaled_by"]), family)]
+        else:
+            figures, others = measured[(kernel, family)], applies_to[(kernel, family)]
+        for name in (family, *others):
             table[(kernel, name)] = figures
     return table
 
