@@ -26,6 +26,7 @@ from __future__ import annotations
 from dnnscale.errors import InputError
 from dnnscale.system.attention_kernels import kernel_figures
 from dnnscale.system.device import Device
+from dnnscale.system.gpu_profile import PRECISION_KEY
 from dnnscale.workload.kind_record import KernelClass, record_of
 from dnnscale.workload.layer import Layer
 
@@ -58,9 +59,13 @@ def peak_flops_per_s(device: Device, precision: str) -> float:
     return peak
 
 
-def efficiency(device: Device, kernel_class: str, flops: float) -> float:
-    """η of `kernel_class` at a call of `flops` FLOPs (the class's curve, else the GEMM one)."""
-    curve = device.efficiency.get(kernel_class) or device.efficiency["gemm"]
+def efficiency(device: Device, kernel_class: str, flops: float, precision: str) -> float:
+    """η of `kernel_class` at a call of `flops` FLOPs in `precision`: the class's curve in
+    that precision (key `class@precision`, system/gpu_profile.PRECISION_KEY), else the class's, else
+    the GEMM curve in that precision, else the GEMM one."""
+    curves = device.efficiency
+    curve = (curves.get(f"{kernel_class}{PRECISION_KEY}{precision}") or curves.get(kernel_class)
+             or curves.get(f"gemm{PRECISION_KEY}{precision}") or curves["gemm"])
     return curve.at(flops)
 
 
@@ -182,7 +187,7 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
         work_flops = fraction * minibatch * flops if kernel_class else 0.0
         work_bytes = fraction * minibatch * bytes_moved * bytes_scale
         flop_eta = (fixed_eta if fixed_eta is not None else
-                    efficiency(device, kernel_class, work_flops / max(1, calls))
+                    efficiency(device, kernel_class, work_flops / max(1, calls), runs_in)
                     if kernel_class and work_flops > 0 else 1.0)
         memory_eta = memory_curve.at(work_bytes) if memory_curve and work_bytes > 0 else 1.0
         times.append(kernel_time_s(work_flops, work_bytes, peak, flop_eta,

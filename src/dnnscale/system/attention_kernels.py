@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnnscale.system.device import device_family
-from dnnscale.system.gpu import preset_table
+from dnnscale.system.preset_files import preset_table
 
 TFLOPS = 1e12
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import functools
 import re
-from importlib import resources
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.system.curve import RateCurve
 from dnnscale.system.device import Device, device_family
-from dnnscale.system.gpu_profile import GpuProfile, load_gpu_profile
+from dnnscale.system.gpu_profile import PRECISION_KEY, GpuProfile, load_gpu_profile
+from dnnscale.system.microbenchmarks import published_efficiency
+from dnnscale.system.preset_files import preset_table, presets_folder, read_preset
 from dnnscale.system.system import System
 from dnnscale.system.topology import LinkTier
 from dnnscale.units import parse_quantity
@@ -39,30 +39,34 @@ DEFAULT_EFFICIENCY = GpuProfile(
            "HBM bandwidth, 10 us to launch a kernel, 80 % / 90 % of the NVLink / NIC rate in collectives")
 """What an uncalibrated device achieves: round figures, flagged wherever they are used."""
 
-
-def _presets() -> Any:
-    return resources.files("dnnscale.system") / "presets"
-
-
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""Package data is trusted: libyaml's safe loader where present (10x faster than PyYAML's)."""
-
-
-def _read(item: Any) -> Any:
-    return yaml.load(item.read_text(), Loader=_LOADER)  # noqa: S506 (a safe loader)
-
-
 @functools.cache
-def preset_table(name: str) -> dict[str, Any]:
-    """The mapping of package file presets/`name`.yaml (devices, interconnects,
-    attention_kernels); {} if it is not a mapping."""
-    data = _read(_presets() / f"{name}.yaml")
-    return data if isinstance(data, dict) else {}
-
+def uncalibrated_profile(device_name: str) -> GpuProfile:
+    """What an uncalibrated `device_name` achieves: DEFAULT_EFFICIENCY, with the GEMM
+    efficiency of each precision and the memory efficiency a published microbenchmark measured
+    on its family where there is one (system/microbenchmarks.py)."""
+    published = published_efficiency(device_name)
+    if published is None:
+        return DEFAULT_EFFICIENCY
+    curves = dict(DEFAULT_EFFICIENCY.efficiency)
+    curves.update({f"gemm{PRECISION_KEY}{precision}": RateCurve.constant(eta)
+                   for precision, eta in sorted(published.gemm.items())})
+    memory = (RateCurve.constant(published.memory) if published.memory is not None
+              else DEFAULT_EFFICIENCY.memory_efficiency)
+    gemm = ", ".join(f"{100 * eta:.0f} % in {precision}"
+                     for precision, eta in sorted(published.gemm.items()))
+    hbm = (f"{100 * published.memory:.0f} % of HBM bandwidth" if published.memory is not None
+           else "70 % of HBM bandwidth")
+    return replace(
+        DEFAULT_EFFICIENCY, device=f"(published, {published.family})", efficiency=curves,
+        memory_efficiency=memory,
+        source=f"UNCALIBRATED published figures: a microbenchmark of {published.measured_on} for GEMMs "
+               f"({gemm}; 60 % in other precisions) and {hbm}; defaults for the rest: 40 % for "
+               "attention matmuls, 10 us to launch a kernel, 80 % / 90 % of the NVLink / NIC "
+               "rate in collectives")
 
 
 def node_preset_names() -> list[str]:
-    folder = _presets() / "nodes"
+    folder = presets_folder() / "nodes"
     return sorted(item.name[:-5] for item in folder.iterdir() if item.name.endswith(".yaml"))
 
 
@@ -74,7 +78,7 @@ def inter_node_link_names() -> list[str]:
 
 @functools.cache
 def _node(name: str) -> dict[str, Any]:
-    data = _read(_presets() / "nodes" / f"{name}.yaml")
+    data = read_preset(presets_folder() / "nodes" / f"{name}.yaml")
     if not isinstance(data, dict):
         raise ValueError(f"node preset {name!r}: the file is not a mapping")
     return data
@@ -84,7 +88,7 @@ def default_profile_path(device: str) -> Path | None:
     """The packaged GPU profile of `device` (e.g. A100-SXM4-80GB), else of its family
     (device_family: A100-SXM4, the same chip in either memory size), if one exists."""
     for name in (device, device_family(device)):
-        item = _presets() / "profiles" / f"{name}.yaml"
+        item = presets_folder() / "profiles" / f"{name}.yaml"
         if name and item.is_file():
             return Path(str(item))
     return None
@@ -100,7 +104,7 @@ def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
     where = f"devices.{device_name}"
     peaks = {precision: parse_quantity(value, "flops", f"{where}.peak_flops.{precision}")
              for precision, value in facts["peak_flops"].items() if value is not None}
-    eff = profile or DEFAULT_EFFICIENCY
+    eff = profile or uncalibrated_profile(device_name)
     return Device(cores=1.0,
                   memory_bytes=parse_quantity(facts.get("memory_reported", facts["memory"]),
                                               "bytes", f"{where}.memory"),
@@ -159,7 +163,7 @@ def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
         path = default_profile_path(device_name)
         if path is not None:
             profile, calibrated = load_gpu_profile(path), True
-    eff = profile or DEFAULT_EFFICIENCY
+    eff = profile or uncalibrated_profile(device_name)
     per_node = int(facts["devices_per_node"])
     nics = nics_per_node if nics_per_node is not None else int(facts.get("nics_per_node", per_node))
     intra = _link(str(facts["intra_node"]), "cluster.intra_node", eff.intra_node_efficiency)

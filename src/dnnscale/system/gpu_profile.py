@@ -12,6 +12,7 @@ published runs (benchmarks/vtrain.py fits vTrain's single-node A100 rows) or by
     efficiency:                      # achieved fraction of peak per kernel class, over FLOP/call
       gemm: [[1e8, 0.35], [1e10, 0.7], [1e12, 0.8]]
       attention: [[...]]
+      gemm@fp32: [[...]]             # optional: a class's curve in one precision only
     memory_efficiency: [[1e5, 0.2], [1e8, 0.8]]   # fraction of HBM bandwidth, over bytes/call
     launch_s: 5e-6                   # host time per kernel launch
     launch_contention: 0.05          # extra launch time per other process on the node
@@ -33,6 +34,9 @@ from dnnscale.system.curve import RateCurve
 from dnnscale.yamlio import load_yaml_file
 
 FORMAT = "dnnscale-gpu-profile/1"
+PRECISION_KEY = "@"
+"""An efficiency key `class@precision` (gemm@fp32) is that class's curve in that precision
+alone; the plain class key serves every precision without one (model/gpu_compute.efficiency)."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,83 @@
+"""Published microbenchmark efficiencies of whole devices (presets/microbenchmarks.yaml).
+
+A device without a GPU profile of its own is uncalibrated; rather than one round fraction of
+peak for every precision, it takes what a published microbenchmark achieved on its family:
+
+    η_gemm(p) = matmul speed in precision p / dense peak(p) of the device measured on
+    η_mem     = elementwise-multiply bandwidth / HBM bandwidth of the device measured on
+
+The fractions differ by precision because the units differ: V100's FP32 runs on CUDA cores at
+89 % of their peak where its FP16 Tensor Cores reach 76 % of theirs, so one constant makes FP32
+too slow or FP16 too fast. They are the benchmark's largest square GEMM (n = 8192), so they
+are the rate of large kernels; smaller ones need a measured curve (`dnnscale calibrate --gpu`).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from dnnscale.system.device import device_family
+from dnnscale.system.preset_files import preset_table
+from dnnscale.units import parse_quantity
+
+TFLOPS, GB_PER_S = 1e12, 1e9
+
+
+@dataclass(frozen=True)
+class PublishedEfficiency:
+    """A device family's achieved fractions in one published microbenchmark."""
+
+    family: str
+    measured_on: str
+    gemm: dict[str, float]
+    """precision -> achieved fraction of the dense peak in a large square GEMM."""
+    memory: float | None
+    """Achieved fraction of HBM bandwidth in a large elementwise kernel (None: not published)."""
+    source: str
+
+
+def _fraction(value: Any, reference: float, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{where}: must be a positive number, got {value!r}")
+    fraction = float(value) / reference
+    if fraction > 1:
+        raise ValueError(f"{where}: {value} is above the device's peak")
+    return fraction
+
+
+def _entry(family: str, data: dict[str, Any]) -> PublishedEfficiency:
+    where = f"microbenchmarks.{family}"
+    devices = preset_table("devices")
+    measured_on = str(data.get("measured_on"))
+    if measured_on not in devices:
+        raise ValueError(f"{where}.measured_on: unknown device {measured_on!r}")
+    facts = devices[measured_on]
+    gemm = {}
+    for precision, speed in (data.get("matmul") or {}).items():
+        peak = facts["peak_flops"].get(precision)
+        if peak is None:
+            raise ValueError(f"{where}.matmul.{precision}: {measured_on} has no such unit")
+        peak_flops = parse_quantity(peak, "flops", f"devices.{measured_on}.peak_flops")
+        gemm[str(precision)] = _fraction(speed, peak_flops / TFLOPS, f"{where}.matmul.{precision}")
+    bandwidth = parse_quantity(facts["memory_bandwidth"], "bandwidth",
+                               f"devices.{measured_on}.memory_bandwidth")
+    memory = (None if data.get("memory") is None else
+              _fraction(data["memory"], bandwidth / GB_PER_S, f"{where}.memory"))
+    return PublishedEfficiency(family, measured_on, gemm, memory, str(data["source"]))
+
+
+@functools.cache
+def _table() -> dict[str, PublishedEfficiency]:
+    table = {}
+    for family, data in preset_table("microbenchmarks").items():
+        entry = _entry(str(family), data)
+        for name in (family, *data.get("applies_to", ())):
+            table[str(name)] = entry
+    return table
+
+
+def published_efficiency(device_name: str) -> PublishedEfficiency | None:
+    """The published fractions of `device_name`'s family, or None where there are none."""
+    return _table().get(device_family(device_name))

@@ -1,0 +1,92 @@
+"""An uncalibrated device takes its GEMM efficiency per precision and its memory efficiency from
+a published microbenchmark of its family (system/microbenchmarks.py), checked by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dnnscale.model.gpu_compute import efficiency, gpu_phase_times_s
+from dnnscale.system import microbenchmarks
+from dnnscale.system.curve import RateCurve
+from dnnscale.system.gpu import DEFAULT_EFFICIENCY, gpu_system, uncalibrated_profile
+from dnnscale.workload.transformer import transformer_workload
+
+T = 1e12
+
+
+def _layer(kind: str):  # type: ignore[no-untyped-def]
+    workload = transformer_workload("t", 1, 1024, 16, 128, 1000, flash_attention=False,
+                                    bias=False)
+    return next(layer for layer in workload.layers if layer.kind == kind)
+
+
+def test_the_fractions_are_the_published_speeds_over_the_measured_devices_peaks() -> None:
+    v100 = microbenchmarks.published_efficiency("V100-SXM2-16GB")
+    assert v100 is not None and v100.measured_on == "V100-SXM2-32GB"
+    # mli/transformers-benchmarks: 14 / 95 TFLOP/s of 15.7 / 125; 0.098 TFLOPS x 8 B of 900 GB/s
+    assert v100.gemm == pytest.approx({"fp32": 14 / 15.7, "fp16": 95 / 125})
+    assert v100.memory == pytest.approx(784 / 900)
+    # the DGX-2's and DGX-2H's SXM3 parts: the same die, the same fractions
+    assert microbenchmarks.published_efficiency("V100-SXM3-32GB") is v100
+    assert microbenchmarks.published_efficiency("V100-SXM3-32GB-H") is v100
+    assert microbenchmarks.published_efficiency("H100-SXM5-80GB") is None
+    assert microbenchmarks.published_efficiency("P100-SXM2-16GB") is None
+
+
+def test_a_v100_gemm_runs_at_the_published_speed_of_its_precision() -> None:
+    device = gpu_system("dgx-1-v100-16g", 1).machine
+    layer = _layer("mlp_up")                                 # 2 x 128 x 1024 x 4096 per sample
+    flops = 64 * layer.fwd_flops                             # 68.7 GFLOP: compute bound
+    fwd32, _, _ = gpu_phase_times_s(layer, 1.0, 64, device, "fp32", 2.0)
+    fwd16, _, _ = gpu_phase_times_s(layer, 1.0, 64, device, "fp16", 1.0)
+    assert fwd32 == pytest.approx(flops / (14 * T))          # 4.91 ms (60 %: 7.29 ms)
+    assert fwd16 == pytest.approx(flops / (95 * T))          # 0.72 ms (60 %: 0.92 ms)
+    # attention matmuls keep their own default (40 %) in every precision
+    assert efficiency(device, "attention", 1e9, "fp32") == pytest.approx(0.4)
+    # a precision the benchmark did not run keeps the round default
+    assert efficiency(device, "gemm", 1e9, "fp64") == pytest.approx(0.6)
+
+
+def test_a_v100_elementwise_kernel_runs_at_the_published_bandwidth() -> None:
+    device = gpu_system("dgx-2", 1).machine
+    layer = _layer("mlp_act")                                # memory bound: no FLOPs
+    fwd, _, _ = gpu_phase_times_s(layer, 1.0, 8, device, "fp16", 1.0)
+    assert fwd == pytest.approx(8 * layer.fwd_bytes / 784e9)
+
+
+def test_devices_without_figures_and_calibrated_ones_are_unchanged() -> None:
+    assert uncalibrated_profile("H100-SXM5-80GB") is DEFAULT_EFFICIENCY
+    h100 = gpu_system("dgx-h100", 1)
+    assert set(h100.machine.efficiency) == {"gemm", "attention"}
+    a100 = gpu_system("dgx-a100-80g", 1)                     # its packaged, fitted profile
+    assert a100.calibrated and not any("@" in key for key in a100.machine.efficiency)
+    v100 = gpu_system("dgx-2h", 2)
+    assert not v100.calibrated
+    assert "published figures" in v100.description and "89 % in fp32" in v100.description
+
+
+def test_a_profile_curve_for_one_precision_wins_over_the_class_curve() -> None:
+    base = gpu_system("dgx-h100", 1).machine
+    device = dataclasses.replace(base, efficiency={**base.efficiency,
+                                                   "gemm@bf16": RateCurve.constant(0.5)})
+    assert efficiency(device, "gemm", 1e9, "bf16") == pytest.approx(0.5)
+    assert efficiency(device, "gemm", 1e9, "fp8") == pytest.approx(0.6)
+    device = dataclasses.replace(device, efficiency={**device.efficiency,
+                                                     "attention@bf16": RateCurve.constant(0.3)})
+    assert efficiency(device, "attention", 1e9, "bf16") == pytest.approx(0.3)
+
+
+def test_a_bad_entry_names_its_field() -> None:
+    good = {"measured_on": "V100-SXM2-32GB", "matmul": {"fp32": 14}, "memory": 784,
+            "source": "s"}
+    assert microbenchmarks._entry("X", good).gemm == pytest.approx({"fp32": 14 / 15.7})
+    with pytest.raises(ValueError, match="microbenchmarks.X.matmul.bf16: .* has no such unit"):
+        microbenchmarks._entry("X", {**good, "matmul": {"bf16": 10}})
+    with pytest.raises(ValueError, match="microbenchmarks.X.matmul.fp32: 16 is above"):
+        microbenchmarks._entry("X", {**good, "matmul": {"fp32": 16}})
+    with pytest.raises(ValueError, match="microbenchmarks.X.memory: must be a positive"):
+        microbenchmarks._entry("X", {**good, "memory": "fast"})
+    with pytest.raises(ValueError, match="microbenchmarks.X.measured_on: unknown device"):
+        microbenchmarks._entry("X", {**good, "measured_on": "V99"})
