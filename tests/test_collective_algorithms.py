@@ -10,7 +10,7 @@ import pytest
 from dnnscale.errors import InputError
 from dnnscale.model import predict_plan
 from dnnscale.model.collectives import (COLLECTIVE_COSTS, collective_transfer,
-                                        group_collective_time_s)
+                                        flat_ring_extra_hops, group_collective_time_s)
 from dnnscale.plan import modern_plan_from_dict
 from dnnscale.system import LinkTier, Topology, load_system
 from dnnscale.system.topology import group_span
@@ -38,22 +38,51 @@ def test_tree_allreduce_by_hand() -> None:
 def test_two_level_tree_changes_only_the_step_across_nodes() -> None:
     """16 members, 8 per node on 2 nodes, 16 MB: ring reduce-scatter in the node (7/8·x over
     NVLink, 7 messages), the all-reduce of x/8 across 2 nodes (2·1/2·x/8 over IB; ring 2
-    messages, tree 2·⌊log₂ 2⌋ = 2), ring all-gather in the node. With 4 nodes of 4 (stride 2)
-    the step across nodes takes 6 ring messages against 4 tree ones: 2 · 5 µs less."""
+    messages, tree 2·⌊log₂ 2⌋ = 2), ring all-gather in the node. NCCL's flat ring also hops
+    through the other node's members: 2·(2−1)·(8−1) = 14 more NVLink hops of 1 µs; the
+    hierarchical and tree forms do not. With 4 nodes of 4 (stride 2) the step across nodes
+    takes 6 ring messages against 4 tree ones (2 · 5 µs), and the flat ring 2·3·3 = 18 more
+    hops inside the nodes."""
     x = 16e6
     inside = 7 / 8 * x / 100e9 + 7 * 1e-6
     across = 2 * 1 / 2 * (x / 8) / 10e9 + 2 * 5e-6
-    for algorithm in ("ring", "hierarchical", "tree"):
+    for algorithm in ("hierarchical", "tree"):
         assert group_collective_time_s("allreduce", "nccl", x, group_span(16, 1, 8), TOPOLOGY,
                                        algorithm=algorithm) == pytest.approx(2 * inside + across)
+    assert group_collective_time_s("allreduce", "nccl", x, group_span(16, 1, 8), TOPOLOGY,
+                                   algorithm="ring") == pytest.approx(2 * inside + across + 14e-6)
     ring = group_collective_time_s("allreduce", "nccl", x, group_span(16, 2, 8), TOPOLOGY)
     tree = group_collective_time_s("allreduce", "nccl", x, group_span(16, 2, 8), TOPOLOGY,
                                    algorithm="tree")
-    assert ring - tree == pytest.approx(2 * 5e-6)
+    assert ring - tree == pytest.approx(2 * 5e-6 + 18e-6)
+
+
+def test_a_flat_ring_pays_a_hop_per_member() -> None:
+    """NCCL's ring latency (src/graph/tuning.cc): nRanks − 1 steps for an all-gather, nNodes − 1
+    of them across nodes. 192 nodes of 8: 1535 steps, 191 on IB; the two-level form counts 191
+    + 7, so 1344 − 7 = 1337 = 191 · 7 more NVLink hops; an all-reduce twice that. One member
+    per node or one node: nothing to add."""
+    assert flat_ring_extra_hops("allgather", "nccl", 192, 8) == 191 * 7
+    assert flat_ring_extra_hops("reduce_scatter", "nccl", 192, 8) == 191 * 7
+    assert flat_ring_extra_hops("allreduce", "nccl", 192, 8) == 2 * 191 * 7
+    assert flat_ring_extra_hops("allreduce", "gloo", 3, 2) == 2 * 2 * 1   # gloo rings are flat
+    assert flat_ring_extra_hops("allgather", "nccl", 192, 1) == 0
+    assert flat_ring_extra_hops("allgather", "nccl", 1, 8) == 0
+    # 1 GB all-gathered over 192 nodes of 8 (IB 10 GB/s, 5 µs; NVLink 100 GB/s, 1 µs): the
+    # nodes' shards x/8 across (191/192 · x/8 / 10 GB/s + 191 · 5 µs), then inside the node
+    # (7/8 · x / 100 GB/s + 7 µs), then 1337 NVLink hops of 1 µs
+    x = 1e9
+    two_level = 191 / 192 * x / 8 / 10e9 + 191 * 5e-6 + 7 / 8 * x / 100e9 + 7 * 1e-6
+    span = group_span(1536, 1, 8)
+    assert group_collective_time_s("allgather", "nccl", x, span, TOPOLOGY,
+                                   algorithm="hierarchical") == pytest.approx(two_level)
+    assert group_collective_time_s("allgather", "nccl", x, span, TOPOLOGY) == \
+        pytest.approx(two_level + 1337e-6)
 
 
 def test_ring_is_what_was_always_priced() -> None:
-    """The default and 'hierarchical' are the same registered rings (today's numbers)."""
+    """The default and 'hierarchical' are the same registered rings (the same bytes; the
+    default adds the flat ring's hops, test above)."""
     for (operation, library, algorithm), cost in COLLECTIVE_COSTS.items():
         if algorithm == "hierarchical":
             assert COLLECTIVE_COSTS[(operation, library, "ring")] is cost

@@ -125,18 +125,20 @@ def test_the_gpt3_plan_of_narayanan_runs_on_megatron_only() -> None:
 def test_pipelined_zero_traffic_and_memory_by_hand() -> None:
     g, p, m = 6e9, 3e9, 8          # gradient bytes, parameter bytes, micro-batches
     # ZeRO-1/2 gather the updated parameters after the optimizer step (not under a backward)
-    assert zero_traffic(0, g, p, m) == (("allreduce", g, 1, True),)
-    assert zero_traffic(1, g, p, m) == (("reduce_scatter", g, 1, True),
-                                        ("allgather", p, 1, False))
-    assert zero_traffic(2, g, p, m) == (("reduce_scatter", g, 8, True),
-                                        ("allgather", p, 1, False))
-    assert zero_traffic(2, g, p, m, pipelined=True) == (("reduce_scatter", g, 1, True),
-                                                        ("allgather", p, 1, False))
-    # ZeRO-3: the first forward and each of the m backwards gather; one reduce-scatter
-    assert zero_traffic(3, g, p, m, pipelined=True) == (("allgather", p, 9, True),
-                                                        ("reduce_scatter", g, 1, True))
-    assert zero_traffic(3, g, p, m) == (("allgather", p, 16, True),
-                                        ("reduce_scatter", g, 8, True))
+    assert zero_traffic(0, g, p, m) == (("allreduce", g, 1, True, 1),)
+    assert zero_traffic(1, g, p, m) == (("reduce_scatter", g, 1, True, 1),
+                                        ("allgather", p, 1, False, 1))
+    assert zero_traffic(2, g, p, m) == (("reduce_scatter", g, 8, True, 1),
+                                        ("allgather", p, 1, False, 1))
+    assert zero_traffic(2, g, p, m, pipelined=True) == (("reduce_scatter", g, 1, True, 1),
+                                                        ("allgather", p, 1, False, 1))
+    # ZeRO-3: the first forward and each of the m backwards gather; one reduce-scatter; each
+    # in as many collectives as the stage has FSDP units (here 25), ZeRO-1/2 in one
+    assert zero_traffic(3, g, p, m, pipelined=True, units=25) == (
+        ("allgather", p, 9, True, 25), ("reduce_scatter", g, 1, True, 25))
+    assert zero_traffic(3, g, p, m, units=25) == (("allgather", p, 16, True, 25),
+                                                  ("reduce_scatter", g, 8, True, 25))
+    assert all(t.calls == 1 for z in (0, 1, 2) for t in zero_traffic(z, g, p, m, units=25))
     assert [memory_zero_stage(z, 2) for z in range(4)] == [0, 1, 1, 1]
     assert [memory_zero_stage(z, 1) for z in range(4)] == [0, 1, 2, 3]
     # Ψ = 1e9 over d = 4 with ZeRO-1's sharding: 2Ψ + 2Ψ + 12Ψ/4 = 7e9 bytes

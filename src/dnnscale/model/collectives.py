@@ -2,9 +2,11 @@
 
 Algorithms are the plan's (plan.Collective.algorithm): 'ring' (the default, and what every
 collective was priced as before the key had an algorithm), 'hierarchical' and 'tree'. 'ring'
-and 'hierarchical' price the same: rings on each tier a group spans, run two-level when it spans
-several nodes with several members in each (`group_collective_time_s`; NCCL's ring spans the
-nodes the same way, every GPU's NIC carrying a share). 'tree' is NCCL's double binary tree
+and 'hierarchical' move the same bytes: rings on each tier a group spans, run two-level when it
+spans several nodes with several members in each (`group_collective_time_s`; NCCL's ring spans
+the nodes the same way, every GPU's NIC carrying a share). They differ in latency: NCCL's ring
+is one flat ring through every member, so it also pays the hops inside every node
+(`flat_ring_extra_hops`), a latency that grows with the group. 'tree' is NCCL's double binary tree
 all-reduce (`tree_allreduce`). Point-to-point patterns (halo, the PS's held pulls) are the same
 under every algorithm. Adding an algorithm is one registered function here (and, for a new
 name, its entry in plan.ALGORITHMS).
@@ -289,6 +291,25 @@ def alltoall_two_tier_s(library: str, payload_bytes: float, span: GroupSpan, int
                transfer_time_s(far * piece, far, inter.bandwidth_bytes_per_s, inter.latency_s))
 
 
+def flat_ring_extra_hops(operation: str, library: str, nodes: int, per_node: int) -> float:
+    """The hops inside the nodes that one flat ring through N·k members takes beyond the
+    two-level form's (a ring across the N nodes plus one inside a node).
+
+    Formula: m(N·k) − m(N) − m(k), m the ring's sequential messages for the operation
+    (the registry's ring entry): (N−1)(k−1) for an all-gather or reduce-scatter, 2(N−1)(k−1)
+    for an all-reduce; each costs the intra-node tier's per-hop latency.
+    Units: counts -> count.
+    Source: NCCL src/graph/tuning.cc, the ring's latency: (nsteps − nInterSteps) · intraLat +
+    nInterSteps · interLat, with nsteps = nRanks − 1 (all-gather, reduce-scatter) or
+    2(nRanks − 1) (all-reduce) and nInterSteps = nNodes − 1 or 2(nNodes − 1): every member of
+    the group is a hop, so the latency grows with the ranks, not the nodes.
+    """
+    def messages(members: int) -> float:
+        return collective_transfer(operation, library, 1.0, members, "ring").messages
+
+    return max(0.0, messages(nodes * per_node) - messages(nodes) - messages(per_node))
+
+
 def span_members(operation: str, members: int) -> int:
     """How many members of its group a collective's span holds: its `members`, and for a halo
     exchange (whose `members` counts neighbours, halo_exchange) the member and its neighbours.
@@ -313,6 +334,8 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     GPU's NIC): all-reduce = reduce-scatter inside the node (k) + all-reduce across nodes (N) of
     x/k + all-gather inside the node (k); all-gather = across nodes (N) of x/k + inside (k);
     reduce-scatter = inside (k) + across nodes (N) of x/k.
+    The 'ring' algorithm adds the hops of a flat ring inside every node
+    (`flat_ring_extra_hops` · α_intra); 'hierarchical' runs the two levels as written.
     Units: bytes, counts, s -> s.
     Source: Jeaugey, "Massively scale your deep learning training with NCCL 2.4" (NVIDIA, 2019)
     and Sanders et al. 2009 on two-level collectives; performance-model.md §9 (a hierarchical
@@ -350,4 +373,6 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     else:
         seconds = (collective_time_s(operation, library, payload_bytes, per_node, intra)
                    + collective_time_s(operation, library, shard, nodes, inter, algorithm))
+    if algorithm == DEFAULT_ALGORITHM:
+        seconds += flat_ring_extra_hops(operation, library, nodes, per_node) * intra.latency_s
     return seconds + call_s

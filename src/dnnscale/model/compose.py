@@ -279,10 +279,11 @@ class StepContext:
                     continue
                 for traffic in zero_traffic(
                         self.collective.zero_stage, group_params * self.grad_bytes_per_value,
-                        group_params * self.param_bytes_per_value, micro_batches, deferred):
-                    seconds = traffic.times * collective_after_compute_s(
-                        self.system, traffic.operation, traffic.payload_bytes, span,
-                        self.topology, self.collective.algorithm)
+                        group_params * self.param_bytes_per_value, micro_batches, deferred,
+                        stage.units):
+                    seconds = traffic.times * traffic.calls * collective_after_compute_s(
+                        self.system, traffic.operation, traffic.payload_bytes / traffic.calls,
+                        span, self.topology, self.collective.algorithm)
                     if traffic.during_backward:
                         under_backward += seconds
                     else:

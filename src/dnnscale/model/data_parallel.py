@@ -36,16 +36,20 @@ class Traffic(NamedTuple):
     """One data-parallel collective of a step: `operation` on `payload_bytes`, `times` times;
     `during_backward`: it carries gradients as the backward pass makes them, so it can travel
     under that pass (Collective.overlap), where the parameters' all-gather after the optimizer
-    step cannot (nothing is left to compute under it)."""
+    step cannot (nothing is left to compute under it). `calls`: the payload travels as that
+    many equal collectives one after another (ZeRO-3's FSDP units), each paying its own
+    latency and call cost."""
 
     operation: str
     payload_bytes: float
     times: int
     during_backward: bool = True
+    calls: int = 1
 
 
 def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
-                 micro_batches: int, pipelined: bool = False) -> tuple[Traffic, ...]:
+                 micro_batches: int, pipelined: bool = False,
+                 units: int = 1) -> tuple[Traffic, ...]:
     """The collectives one data-parallel member runs per step.
 
     Formula: ZeRO-0 (plain data parallelism): all-reduce of the gradients once;
@@ -62,6 +66,9 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
     --overlap-param-gather defers it into the next forward (which export does not emit), and
     DeepSpeed's stage 1/2 overlap_comm overlaps only the gradient reduction. ZeRO-3's gathers
     run inside the forward and backward passes and are counted with the gradients' traffic.
+    ZeRO-3 gathers and reduces each of the stage's `units` FSDP units on its own (`calls`), so
+    every collective's latency, which grows with the group (collectives.py), is paid per unit;
+    ZeRO-1/2 move their whole shard at once.
     Units: bytes, bytes, count -> Traffic.
     Source: Rajbhandari et al. SC'20 §5, §7 (ZeRO stages and their communication volume);
     DeepSpeed's stage-2 engine reduces partitioned gradients during each backward
@@ -75,13 +82,13 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
         return (Traffic("reduce_scatter", grad_bytes, 1),
                 Traffic("allgather", param_bytes, 1, during_backward=False))
     if pipelined:
-        return (Traffic("allgather", param_bytes, micro_batches + 1),
-                Traffic("reduce_scatter", grad_bytes, 1))
+        return (Traffic("allgather", param_bytes, micro_batches + 1, calls=units),
+                Traffic("reduce_scatter", grad_bytes, 1, calls=units))
     if zero_stage == 2:
         return (Traffic("reduce_scatter", grad_bytes, micro_batches),
                 Traffic("allgather", param_bytes, 1, during_backward=False))
-    return (Traffic("allgather", param_bytes, 2 * micro_batches),
-            Traffic("reduce_scatter", grad_bytes, micro_batches))
+    return (Traffic("allgather", param_bytes, 2 * micro_batches, calls=units),
+            Traffic("reduce_scatter", grad_bytes, micro_batches, calls=units))
 
 
 def exposed_after_backward_s(communication_s: float, overlappable_backward_s: float,

@@ -172,6 +172,9 @@ class StageCosts:
     """The most parameters one FSDP unit of the stage holds: its largest transformer block, or
     its layers outside the blocks together (the root unit: embeddings, final norm, output);
     the stage's `params` where it has no blocks (`largest_unit_params`)."""
+    units: int = 1
+    """The FSDP units of the stage (`unit_count`): its transformer blocks, and one more for its
+    layers outside the blocks where they hold parameters."""
 
     @property
     def forward_s(self) -> float:
@@ -507,7 +510,20 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     last = workload.layers[last_index] if last_index >= 0 else workload.layers[-1]
     return StageCosts(partitions, minibatch, tuple(costs), params, StageTotals.of(costs),
                       boundary_values=last.activation_values, expert_params=expert_params,
-                      unit_params=largest_unit_params(units.values()))
+                      unit_params=largest_unit_params(units.values()),
+                      units=unit_count(units.values()))
+
+
+def unit_count(units: Iterable[int]) -> int:
+    """How many FSDP units a stage gathers one after another: each of its blocks, and its
+    layers outside the blocks together where they hold parameters (the root unit); at least 1.
+
+    Formula: the number of units with parameters, at least 1. Units: count.
+    Source: as largest_unit_params (one all-gather per unit in forward, one in backward, and one
+    reduce-scatter per unit: torch.distributed.fsdp, FullyShardedDataParallel's pre-forward,
+    pre-backward and post-backward hooks; FSDP2's fully_shard per module).
+    """
+    return max(1, sum(1 for params in units if params > 0))
 
 
 def largest_unit_params(units: Iterable[int]) -> int:
@@ -653,9 +669,11 @@ def stages_from_template(workload: Workload, template: StageTemplate,
                     totals = totals.plus(kind.totals, count)
                     params += kind.params * count
                     expert_params += kind.expert_params * count
-            unit = largest_unit_params(
-                [root] + [kind.params for kind, count in zip(template.kinds, blocks) if count])
+            unit_sizes = [root] + [kind.params for kind, count in zip(template.kinds, blocks)
+                                   for _ in range(count)]
             stage = made[key] = StageCosts(template.partitions, template.minibatch, (), params,
-                                           totals, boundary, expert_params, unit)
+                                           totals, boundary, expert_params,
+                                           largest_unit_params(unit_sizes),
+                                           unit_count(unit_sizes))
         stages.append(stage)
     return tuple(stages)

@@ -1,0 +1,65 @@
+"""ZeRO-3 / FSDP gathers and reduces each FSDP unit on its own (model/data_parallel.zero_traffic,
+model/stage.unit_count), and every one of those collectives pays NCCL's flat-ring latency
+(model/collectives.flat_ring_extra_hops): checked by hand on a small plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from dnnscale.model import predict_plan
+from dnnscale.model.predict import plan_stage_costs
+from dnnscale.model.stage import unit_count
+from dnnscale.plan import ParallelPlan, modern_plan_from_dict
+from dnnscale.system import load_system
+from dnnscale.workload import load_workload
+
+
+def _plan(**fields: object) -> ParallelPlan:
+    return modern_plan_from_dict({"tp": 1, "micro_batch": 1, "precision": "bf16", **fields})
+
+
+def test_a_stage_counts_its_blocks_and_its_root_unit() -> None:
+    assert unit_count([100, 100, 5]) == 3
+    assert unit_count([100, 0]) == 1          # the layers outside the blocks hold no weights
+    assert unit_count([]) == 1
+
+
+def test_zero3_pays_each_units_latency_by_hand() -> None:
+    """gpt3-1.3b (24 blocks and the root unit: 25) over 16 GPUs in 2 DGX A100 nodes, one
+    micro-batch: 2 all-gathers of the bf16 weights (x = 2Ψ) and one reduce-scatter of the fp32
+    gradients (4Ψ), each in 25 collectives. Per collective over 2 nodes of 8: the shards x/8
+    across the nodes (1/2 · x/8 / B_IB + α_IB), then inside the node (7/8 · x / B_NVL +
+    7 α_NVL), 7 more NVLink hops of NCCL's flat ring, and the call's fixed cost."""
+    workload, system = load_workload("gpt3-1.3b"), load_system("dgx-a100-80g:2")
+    psi = sum(layer.params for layer in workload.layers)
+    ib, nvl = system.topology.inter_node, system.topology.intra_node
+    assert nvl is not None
+    call = system.call_s(16)
+
+    def collective(x: float, calls: int) -> float:
+        per = x / calls
+        return calls * (0.5 * per / 8 / ib.bandwidth_bytes_per_s + ib.latency_s
+                        + 7 / 8 * per / nvl.bandwidth_bytes_per_s + 7 * nvl.latency_s
+                        + 7 * nvl.latency_s + call)
+
+    prediction = predict_plan(workload, system, _plan(dp=16, zero=3, global_batch=16))
+    expected = 2 * collective(2 * psi, 25) + collective(4 * psi, 25)
+    assert prediction.breakdown_s["dp_comm"] == pytest.approx(expected, rel=1e-9)
+    # the same bytes in one collective each would cost 3 · 24 calls' latency less
+    per_call = ib.latency_s + 14 * nvl.latency_s + call
+    assert expected - (2 * collective(2 * psi, 1) + collective(4 * psi, 1)) == \
+        pytest.approx(3 * 24 * per_call)
+
+
+def test_the_search_template_counts_the_same_units() -> None:
+    """The optimizer's stage template (stages_from_template) and the layer-by-layer stage
+    agree on the units, so predict and the search price ZeRO-3 alike: one stage holds the 24
+    blocks and the root unit; with pp = 2 each holds 12 blocks and its part of the root's
+    layers (the embedding first, the final norm last: both hold weights)."""
+    workload, system = load_workload("gpt3-1.3b"), load_system("dgx-a100-80g:1")
+    (whole,) = plan_stage_costs(workload, system, _plan(dp=8, zero=3, global_batch=8))
+    assert whole.units == 25
+    plan = _plan(pp=2, dp=4, zero=3, global_batch=8)
+    by_layer = plan_stage_costs(workload, system, plan, per_layer=True)
+    by_template = plan_stage_costs(workload, system, plan, per_layer=False)
+    assert [s.units for s in by_layer] == [s.units for s in by_template] == [13, 13]
