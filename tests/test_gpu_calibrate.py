@@ -383,3 +383,39 @@ def test_a_failing_kernel_is_skipped_and_recorded():
     assert [m.label for m in results] == ["copy n=1024"]
     assert skipped == [{"kernel": "broken", "why": "RuntimeError: no such kernel on this device"}]
     assert seen[0] == "skipped (RuntimeError: no such kernel on this device): broken"
+
+
+def test_a_second_precision_becomes_its_own_curves():
+    """The synthetic device runs every kernel at its bf16 roofline, whatever the dtype: a TF32
+    GEMM of F FLOPs takes F / (989.4 TFLOP/s · η(F)), which is 2·η(F) of H200's 494.7 TFLOP/s
+    TF32 peak. The profile keeps bf16's curves as the plain classes and gives TF32 its own
+    (`gemm@tf32`), which a TF32 plan then uses."""
+    from dnnscale.model.gpu_compute import efficiency
+    from dnnscale.system.gpu import gpu_device
+
+    plan = replace(GpuCalibrationPlan.make("tiny"), precisions=("bf16", "tf32"))
+    profile = calibrate_gpu(SyntheticDevice(roofline()), plan, H200)
+    assert {"gemm", "gemm@tf32"} <= set(profile.efficiency)
+    points = [p for p in profile.extra["points"] if p["class"] == "gemm"
+              and p["precision"] == "tf32"]
+    flops = max(p["flops"] for p in points)               # the largest, compute bound
+    assert profile.efficiency["gemm@tf32"].at(flops) == pytest.approx(2 * gemm_eta(flops),
+                                                                      rel=0.02)
+    assert profile.efficiency["gemm"].at(flops) == pytest.approx(gemm_eta(flops), rel=0.02)
+    device = gpu_device(H200, profile)
+    assert efficiency(device, "gemm", flops, "tf32") == pytest.approx(
+        profile.efficiency["gemm@tf32"].at(flops))
+    assert efficiency(device, "gemm", flops, "bf16") == pytest.approx(
+        profile.efficiency["gemm"].at(flops))
+
+
+def test_the_step_fit_scales_every_precisions_compute_curves(synthetic_profile):
+    from dnnscale.calibrate.gpu_step_fit import StepSpace
+    from dnnscale.system.curve import RateCurve
+
+    profile, _, _ = synthetic_profile
+    base = replace(profile, efficiency={**profile.efficiency,
+                                        "gemm@tf32": RateCurve.constant(0.4)})
+    scaled = StepSpace().profile([10.0, 1.5, 1.0], base)
+    assert scaled.efficiency["gemm@tf32"].at(1e9) == pytest.approx(0.6)
+    assert scaled.efficiency["gemm"].at(1e9) == pytest.approx(1.5 * profile.efficiency["gemm"].at(1e9))

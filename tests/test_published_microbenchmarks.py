@@ -90,3 +90,16 @@ def test_a_bad_entry_names_its_field() -> None:
         microbenchmarks._entry("X", {**good, "memory": "fast"})
     with pytest.raises(ValueError, match="microbenchmarks.X.measured_on: unknown device"):
         microbenchmarks._entry("X", {**good, "measured_on": "V99"})
+
+
+def test_a_profile_names_a_per_precision_curve_by_a_known_precision() -> None:
+    from dnnscale.errors import InputError
+    from dnnscale.system.gpu_profile import gpu_profile_from_dict
+
+    data = {"format": "dnnscale-gpu-profile/1", "memory_efficiency": [[1e6, 0.5]],
+            "efficiency": {"gemm": [[1e9, 0.5]], "gemm@tf32": [[1e9, 0.4]]}}
+    assert gpu_profile_from_dict(data).efficiency["gemm@tf32"].at(1e9) == pytest.approx(0.4)
+    for bad in ("gemm@fp9", "@bf16"):
+        with pytest.raises(InputError, match=f"gpu_profile.efficiency.{bad}: must be a kernel"):
+            gpu_profile_from_dict({**data, "efficiency": {"gemm": [[1e9, 0.5]],
+                                                          bad: [[1e9, 0.4]]}})

@@ -431,10 +431,13 @@ def profile_from_measurements(measurements: Sequence[Measurement], facts: Device
                               plan: GpuCalibrationPlan, device_name: str, timing: str,
                               date: str | None = None,
                               skipped: Sequence[dict[str, str]] = ()) -> GpuProfile:
-    """The GPU profile of `measurements`: the first precision's curves as the model's, every
-    precision's in the informative fields."""
+    """The GPU profile of `measurements`: the first precision's curves as the model's, each
+    other precision's compute curves as its own (`class@precision`, gpu_profile.PRECISION_KEY:
+    the model prices a plan in that precision by them), and every precision's in the
+    informative fields."""
     from dnnscale.calibrate.gpu_curves import curve_points
     from dnnscale.system.gpu import DEFAULT_EFFICIENCY
+    from dnnscale.system.gpu_profile import PRECISION_KEY
 
     import torch
 
@@ -447,6 +450,10 @@ def profile_from_measurements(measurements: Sequence[Measurement], facts: Device
     efficiencies = dict(main.classes)
     if "gemm" not in efficiencies:
         raise InputError("calibrate", "no GEMM was measured")
+    for precision, curves in fitted.items():
+        if precision != primary:
+            efficiencies.update({f"{cls}{PRECISION_KEY}{precision}": curve
+                                 for cls, curve in curves.classes.items()})
     launch_s = launch_seconds(measurements)
     extra = {
         "measured_on": device_name, "precision": primary, "torch_version": str(torch.__version__),

@@ -7,8 +7,10 @@ down, gradient copies), while its kernels run at the clocks and cache states of 
 work. Three constants absorb that, fitted by gpu_fit.py's least squares on log(predicted /
 measured) step time of the calibration's training runs (GPT models of the calibration's own
 shapes, none of the validation grid's): `launch_s` (host seconds per kernel the model
-counts), and one factor each on the compute curves (gemm, attention, flash) and on the memory
-curve. With fewer runs than constants the later ones stay fixed at 1.
+counts), and one factor each on the compute curves (gemm, attention, flash, in every
+precision the kernels were measured in: the runs train in the first, and the factor stands for
+what a step adds to its kernels, not for the precision) and on the memory curve. With fewer runs
+than constants the later ones stay fixed at 1.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dnnscale.calibrate.gpu_fit import FitSpace
-from dnnscale.system.gpu_profile import GpuProfile
+from dnnscale.system.gpu_profile import PRECISION_KEY, GpuProfile
 
 COMPUTE_CLASSES = ("gemm", "attention", "flash")
 LAUNCH_STARTS = (1.0, 3.0, 10.0, 30.0)
@@ -50,7 +52,8 @@ class StepSpace(FitSpace):
 
     def profile(self, x: Sequence[float], base: GpuProfile) -> GpuProfile:
         launch_us, compute_scale, memory_scale = self.full(x)
-        curves = {name: curve.scaled(compute_scale) if name in COMPUTE_CLASSES else curve
+        curves = {name: curve.scaled(compute_scale)
+                  if name.partition(PRECISION_KEY)[0] in COMPUTE_CLASSES else curve
                   for name, curve in base.efficiency.items()}
         held = dict(self.fixed)
         fitted = {name: value for name, value in zip(self.names, (launch_us, compute_scale,

@@ -27,7 +27,6 @@ from dnnscale.system.system import System
 from dnnscale.system.topology import LinkTier
 from dnnscale.units import parse_quantity
 
-PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 MAX_NODES = 1_000_000
 
 DEFAULT_EFFICIENCY = GpuProfile(

@@ -34,9 +34,22 @@ from dnnscale.system.curve import RateCurve
 from dnnscale.yamlio import load_yaml_file
 
 FORMAT = "dnnscale-gpu-profile/1"
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
+"""The number formats a device's peak may be given in (presets/devices.yaml)."""
 PRECISION_KEY = "@"
 """An efficiency key `class@precision` (gemm@fp32) is that class's curve in that precision
 alone; the plain class key serves every precision without one (model/gpu_compute.efficiency)."""
+
+
+def _efficiency_key(key: Any) -> str:
+    """`key` as a curve name: a kernel class, or `class@precision` with a known precision."""
+    name = str(key)
+    cls, at, precision = name.partition(PRECISION_KEY)
+    if not cls or (at and precision not in PRECISIONS):
+        raise InputError(f"gpu_profile.efficiency.{name}", f"must be a kernel class or "
+                         f"CLASS{PRECISION_KEY}PRECISION with PRECISION one of "
+                         f"{', '.join(PRECISIONS)}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,8 @@ def gpu_profile_from_dict(data: Any) -> GpuProfile:
              "collective_latency_s"}
     return GpuProfile(
         device=str(data.get("device", "")),
-        efficiency={str(k): _curve(v, f"gpu_profile.efficiency.{k}") for k, v in curves.items()},
+        efficiency={_efficiency_key(k): _curve(v, f"gpu_profile.efficiency.{k}")
+                    for k, v in curves.items()},
         memory_efficiency=_curve(data.get("memory_efficiency"), "gpu_profile.memory_efficiency"),
         launch_s=_seconds(data, "launch_s"),
         launch_contention=_seconds(data, "launch_contention"),
