@@ -53,15 +53,13 @@ def uncalibrated_profile(device_name: str) -> GpuProfile:
               else DEFAULT_EFFICIENCY.memory_efficiency)
     gemm = ", ".join(f"{100 * eta:.0f} % in {precision}"
                      for precision, eta in sorted(published.gemm.items()))
-    hbm = (f"{100 * published.memory:.0f} % of HBM bandwidth" if published.memory is not None
-           else "70 % of HBM bandwidth")
+    hbm = (f"; memory-bound kernels at {100 * published.memory:.0f} % of HBM bandwidth"
+           if published.memory is not None else "")
     return replace(
         DEFAULT_EFFICIENCY, device=f"(published, {published.family})", efficiency=curves,
         memory_efficiency=memory,
-        source=f"UNCALIBRATED published figures: a microbenchmark of {published.measured_on} for GEMMs "
-               f"({gemm}; 60 % in other precisions) and {hbm}; defaults for the rest: 40 % for "
-               "attention matmuls, 10 us to launch a kernel, 80 % / 90 % of the NVLink / NIC "
-               "rate in collectives")
+        source=f"UNCALIBRATED published figures: a microbenchmark of {published.measured_on} "
+               f"puts GEMMs at {gemm}{hbm}; otherwise {DEFAULT_EFFICIENCY.source}")
 
 
 def node_preset_names() -> list[str]:
