@@ -31,8 +31,14 @@ def test_the_fractions_are_the_published_speeds_over_the_measured_devices_peaks(
     # the DGX-2's and DGX-2H's SXM3 parts: the same die, the same fractions
     assert microbenchmarks.published_efficiency("V100-SXM3-32GB") is v100
     assert microbenchmarks.published_efficiency("V100-SXM3-32GB-H") is v100
-    assert microbenchmarks.published_efficiency("H100-SXM5-80GB") is None
     assert microbenchmarks.published_efficiency("P100-SXM2-16GB") is None
+    # H100 / H200: only the memory figure (Azure's 'Mul'); their GEMM table is FP8 alone
+    h100 = microbenchmarks.published_efficiency("H100-SXM5-80GB")
+    assert h100 is not None and h100.gemm == {} and h100.memory == pytest.approx(2900 / 3350)
+    assert microbenchmarks.published_efficiency("H800-SXM5-80GB") is h100
+    h200 = microbenchmarks.published_efficiency("H200-SXM-141GB")
+    assert h200 is not None and h200.memory == pytest.approx(4000 / 4800)
+    assert microbenchmarks.published_efficiency("H100-PCIe-80GB") is None
 
 
 def test_a_v100_gemm_runs_at_the_published_speed_of_its_precision() -> None:
@@ -57,9 +63,10 @@ def test_a_v100_elementwise_kernel_runs_at_the_published_bandwidth() -> None:
 
 
 def test_devices_without_figures_and_calibrated_ones_are_unchanged() -> None:
-    assert uncalibrated_profile("H100-SXM5-80GB") is DEFAULT_EFFICIENCY
-    h100 = gpu_system("dgx-h100", 1)
+    assert uncalibrated_profile("P100-SXM2-16GB") is DEFAULT_EFFICIENCY
+    h100 = gpu_system("dgx-h100", 1)                          # a memory figure only
     assert set(h100.machine.efficiency) == {"gemm", "attention"}
+    assert h100.machine.memory_efficiency.at(1e9) == pytest.approx(2900 / 3350)
     a100 = gpu_system("dgx-a100-80g", 1)                     # its packaged, fitted profile
     assert a100.calibrated and not any("@" in key for key in a100.machine.efficiency)
     v100 = gpu_system("dgx-2h", 2)
