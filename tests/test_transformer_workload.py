@@ -428,3 +428,17 @@ def test_invariants(layers, heads, head_dim, group, seq, vocab, ffn, gated, flas
     expected_attention = layers * (4 * seq * seq * hidden / (2 if flash and causal else 1))
     assert math.isclose(sum(l.fwd_flops for l in attention), expected_attention)
     assert all(l.fwd_flops >= 0 and l.fwd_bytes > 0 for l in w.layers)
+
+
+def test_the_layers_outside_the_blocks_are_found_once() -> None:
+    """The embedding first, then after the blocks the final norm, the output layer and the loss:
+    the indices a stage template prices beside its blocks (model/stage.stage_template)."""
+    from dnnscale.workload import load_workload
+
+    workload = load_workload("gpt:layers=2,hidden=64,heads=4,seq=16,vocab=100")
+    outside = workload.outside_block_indices
+    assert [workload.layers[i].kind for i in outside] == \
+        ["embedding", "layernorm", "logits", "cross_entropy"]
+    assert outside[0] == 0 and outside[1:] == tuple(range(len(workload.layers) - 3,
+                                                          len(workload.layers)))
+    assert workload.outside_block_indices is outside           # computed once

@@ -24,6 +24,8 @@ a whole all-reduce; NCCL's is a true ring reduce-scatter.
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -291,6 +293,7 @@ def alltoall_two_tier_s(library: str, payload_bytes: float, span: GroupSpan, int
                transfer_time_s(far * piece, far, inter.bandwidth_bytes_per_s, inter.latency_s))
 
 
+@functools.lru_cache(maxsize=1024)
 def flat_ring_extra_hops(operation: str, library: str, nodes: int, per_node: int) -> float:
     """The hops inside the nodes that one flat ring through N·k members takes beyond the
     two-level form's (a ring across the N nodes plus one inside a node).

@@ -635,9 +635,8 @@ def stage_template(workload: Workload, system: System, partitions: int, minibatc
                    ) -> StageTemplate:
     """Price the layers outside the blocks and the first block of each kind (`kinds`,
     PipelineLayout.kinds) in one chain."""
-    outside = [i for i, layer in enumerate(workload.layers)
-               if not isinstance(layer.hyper.get("block"), int)]
-    indices = sorted(outside + [i for block in kinds for i in block])
+    outside = workload.outside_block_indices
+    indices = sorted([*outside, *(i for block in kinds for i in block)])
     costed = stage_costs(workload, system, partitions, minibatch, "weights", rules, indices,
                          precision=precision, sequence_parallel=sequence_parallel,
                          bytes_scale=bytes_scale, split=split, shared=shared)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +31,14 @@ class Workload:
     description: str = ""
     # The shape summary of a transformer workload (None for CNNs, MLPs and imported models).
     transformer: TransformerShape | None = None
+
+    @functools.cached_property
+    def outside_block_indices(self) -> tuple[int, ...]:
+        """The indices of the layers outside the transformer blocks (no integer `block` in
+        their hyper-parameters: embeddings, the final norm, the output layer and loss), once
+        per workload (the search asks for them at every stage template)."""
+        return tuple(i for i, layer in enumerate(self.layers)
+                     if not isinstance(layer.hyper.get("block"), int))
 
     @property
     def params(self) -> int:
