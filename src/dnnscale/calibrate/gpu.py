@@ -432,12 +432,12 @@ def profile_from_measurements(measurements: Sequence[Measurement], facts: Device
                               date: str | None = None,
                               skipped: Sequence[dict[str, str]] = ()) -> GpuProfile:
     """The GPU profile of `measurements`: the first precision's curves as the model's, each
-    other precision's compute curves as its own (`class@precision`, gpu_profile.PRECISION_KEY:
+    other precision's compute curves as its own (`class@precision`, gpu_profile.curve_key:
     the model prices a plan in that precision by them), and every precision's in the
     informative fields."""
     from dnnscale.calibrate.gpu_curves import curve_points
     from dnnscale.system.gpu import DEFAULT_EFFICIENCY
-    from dnnscale.system.gpu_profile import PRECISION_KEY
+    from dnnscale.system.gpu_profile import curve_key
 
     import torch
 
@@ -452,7 +452,7 @@ def profile_from_measurements(measurements: Sequence[Measurement], facts: Device
         raise InputError("calibrate", "no GEMM was measured")
     for precision, curves in fitted.items():
         if precision != primary:
-            efficiencies.update({f"{cls}{PRECISION_KEY}{precision}": curve
+            efficiencies.update({curve_key(cls, precision): curve
                                  for cls, curve in curves.classes.items()})
     launch_s = launch_seconds(measurements)
     extra = {

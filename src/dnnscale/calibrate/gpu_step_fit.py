@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dnnscale.calibrate.gpu_fit import FitSpace
-from dnnscale.system.gpu_profile import PRECISION_KEY, GpuProfile
+from dnnscale.system.gpu_profile import GpuProfile, curve_class
 
 COMPUTE_CLASSES = ("gemm", "attention", "flash")
 LAUNCH_STARTS = (1.0, 3.0, 10.0, 30.0)
@@ -52,8 +52,8 @@ class StepSpace(FitSpace):
 
     def profile(self, x: Sequence[float], base: GpuProfile) -> GpuProfile:
         launch_us, compute_scale, memory_scale = self.full(x)
-        curves = {name: curve.scaled(compute_scale)
-                  if name.partition(PRECISION_KEY)[0] in COMPUTE_CLASSES else curve
+        curves = {name: curve.scaled(compute_scale) if curve_class(name) in COMPUTE_CLASSES
+                  else curve
                   for name, curve in base.efficiency.items()}
         held = dict(self.fixed)
         fitted = {name: value for name, value in zip(self.names, (launch_us, compute_scale,

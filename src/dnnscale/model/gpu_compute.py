@@ -26,7 +26,7 @@ from __future__ import annotations
 from dnnscale.errors import InputError
 from dnnscale.system.attention_kernels import kernel_figures
 from dnnscale.system.device import Device
-from dnnscale.system.gpu_profile import PRECISION_KEY
+from dnnscale.system.gpu_profile import curve_key
 from dnnscale.workload.kind_record import KernelClass, record_of
 from dnnscale.workload.layer import Layer
 
@@ -61,11 +61,11 @@ def peak_flops_per_s(device: Device, precision: str) -> float:
 
 def efficiency(device: Device, kernel_class: str, flops: float, precision: str) -> float:
     """η of `kernel_class` at a call of `flops` FLOPs in `precision`: the class's curve in
-    that precision (key `class@precision`, system/gpu_profile.PRECISION_KEY), else the class's, else
+    that precision (system/gpu_profile.curve_key: `class@precision`), else the class's, else
     the GEMM curve in that precision, else the GEMM one."""
     curves = device.efficiency
-    curve = (curves.get(f"{kernel_class}{PRECISION_KEY}{precision}") or curves.get(kernel_class)
-             or curves.get(f"gemm{PRECISION_KEY}{precision}") or curves["gemm"])
+    curve = (curves.get(curve_key(kernel_class, precision)) or curves.get(kernel_class)
+             or curves.get(curve_key("gemm", precision)) or curves["gemm"])
     return curve.at(flops)
 
 

@@ -593,16 +593,15 @@ def pipeline_layout(workload: Workload, assignment: list[list[int]]) -> Pipeline
         return None
     kinds, kind_of = grouped
     layers = workload.layers
+    outside = set(workload.outside_block_indices)
     blocks, others = [], []
     for indices in assignment:
-        held = {layers[i].hyper["block"] for i in indices
-                if isinstance(layers[i].hyper.get("block"), int)}
+        held = {layers[i].hyper["block"] for i in indices if i not in outside}
         counts = [0] * len(kinds)
         for block in held:
             counts[kind_of[block]] += 1  # type: ignore[index]
         blocks.append(tuple(counts))
-        others.append(tuple(i for i in indices if not isinstance(layers[i].hyper.get("block"),
-                                                                 int)))
+        others.append(tuple(i for i in indices if i in outside))
     return PipelineLayout(kinds, tuple(blocks), tuple(others),
                           tuple(indices[-1] for indices in assignment))
 

@@ -20,7 +20,7 @@ from typing import Any
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.system.curve import RateCurve
 from dnnscale.system.device import Device, device_family
-from dnnscale.system.gpu_profile import PRECISION_KEY, GpuProfile, load_gpu_profile
+from dnnscale.system.gpu_profile import GpuProfile, curve_key, load_gpu_profile
 from dnnscale.system.microbenchmarks import published_efficiency
 from dnnscale.system.preset_files import preset_table, presets_folder, read_preset
 from dnnscale.system.system import System
@@ -47,7 +47,7 @@ def uncalibrated_profile(device_name: str) -> GpuProfile:
     if published is None:
         return DEFAULT_EFFICIENCY
     curves = dict(DEFAULT_EFFICIENCY.efficiency)
-    curves.update({f"gemm{PRECISION_KEY}{precision}": RateCurve.constant(eta)
+    curves.update({curve_key("gemm", precision): RateCurve.constant(eta)
                    for precision, eta in sorted(published.gemm.items())})
     memory = (RateCurve.constant(published.memory) if published.memory is not None
               else DEFAULT_EFFICIENCY.memory_efficiency)

@@ -41,6 +41,16 @@ PRECISION_KEY = "@"
 alone; the plain class key serves every precision without one (model/gpu_compute.efficiency)."""
 
 
+def curve_key(kernel_class: str, precision: str) -> str:
+    """The efficiency key of `kernel_class`'s curve in `precision` alone: gemm@fp32."""
+    return f"{kernel_class}{PRECISION_KEY}{precision}"
+
+
+def curve_class(key: str) -> str:
+    """The kernel class an efficiency key prices: gemm for gemm and gemm@fp32."""
+    return key.partition(PRECISION_KEY)[0]
+
+
 def _efficiency_key(key: Any) -> str:
     """`key` as a curve name: a kernel class, or `class@precision` with a known precision."""
     name = str(key)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
