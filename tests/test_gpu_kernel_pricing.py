@@ -153,16 +153,18 @@ def test_an_fp8_gemm_pays_its_casts_by_hand() -> None:
     s, h, f = 1024, 1024, 4096
     layer = _layer(_gpt(seq=s, hidden=h, heads=8), "mlp_up")
     assert layer.params == h * f and layer.fwd_flops == 2 * s * h * f
-    gemm_s = 2 * s * h * f / (H100_FP8 * 0.6)                    # 7.23 us, compute bound
+    # 7.23 us compute bound, + the 15 us start-up of a GEMM on an uncalibrated device
+    gemm_s = 2 * s * h * f / (H100_FP8 * 0.6) + 15e-6
     hbm = 2.90e12                                           # Azure ND H100 v5 "Mul"
     cast_forward_s = (s * h + h * f) * FP8_CAST_BYTES_PER_VALUE / hbm   # input and weights
     cast_backward_s = s * f * FP8_CAST_BYTES_PER_VALUE / hbm            # output gradient
     fwd, ing, wg = gpu_phase_times_s(layer, 1.0, 1, device, "fp8", 1.0)
-    assert fwd == pytest.approx(gemm_s + cast_forward_s)
-    assert ing == pytest.approx(gemm_s + cast_backward_s)
-    assert wg == pytest.approx(gemm_s)
+    # (the efficiency curve is log-log sampled: within 1 %)
+    assert fwd == pytest.approx(gemm_s + cast_forward_s, rel=0.01)
+    assert ing == pytest.approx(gemm_s + cast_backward_s, rel=0.01)
+    assert wg == pytest.approx(gemm_s, rel=0.01)
     bf16 = gpu_phase_times_s(layer, 1.0, 1, device, "bf16", 1.0)
-    assert bf16[0] == pytest.approx(2 * s * h * f / (H100_BF16 * 0.6))
+    assert bf16[0] == pytest.approx(2 * s * h * f / (H100_BF16 * 0.6) + 15e-6, rel=0.01)
     # FP8 gains less than its 2x peak: 2 GEMM phases carry casts
     assert 1.0 < sum(bf16) / (fwd + ing + wg) < 2.0
 

@@ -12,7 +12,6 @@ exercise it); it is given.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -24,30 +23,10 @@ from dnnscale.system.curve import RateCurve
 from dnnscale.system.gpu_profile import GpuProfile
 
 
-CURVE_POINTS_PER_DECADE = 4
-
-
-def saturating(size: float, peak_fraction: float, half_size: float) -> float:
-    """η(x) = η_max · x / (x + x_½): a kernel's achieved fraction of peak rises with its size x
-    and saturates at η_max; at x = x_½ it is half of it. Equivalent to a fixed start-up cost of
-    x_½ / (peak · η_max) seconds plus x / (peak · η_max) — small kernels cannot fill the device.
-    Source: the usual latency-bandwidth form of kernel throughput (Hockney 1994), as Calculon
-    and Paleo use it for per-size efficiency."""
-    return peak_fraction * size / (size + half_size)
-
-
-def sampled(peak_fraction: float, half_size: float, first: float, last: float) -> RateCurve:
-    """The saturating curve as a RateCurve, CURVE_POINTS_PER_DECADE points per decade."""
-    decades = math.log10(last / first)
-    count = max(2, int(round(decades * CURVE_POINTS_PER_DECADE)) + 1)
-    sizes = tuple(first * 10 ** (decades * i / (count - 1)) for i in range(count))
-    return RateCurve(sizes, tuple(saturating(x, peak_fraction, half_size) for x in sizes))
-
-
 @dataclass(frozen=True)
 class FitSpace:
     """The unknowns and their bounds. Each kernel class has a saturating efficiency
-    (η_max, x_½); then the fixed cost per kernel and per collective call, and the achieved
+    (η_max, x_½; system/curve.saturating); then the fixed cost per kernel and per collective call, and the achieved
     fraction of the intra-node link. Times in µs and sizes as log10 inside the vector."""
 
     names: tuple[str, ...] = ("gemm_max", "gemm_half_log10_flop", "attention_max",
@@ -86,9 +65,9 @@ class FitSpace:
         full = self.full(x)
         (gemm_max, gemm_half, att_max, att_half, mem_max, mem_half, launch_us, contention,
          pipeline_us, call_us, intra) = full
-        gemm = sampled(gemm_max, 10 ** gemm_half, *self.flop_range)
-        attention = sampled(att_max, 10 ** att_half, *self.flop_range)
-        memory = sampled(mem_max, 10 ** mem_half, *self.byte_range)
+        gemm = RateCurve.saturating(gemm_max, 10 ** gemm_half, *self.flop_range)
+        attention = RateCurve.saturating(att_max, 10 ** att_half, *self.flop_range)
+        memory = RateCurve.saturating(mem_max, 10 ** mem_half, *self.byte_range)
         # No flash curve: the rows fitted run unfused attention; fused attention is priced by
         # its kernel's published speed (system/attention_kernels.py).
         return replace(base, efficiency={"gemm": gemm, "attention": attention},

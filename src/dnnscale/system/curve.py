@@ -3,6 +3,7 @@
 Small matrices run far below peak, so a compute rate is a curve of (work size, achieved rate)
 points rather than one scalar. `RateCurve.at(size)` interpolates linearly in (log size, log rate)
 between points and holds the end values outside them. A single point is a constant rate.
+`RateCurve.saturating` samples the usual latency-bandwidth form of a kernel's efficiency.
 """
 
 from __future__ import annotations
@@ -10,6 +11,20 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
+
+
+POINTS_PER_DECADE = 4
+"""Knots per decade of a sampled saturating curve (calibrate/gpu_curves.py bounds the log-log
+interpolation error of 4 per decade)."""
+
+
+def saturating(size: float, peak_fraction: float, half_size: float) -> float:
+    """η(x) = η_max · x / (x + x_½): a kernel's achieved fraction of peak rises with its size x
+    and saturates at η_max; at x = x_½ it is half of it. Equivalent to a fixed start-up cost of
+    x_½ / (peak · η_max) seconds plus x / (peak · η_max) — small kernels cannot fill the device.
+    Source: the usual latency-bandwidth form of kernel throughput (Hockney 1994), as Calculon
+    and Paleo use it for per-size efficiency."""
+    return peak_fraction * size / (size + half_size)
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,16 @@ class RateCurve:
     @classmethod
     def constant(cls, rate: float) -> "RateCurve":
         return cls((1.0,), (float(rate),))
+
+    @classmethod
+    def saturating(cls, peak_fraction: float, half_size: float, first: float,
+                   last: float) -> "RateCurve":
+        """`saturating` sampled from `first` to `last`, POINTS_PER_DECADE points per decade
+        (held at its end values outside them)."""
+        decades = math.log10(last / first)
+        count = max(2, int(round(decades * POINTS_PER_DECADE)) + 1)
+        sizes = tuple(first * 10 ** (decades * i / (count - 1)) for i in range(count))
+        return cls(sizes, tuple(saturating(x, peak_fraction, half_size) for x in sizes))
 
     def at(self, size: float) -> float:
         """Rate at `size`, log-log interpolated, clamped outside the measured range."""

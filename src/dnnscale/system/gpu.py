@@ -29,37 +29,86 @@ from dnnscale.units import parse_quantity
 
 MAX_NODES = 1_000_000
 
+GEMM_START_UP_S = 15e-6
+"""The fixed time a GEMM kernel pays beyond its FLOPs at its large-size rate: a GEMM of F FLOPs
+takes F / (peak · η) + GEMM_START_UP_S, i.e. η(F) = η · F / (F + F_½) with
+F_½ = GEMM_START_UP_S · peak · η (system/curve.saturating). Launch, the first wave's ramp and
+the last wave's tail do not shrink with the GEMM.
+Source: the calibrated A100 profile (presets/profiles/A100-SXM4.yaml, fitted by
+benchmarks/vtrain.py on vTrain's single-node rows): η_max 0.859 at F_½ = 10^9.606 FLOP, i.e.
+4.04e9 / (0.859 · 312e12 FLOP/s) = 15.1 µs. Checked against DeepBench's V100 GEMMs (CUDA 10.1,
+baidu-research/DeepBench results/train/DeepBench_NV_V100.xlsx, FP16 sheet): with V100's
+published 76 %, it gives 0.33 / 0.41 / 0.57 / 0.59 of peak at 1.1 / 1.7 / 4.3 / 5.0 GFLOP where
+DeepBench measured 0.28 / 0.37 / 0.51 / 0.54 (2048x128x2048, 2560x128x2560, 4096x128x4096,
+7680x128x2560), and 0.74 at 43 GFLOP against 0.72-0.78 (1760x7000x1760)."""
+
+DEFAULT_GEMM_FRACTION = 0.6
+"""The achieved fraction of peak of a large GEMM on a device no benchmark has measured."""
+
 DEFAULT_EFFICIENCY = GpuProfile(
-    device="(default)", efficiency={"gemm": RateCurve.constant(0.6),
+    device="(default)", efficiency={"gemm": RateCurve.constant(DEFAULT_GEMM_FRACTION),
                                     "attention": RateCurve.constant(0.4)},
     memory_efficiency=RateCurve.constant(0.7), launch_s=1e-5, launch_contention=0.0,
     intra_node_efficiency=0.8, inter_node_efficiency=0.9, collective_latency_s=1e-5,
-    source="UNCALIBRATED defaults: 60 % of peak for GEMMs, 40 % for attention matmuls, 70 % of "
-           "HBM bandwidth, 10 us to launch a kernel, 80 % / 90 % of the NVLink / NIC rate in collectives")
+    source=f"UNCALIBRATED defaults: 60 % of peak for large GEMMs (a smaller one pays a "
+           f"{GEMM_START_UP_S * 1e6:.0f} us start-up), 40 % for attention matmuls, 70 % of HBM "
+           "bandwidth, 10 us to launch a kernel, 80 % / 90 % of the NVLink / NIC rate in "
+           "collectives")
 """What an uncalibrated device achieves: round figures, flagged wherever they are used."""
+
+GEMM_CURVE_FLOPS = (1e6, 1e13)
+"""The FLOP range a published GEMM curve is sampled over (as calibrate/gpu_fit.FitSpace's)."""
+
+
+def published_gemm_curve(fraction: float, peak_flops_per_s: float) -> RateCurve:
+    """η of a GEMM by its FLOPs on a device whose large GEMMs reach `fraction` of a
+    `peak_flops_per_s` peak: saturating at `fraction`, half of it at
+    F_½ = GEMM_START_UP_S · peak · fraction.
+    Units: fraction, FLOP/s -> RateCurve over FLOP per call."""
+    half_flops = GEMM_START_UP_S * peak_flops_per_s * fraction
+    return RateCurve.saturating(fraction, half_flops, *GEMM_CURVE_FLOPS)
+
+
+def _device_peaks(device_name: str) -> dict[str, float]:
+    """precision -> dense peak FLOP/s of `device_name` (presets/devices.yaml); {} if unknown."""
+    facts = preset_table("devices").get(device_name)
+    if not isinstance(facts, dict):
+        return {}
+    where = f"devices.{device_name}"
+    return {str(precision): parse_quantity(value, "flops", f"{where}.peak_flops.{precision}")
+            for precision, value in facts["peak_flops"].items() if value is not None}
+
 
 @functools.cache
 def uncalibrated_profile(device_name: str) -> GpuProfile:
     """What an uncalibrated `device_name` achieves: DEFAULT_EFFICIENCY, with the GEMM
     efficiency of each precision and the memory efficiency a published microbenchmark measured
-    on its family where there is one (system/microbenchmarks.py)."""
+    on its family where there is one (system/microbenchmarks.py). Each precision's GEMM
+    efficiency (the published one, else DEFAULT_GEMM_FRACTION) is the large-size rate of a
+    curve that falls for small GEMMs (`published_gemm_curve`)."""
     published = published_efficiency(device_name)
-    if published is None:
-        return DEFAULT_EFFICIENCY
+    peaks = _device_peaks(device_name)
+    fractions = {precision: DEFAULT_GEMM_FRACTION for precision in peaks}
+    if published is not None:
+        fractions.update(published.gemm)
+        peaks = {**peaks, **published.gemm_peak_flops_per_s}
     curves = dict(DEFAULT_EFFICIENCY.efficiency)
-    curves.update({curve_key("gemm", precision): RateCurve.constant(eta)
-                   for precision, eta in sorted(published.gemm.items())})
+    curves.update({curve_key("gemm", precision): published_gemm_curve(eta, peaks[precision])
+                   for precision, eta in sorted(fractions.items())})
+    if published is None:
+        return replace(DEFAULT_EFFICIENCY, efficiency=curves)
     memory = (RateCurve.constant(published.memory) if published.memory is not None
               else DEFAULT_EFFICIENCY.memory_efficiency)
-    gemm = ", ".join(f"{100 * eta:.0f} % in {precision}"
-                     for precision, eta in sorted(published.gemm.items()))
-    hbm = (f"; memory-bound kernels at {100 * published.memory:.0f} % of HBM bandwidth"
-           if published.memory is not None else "")
+    figures = [f"large GEMMs at {100 * eta:.0f} % in {precision}"
+               for precision, eta in sorted(published.gemm.items())]
+    if published.memory is not None:
+        figures.append(f"memory-bound kernels at {100 * published.memory:.0f} % of HBM "
+                       "bandwidth")
     return replace(
         DEFAULT_EFFICIENCY, device=f"(published, {published.family})", efficiency=curves,
         memory_efficiency=memory,
         source=f"UNCALIBRATED published figures: a microbenchmark of {published.measured_on} "
-               f"puts GEMMs at {gemm}{hbm}; otherwise {DEFAULT_EFFICIENCY.source}")
+               f"puts {'; '.join(figures)}; otherwise {DEFAULT_EFFICIENCY.source}")
 
 
 def node_preset_names() -> list[str]:

@@ -8,8 +8,9 @@ peak for every precision, it takes what a published microbenchmark achieved on i
 
 The fractions differ by precision because the units differ: V100's FP32 runs on CUDA cores at
 89 % of their peak where its FP16 Tensor Cores reach 76 % of theirs, so one constant makes FP32
-too slow or FP16 too fast. They are the benchmark's largest square GEMM (n = 8192), so they
-are the rate of large kernels; smaller ones need a measured curve (`dnnscale calibrate --gpu`).
+too slow or FP16 too fast. They are the rate of a large GEMM (each entry's `setting` says
+which); a smaller GEMM runs below it by a fixed start-up time (system/gpu.GEMM_START_UP_S), and
+a measured curve (`dnnscale calibrate --gpu`) replaces both.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class PublishedEfficiency:
     family: str
     measured_on: str
     gemm: dict[str, float]
-    """precision -> achieved fraction of the dense peak in a large square GEMM."""
+    """precision -> achieved fraction of the dense peak in a large GEMM."""
+    gemm_peak_flops_per_s: dict[str, float]
+    """precision -> the dense peak of the device measured on, which `gemm` is a fraction of."""
     memory: float | None
     """Achieved fraction of HBM bandwidth in a large elementwise kernel (None: not published)."""
     source: str
@@ -54,18 +57,19 @@ def _entry(family: str, data: dict[str, Any]) -> PublishedEfficiency:
     if measured_on not in devices:
         raise ValueError(f"{where}.measured_on: unknown device {measured_on!r}")
     facts = devices[measured_on]
-    gemm = {}
+    gemm, peaks = {}, {}
     for precision, speed in (data.get("matmul") or {}).items():
         peak = facts["peak_flops"].get(precision)
         if peak is None:
             raise ValueError(f"{where}.matmul.{precision}: {measured_on} has no such unit")
         peak_flops = parse_quantity(peak, "flops", f"devices.{measured_on}.peak_flops")
         gemm[str(precision)] = _fraction(speed, peak_flops / TFLOPS, f"{where}.matmul.{precision}")
+        peaks[str(precision)] = peak_flops
     bandwidth = parse_quantity(facts["memory_bandwidth"], "bandwidth",
                                f"devices.{measured_on}.memory_bandwidth")
     memory = (None if data.get("memory") is None else
               _fraction(data["memory"], bandwidth / GB_PER_S, f"{where}.memory"))
-    return PublishedEfficiency(family, measured_on, gemm, memory, str(data["source"]))
+    return PublishedEfficiency(family, measured_on, gemm, peaks, memory, str(data["source"]))
 
 
 @functools.cache
