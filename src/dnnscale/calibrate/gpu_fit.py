@@ -26,8 +26,9 @@ from dnnscale.system.gpu_profile import GpuProfile
 @dataclass(frozen=True)
 class FitSpace:
     """The unknowns and their bounds. Each kernel class has a saturating efficiency
-    (η_max, x_½; system/curve.saturating); then the fixed cost per kernel and per collective call, and the achieved
-    fraction of the intra-node link. Times in µs and sizes as log10 inside the vector."""
+    (η_max, x_½; system/curve.saturating); then the fixed cost per kernel and per collective
+    call, and the achieved fraction of the intra-node link. Times in µs and sizes as log10
+    inside the vector."""
 
     names: tuple[str, ...] = ("gemm_max", "gemm_half_log10_flop", "attention_max",
                               "attention_half_log10_flop", "memory_max",

@@ -61,9 +61,9 @@ GEMM_CURVE_FLOPS = (1e6, 1e13)
 
 
 def published_gemm_curve(fraction: float, peak_flops_per_s: float) -> RateCurve:
-    """η of a GEMM by its FLOPs on a device whose large GEMMs reach `fraction` of a
-    `peak_flops_per_s` peak: saturating at `fraction`, half of it at
-    F_½ = GEMM_START_UP_S · peak · fraction.
+    """η of a GEMM by its FLOPs on a device whose large GEMMs reach `fraction` of its
+    `peak_flops_per_s`: saturating at `fraction`, half of it at F_½ = GEMM_START_UP_S · peak ·
+    fraction, so that the GEMM takes F / (peak · fraction) + GEMM_START_UP_S on that device.
     Units: fraction, FLOP/s -> RateCurve over FLOP per call."""
     half_flops = GEMM_START_UP_S * peak_flops_per_s * fraction
     return RateCurve.saturating(fraction, half_flops, *GEMM_CURVE_FLOPS)
@@ -88,10 +88,8 @@ def uncalibrated_profile(device_name: str) -> GpuProfile:
     curve that falls for small GEMMs (`published_gemm_curve`)."""
     published = published_efficiency(device_name)
     peaks = _device_peaks(device_name)
-    fractions = {precision: DEFAULT_GEMM_FRACTION for precision in peaks}
-    if published is not None:
-        fractions.update(published.gemm)
-        peaks = {**peaks, **published.gemm_peak_flops_per_s}
+    fractions = {precision: (published.gemm if published else {}).get(
+        precision, DEFAULT_GEMM_FRACTION) for precision in peaks}
     curves = dict(DEFAULT_EFFICIENCY.efficiency)
     curves.update({curve_key("gemm", precision): published_gemm_curve(eta, peaks[precision])
                    for precision, eta in sorted(fractions.items())})
@@ -148,8 +146,7 @@ def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
                          f"{', '.join(sorted(devices))})")
     facts = devices[device_name]
     where = f"devices.{device_name}"
-    peaks = {precision: parse_quantity(value, "flops", f"{where}.peak_flops.{precision}")
-             for precision, value in facts["peak_flops"].items() if value is not None}
+    peaks = _device_peaks(device_name)
     eff = profile or uncalibrated_profile(device_name)
     return Device(cores=1.0,
                   memory_bytes=parse_quantity(facts.get("memory_reported", facts["memory"]),

@@ -34,8 +34,6 @@ class PublishedEfficiency:
     measured_on: str
     gemm: dict[str, float]
     """precision -> achieved fraction of the dense peak in a large GEMM."""
-    gemm_peak_flops_per_s: dict[str, float]
-    """precision -> the dense peak of the device measured on, which `gemm` is a fraction of."""
     memory: float | None
     """Achieved fraction of HBM bandwidth in a large elementwise kernel (None: not published)."""
     source: str
@@ -57,19 +55,18 @@ def _entry(family: str, data: dict[str, Any]) -> PublishedEfficiency:
     if measured_on not in devices:
         raise ValueError(f"{where}.measured_on: unknown device {measured_on!r}")
     facts = devices[measured_on]
-    gemm, peaks = {}, {}
+    gemm = {}
     for precision, speed in (data.get("matmul") or {}).items():
         peak = facts["peak_flops"].get(precision)
         if peak is None:
             raise ValueError(f"{where}.matmul.{precision}: {measured_on} has no such unit")
         peak_flops = parse_quantity(peak, "flops", f"devices.{measured_on}.peak_flops")
         gemm[str(precision)] = _fraction(speed, peak_flops / TFLOPS, f"{where}.matmul.{precision}")
-        peaks[str(precision)] = peak_flops
     bandwidth = parse_quantity(facts["memory_bandwidth"], "bandwidth",
                                f"devices.{measured_on}.memory_bandwidth")
     memory = (None if data.get("memory") is None else
               _fraction(data["memory"], bandwidth / GB_PER_S, f"{where}.memory"))
-    return PublishedEfficiency(family, measured_on, gemm, peaks, memory, str(data["source"]))
+    return PublishedEfficiency(family, measured_on, gemm, memory, str(data["source"]))
 
 
 @functools.cache
