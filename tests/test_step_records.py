@@ -77,8 +77,11 @@ def test_two_equal_stages_by_hand() -> None:
     """p = 2 stages, each 1 ms forward + 2 ms input gradient + 1 ms weight gradient per
     micro-batch, no launches, m = 4. Each stage sends one activation (or input gradient) of
     s·h·b = 128·256·1 values × 2 bytes = 65,536 B per micro-batch: 65,536 / 231e9 + 0.6e-6 =
-    0.8837 µs. t = 4 ms + 0.8837 µs = 4.000884 ms; bubble = (p − 1)·t = t; the pipeline
-    (m + p − 1)·t = 5·t; the step's forward m·1 ms = 4 ms, input_grad 8 ms, pp_comm 4·0.8837 µs.
+    0.8837 µs. The two devices wait for the slower: g = e^(0.014826 · Φ⁻¹(1.625 / 2.25)) =
+    e^(0.014826 · 0.58946) = 1.008777, so the kernels take 4 ms · g = 4.035110 ms, 35.110 µs of
+    it the wait. t = 4.035110 ms + 0.8837 µs; bubble = (p − 1)·t = t; the pipeline
+    (m + p − 1)·t = 5·t; the step's forward m·1 ms = 4 ms, input_grad 8 ms, slowest_device
+    4·35.110 µs, pp_comm 4·0.8837 µs.
     """
     workload, system = load_workload(SMALL_GPT), load_system("dgx-a100-80g:1")
     plan = modern_plan_from_dict({"tp": 1, "pp": 2, "dp": 1, "micro_batch": 1,
@@ -88,10 +91,12 @@ def test_two_equal_stages_by_hand() -> None:
     step = compose(StepContext(workload, system, plan, (stage, stage)), 1, 0)
     record = step.record
     p2p = 65_536 / 231e9 + 0.6e-6
-    t = 4e-3 + p2p
+    wait = 4e-3 * 0.008777449803131
+    t = 4e-3 + wait + p2p
     assert record.by_stage and record.micro_batches == 4 and len(record.stages) == 2
     for stage_record in record.stages:
-        assert stage_record.device_s == pytest.approx(4e-3, rel=1e-12)
+        assert stage_record.device_s == pytest.approx(4e-3 + wait, rel=1e-12)
+        assert stage_record.slowest_device_s == pytest.approx(wait, rel=1e-12)
         assert stage_record.p2p_s == pytest.approx(p2p, rel=1e-12)
         assert stage_record.micro_batch_s == pytest.approx(t, rel=1e-12)
         assert stage_record.launch_wait_s == 0.0
@@ -102,6 +107,7 @@ def test_two_equal_stages_by_hand() -> None:
     assert parts[Part.FORWARD] == pytest.approx(4e-3)
     assert parts[Part.INPUT_GRAD] == pytest.approx(8e-3)
     assert parts[Part.BUBBLE] == record.bubble_s
+    assert parts[Part.SLOWEST_DEVICE] == pytest.approx(4 * wait, rel=1e-12)
     assert parts[Part.PP_COMM] == pytest.approx(4 * p2p, rel=1e-12)
     # no overlap: the step is the pipeline, then dp (one replica: none), then the optimizer
     assert parts[Part.STEP] == pytest.approx(record.pipeline_s + parts[Part.OPTIMIZER_STEP])

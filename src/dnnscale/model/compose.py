@@ -72,7 +72,7 @@ from dnnscale.model.ps import (busiest_shard_share, ps_cpu_capacity_samples_per_
                                ps_queueing_cycle_s)
 from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
-from dnnscale.model.stragglers import straggler_factor
+from dnnscale.model.stragglers import slowest_device_factor, straggler_factor
 from dnnscale.model.vectors import Region, flat_layout, vector_traffic
 from dnnscale.plan.mesh import MeshDim, expert_stride, joint_span, placement
 from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
@@ -151,18 +151,22 @@ class StepContext:
         self.p2p_s = self._p2p_seconds()
         recompute, overlap_tp = plan.memory.recompute, plan.tensor.overlap
         self.pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
-        per_stage: dict[int, tuple[float, int, float, float]] = {}
+        per_stage: dict[int, tuple[float, int, float, float, float]] = {}
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
             if id(stage) not in per_stage:
                 stored = stage.stored_params(stage.params or workload.params)
                 experts = stage.expert_params / (plan.expert_tensor * self.ep)
                 per_stage[id(stage)] = (
-                    stage.compute_s + stage.exposed_partition_s(overlap_tp)
-                    + stage.recompute_s(recompute, overlap_tp)
-                    + stage.expert_comm_s + stage.context_comm_s,
+                    stage.exposed_partition_s(overlap_tp) + stage.expert_comm_s
+                    + stage.context_comm_s,
                     stage.launches(recompute),
-                    (stored - stage.expert_params) / self.P + experts, experts)
-        self.device_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
+                    (stored - stage.expert_params) / self.P + experts, experts,
+                    stage.compute_s + stage.recompute_s(recompute, overlap_tp))
+        self.comm_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
+        self.work_s = tuple(per_stage[id(stage)][4] for stage in self.stages)
+        """Each stage's compute and recompute per micro-batch on a median device."""
+        self.slowest_device_s = self._slowest_device_s(plan.data.replicas)
+        self.device_s = self._device_s(self.slowest_device_s)
         self.launches = tuple(per_stage[id(stage)][1] for stage in self.stages)
         self.launch_s = self._launch_s(plan.data.replicas)
         self.host_s = self._host_s(self.launch_s)
@@ -186,12 +190,15 @@ class StepContext:
     def _host_s(self, launch_s: float) -> tuple[float, ...]:
         return tuple(launches * launch_s + self.pipeline_step_s for launches in self.launches)
 
-    def _stage_seconds(self, host_s: tuple[float, ...]) -> tuple[float, ...]:
-        """A micro-batch takes the longer of its kernels' device time and their launch time,
-        then its pipeline sends; sends that overlap compute (Pipeline.overlaps_p2p) travel
-        while the next chunk computes, so only what outlasts the computation shows."""
+    def _stage_seconds(self, host_s: tuple[float, ...],
+                       device_s: tuple[float, ...] | None = None) -> tuple[float, ...]:
+        """A micro-batch takes the longer of its kernels' device time (default the plan's
+        `device_s`) and their launch time, then its pipeline sends; sends that overlap compute
+        (Pipeline.overlaps_p2p) travel while the next chunk computes, so only what outlasts the
+        computation shows."""
+        device_s = self.device_s if device_s is None else device_s
         return tuple(max(device, host) + self.exposed_p2p_s(p2p, max(device, host))
-                     for device, host, p2p in zip(self.device_s, host_s, self.p2p_s))
+                     for device, host, p2p in zip(device_s, host_s, self.p2p_s))
 
     def exposed_p2p_s(self, p2p_s: float, busy_s: float) -> float:
         """A micro-batch's pipeline sends past its `busy_s` of kernels: all of them, or where
@@ -200,11 +207,28 @@ class StepContext:
 
     def stage_seconds_at(self, replicas: int) -> tuple[float, ...]:
         """stage_seconds with `replicas` replicas instead of the plan's (the Adam search prices
-        every R on one context; the launch time grows with the devices a node runs)."""
+        every R on one context; the launch time grows with the devices a node runs, and the
+        wait for the slowest device with the devices in all)."""
         launch_s = self._launch_s(replicas)
-        if launch_s == self.launch_s:
+        slowest_s = self._slowest_device_s(replicas)
+        if launch_s == self.launch_s and slowest_s == self.slowest_device_s:
             return self.stage_seconds
-        return self._stage_seconds(self._host_s(launch_s))
+        return self._stage_seconds(self._host_s(launch_s), self._device_s(slowest_s))
+
+    def _slowest_device_s(self, replicas: int) -> tuple[float, ...]:
+        """Each stage's wait per micro-batch for the slowest of the devices of `replicas`
+        replicas: its compute and recompute times (g − 1), g =
+        stragglers.slowest_device_factor over those devices (every collective of the step
+        waits for its slowest member)."""
+        devices = self.plan.workers // self.plan.data.replicas * replicas
+        extra = slowest_device_factor(devices, self.system.machine.speed_spread) - 1.0
+        return tuple(work * extra for work in self.work_s)
+
+    def _device_s(self, slowest_s: tuple[float, ...]) -> tuple[float, ...]:
+        """Each stage's kernels per micro-batch: its compute and recompute, the wait for the
+        slowest device, and its exposed tp, ep and cp communication."""
+        return tuple(work + slowest + comm
+                     for work, slowest, comm in zip(self.work_s, slowest_s, self.comm_s))
 
     def _p2p_seconds(self) -> tuple[float, ...]:
         """Each stage's pipeline sends per micro-batch: its activation forward to the next
@@ -623,7 +647,8 @@ def _stage_record(ctx: StepContext, index: int, stage: StageCosts) -> StageRecor
                                          max(ctx.device_s[index], ctx.host_s[index])),
                        ctx.stage_seconds[index],
                        stage.layers, stage.expert_comm_s, stage.context_comm_s,
-                       stage.totals.expert_forward_s, stage.totals.context_forward_s)
+                       stage.totals.expert_forward_s, stage.totals.context_forward_s,
+                       ctx.slowest_device_s[index])
 
 
 def step_record(ctx: StepContext, busy_s: float,
@@ -742,6 +767,7 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
     tp_s, pp_s = m * stage.tp_comm_s, m * stage.p2p_s
     ep_s, cp_s = m * stage.ep_comm_s, m * stage.cp_comm_s
     launch_s = m * stage.launch_wait_s
+    slowest_s = m * stage.slowest_device_s
     bubble_s = record.bubble_s
     record = replace(record, collectives=(CollectiveTime(Part.TP_COMM, MeshDim.TP, tp_s),
                                           CollectiveTime(Part.EP_COMM, MeshDim.EP, ep_s),
@@ -758,11 +784,12 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
                 if ctx.split.cp > 1 else []),
               StepPart(Part.PP_COMM, pp_s, PartKind.COMMUNICATION),
               StepPart(Part.LAUNCH_WAIT, launch_s, PartKind.WAIT),
+              StepPart(Part.SLOWEST_DEVICE, slowest_s, PartKind.WAIT),
               StepPart(Part.BUBBLE, bubble_s, PartKind.WAIT),
               StepPart(Part.DP_COMM, dp_s, PartKind.COMMUNICATION),
               StepPart(Part.OPTIMIZER_STEP, update_s, PartKind.UPDATE),
               StepPart(Part.STEP, step_s, PartKind.TOTAL)]
-    bottleneck = _largest({Bottleneck.COMPUTE: compute_s + recompute_s,
+    bottleneck = _largest({Bottleneck.COMPUTE: compute_s + recompute_s + slowest_s,
                            Bottleneck.TP_COMM: tp_s,
                            Bottleneck.EP_COMM: ep_s, Bottleneck.CP_COMM: cp_s,
                            Bottleneck.PP_COMM: pp_s, Bottleneck.BUBBLE: bubble_s,

@@ -48,6 +48,7 @@ class Part(StrEnum):
     ALLREDUCE = "allreduce"
     DP_COMM = "dp_comm"
     LAUNCH_WAIT = "launch_wait"
+    SLOWEST_DEVICE = "slowest_device"
     BUBBLE = "bubble"
     UPDATE = "update"
     EXCHANGE_CPU = "exchange_cpu"
@@ -92,7 +93,8 @@ class StageRecord:
     """One pipeline stage, per micro-batch, on its most loaded device (seconds).
 
     device_s = forward + input_grad + weight_grad + tp_comm + ep_comm + cp_comm + recompute
-    (the kernels); ep_comm_s: expert parallelism's all-to-alls, cp_comm_s: context
+    + slowest_device (the kernels); slowest_device_s: the wait for the group's slowest device,
+    (g − 1) · (compute + recompute) (model/stragglers.slowest_device_factor); ep_comm_s: expert parallelism's all-to-alls, cp_comm_s: context
     parallelism's exposed exchange (ring attention's sends past its compute, or Ulysses'
     all-to-alls);
     host_s = launches × launch time (+ the pipeline's per-step host cost);
@@ -120,6 +122,8 @@ class StageRecord:
     """The part of ep_comm_s in the forward phase (the dispatch and combine all-to-alls)."""
     cp_forward_s: float = 0.0
     """The part of cp_comm_s in the forward phase."""
+    slowest_device_s: float = 0.0
+    """The wait for the slowest device of the synchronous step, per micro-batch."""
 
     @property
     def compute_s(self) -> float:

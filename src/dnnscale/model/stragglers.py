@@ -1,4 +1,5 @@
-"""Stragglers in an asynchronous epoch, and what Adam's cut-off buys (performance-model.md §4).
+"""Stragglers in an asynchronous epoch, and what Adam's cut-off buys (performance-model.md §4);
+the slowest device a synchronous step waits for (`slowest_device_factor`).
 
 Asynchronous replicas do not wait for each other, so the model's throughput X (all replicas
 running) is unchanged by their speed differences, but an epoch is not: every replica works
@@ -14,11 +15,35 @@ and the epoch time f·N/X of wave 1.
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import NormalDist
 
 
 _NORMAL = NormalDist()
+
+
+@functools.lru_cache(maxsize=4096)
+def top_normal_score(members: int) -> float:
+    """Blom's normal score of the largest of `members` draws, Φ⁻¹((N − 3/8)/(N + 1/4)): the
+    expected maximum of N standard normals (0 for one). The scores `replica_rates` ranks
+    replicas by, at i = N."""
+    return _NORMAL.inv_cdf((members - 0.375) / (members + 0.25)) if members > 1 else 0.0
+
+
+def slowest_device_factor(devices: int, spread: float) -> float:
+    """How much longer a synchronous step's device work takes than on the median device: every
+    collective waits for its slowest member, so N devices of a speed spread σ run at the
+    slowest's pace, e^(σ·z_N) with z_N the expected maximum of N standard normals
+    (`top_normal_score`); 1 for one device or σ = 0.
+
+    Formula: g = exp(σ · Φ⁻¹((N − 3/8)/(N + 1/4))). Units: devices, ln(speed) s.d. -> factor.
+    Source: Sinha et al., "Not All GPUs Are Created Equal", SC'22: identical GPUs differ in
+    speed (power management, manufacturing); see system/gpu.GPU_SPEED_SPREAD for σ.
+    """
+    if spread <= 0 or devices <= 1:
+        return 1.0
+    return math.exp(spread * top_normal_score(devices))
 
 
 def replica_rates(replicas: int, spread: float, saturation: float = math.inf) -> list[float]:

@@ -23,7 +23,7 @@ COLORS: dict[str, str] = {
     Part.EP_COMM: "#17becf", Part.CP_COMM: "#bcbd22",
     Part.PS_PUSH: "#f58518", Part.PS_PULL: "#ff9d4d", Part.ALLREDUCE: "#e45756",
     Part.DP_COMM: "#b279a2", Part.PS_SERVE_WAIT: "#bab0ac", Part.PS_WAIT: "#8c8c8c",
-    Part.LAUNCH_WAIT: "#d0d0d0", Part.BUBBLE: "#e8e8e8",
+    Part.LAUNCH_WAIT: "#d0d0d0", Part.SLOWEST_DEVICE: "#c7c7c7", Part.BUBBLE: "#e8e8e8",
     Part.PS_APPLY: "#eeca3b", Part.UPDATE: "#eeca3b", Part.OPTIMIZER_STEP: "#eeca3b",
     Part.EXCHANGE_CPU: "#d8b32a",
     "weights": "#4c78a8", "gradients": "#72b7b2", "optimizer_state": "#f58518",
@@ -71,8 +71,8 @@ def step_bar_svg(prediction: Prediction, width: int = 1000) -> str:
                          class_="step-part", data_part=part.name))
         if scale(part.seconds) - 10 > 60:
             body.append(text(x0 + 4, 31, f"{human(part.name)} {100 * share:.0f} %",
-                             fill="#fff" if part.name not in (Part.BUBBLE, Part.LAUNCH_WAIT)
-                             else "#333",
+                             fill="#fff" if part.name not in (
+                                 Part.BUBBLE, Part.LAUNCH_WAIT, Part.SLOWEST_DEVICE) else "#333",
                              class_="bar-label"))
     legend, used = _legend([part.name for part in parts], 54, width)
     return svg(width, 60 + used, body + legend, class_="chart step-bar", **_font())

@@ -57,6 +57,9 @@ PART_TEXT: dict[Part, str] = {
                   "minus the worker's own step)",
     Part.LAUNCH_WAIT: "the device idle while the host launches kernels: the step is host bound "
                       "where the launches take longer than the kernels",
+    Part.SLOWEST_DEVICE: "every device waiting for the slowest of the plan's devices: identical "
+                         "GPUs run at different speeds, and every collective waits for its "
+                         "slowest member, so the compute and recompute take that much longer",
     Part.BUBBLE: "pipeline bubble: stages idle while the pipeline fills and drains "
                  "((p−1)/(v·m) of the ideal time for equal stages)",
     # updates

@@ -146,11 +146,13 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
         redo = stage.recompute_s
         device = forward + backward + redo
         launch = stage.launch_wait_s
+        slowest = stage.slowest_device_s
         share = forward / device if device > 0 else 0.5
         pp = stage.p2p_s
         pieces_f.append(tuple((name, seconds / v) for name, seconds in (
             (Part.FORWARD, stage.forward_s), (Part.TP_COMM, tp_forward),
             (Part.EP_COMM, ep_forward), (Part.CP_COMM, cp_forward),
+            (Part.SLOWEST_DEVICE, slowest * share),
             (Part.LAUNCH_WAIT, launch * share), (Part.PP_COMM, pp / 2)) if seconds > 0))
         pieces_b.append(tuple((name, seconds / v) for name, seconds in (
             (Part.RECOMPUTE, redo), (Part.INPUT_GRAD, stage.input_grad_s),
@@ -158,6 +160,7 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
             (Part.TP_COMM, stage.tp_comm_s - tp_forward),
             (Part.EP_COMM, stage.ep_comm_s - ep_forward),
             (Part.CP_COMM, stage.cp_comm_s - cp_forward),
+            (Part.SLOWEST_DEVICE, slowest * (1 - share)),
             (Part.LAUNCH_WAIT, launch * (1 - share)), (Part.PP_COMM, pp / 2)) if seconds > 0))
     forward_s = [sum(s for _, s in pieces) for pieces in pieces_f]
     backward_s = [sum(s for _, s in pieces) for pieces in pieces_b]

@@ -55,6 +55,10 @@ class Device:
     pipeline_step_s: float = 0.0
     """Accelerators: host time the pipeline engine spends per micro-batch and stage on its own
     schedule (send/receive bookkeeping, buffers), beyond the kernels it launches."""
+    speed_spread: float = 0.0
+    """Accelerators: σ, the standard deviation of ln(speed) across devices of this type (the
+    same SKU runs at different clocks under power management); a synchronous step runs at its
+    slowest device's pace (model/stragglers.slowest_device_factor). 0: all alike."""
 
     def launch_time_s(self, processes_per_node: int) -> float:
         """Host time per kernel launch with `processes_per_node` training processes."""

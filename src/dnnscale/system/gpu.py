@@ -42,6 +42,16 @@ published 76 %, it gives 0.33 / 0.41 / 0.57 / 0.59 of peak at 1.1 / 1.7 / 4.3 / 
 DeepBench measured 0.28 / 0.37 / 0.51 / 0.54 (2048x128x2048, 2560x128x2560, 4096x128x4096,
 7680x128x2560), and 0.74 at 43 GFLOP against 0.72-0.78 (1760x7000x1760)."""
 
+GPU_SPEED_SPREAD = 0.08 / 5.396
+"""σ of ln(speed) across GPUs of one SKU: 1.48 %. Sinha et al., "Not All GPUs Are Created
+Equal: Characterizing Variability in Large-Scale, Accelerator-Rich Systems", SC'22 (arXiv
+2208.11035): 8 % average performance variation across the V100s of Summit, Vortex and
+Longhorn (max 22 %, outliers up to 1.5x slower than the median GPU), where their artifact's
+analysis script defines the variation as the box plot's whisker span over the median,
+(Q3 + 1.5 IQR − (Q1 − 1.5 IQR)) / median = 4 IQR / median (hal-uw/gpu_variability_sc22_artifact,
+plot_script/plot_aggregated.py); for a normal spread 4 IQR = 4 · 1.349 σ = 5.396 σ. Outliers are
+left out (an operator drains them), so this is the body of the spread only."""
+
 DEFAULT_GEMM_FRACTION = 0.6
 """The achieved fraction of peak of a large GEMM on a device no benchmark has measured."""
 
@@ -157,7 +167,7 @@ def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
                   update_s_per_param=0.0, kind="gpu", name=device_name, peak_flops_per_s=peaks,
                   efficiency=dict(eff.efficiency), memory_efficiency=eff.memory_efficiency,
                   launch_s=eff.launch_s, launch_contention=eff.launch_contention,
-                  pipeline_step_s=eff.pipeline_step_s)
+                  pipeline_step_s=eff.pipeline_step_s, speed_spread=GPU_SPEED_SPREAD)
 
 
 def _link_facts(key: str, where: str) -> tuple[float, float]:
