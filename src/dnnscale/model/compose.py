@@ -209,6 +209,8 @@ class StepContext:
         """stage_seconds with `replicas` replicas instead of the plan's (the Adam search prices
         every R on one context; the launch time grows with the devices a node runs, and the
         wait for the slowest device with the devices in all)."""
+        if replicas == self.plan.data.replicas:
+            return self.stage_seconds
         launch_s = self._launch_s(replicas)
         slowest_s = self._slowest_device_s(replicas)
         if launch_s == self.launch_s and slowest_s == self.slowest_device_s:

@@ -39,6 +39,7 @@ from dnnscale.model.predict import accelerator_memory_parts, predict_plan
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import Part
 from dnnscale.model.schedule import pipeline_time_s, stage_layers
+from dnnscale.model.stragglers import slowest_device_factor
 from dnnscale.model.stage import (MAX_BLOCK_KINDS, LayerOptions, PipelineLayout, StageCosts,
                                   StageTemplate, pipeline_layout, stage_template,
                                   stages_from_template)
@@ -529,8 +530,9 @@ class Caches:
     """Per (tp, micro-batch, sequence parallel, ep, cp, cp algorithm, imbalance)."""
     layouts: dict[tuple[int, int], PipelineLayout] = field(default_factory=dict)
     built: dict[tuple[object, ...], tuple[StageCosts, ...]] = field(default_factory=dict)
-    seconds: dict[tuple[int, str], tuple[float, ...]] = field(default_factory=dict)
-    whole: dict[tuple[object, ...], float] = field(default_factory=dict)
+    seconds: dict[tuple[int, str], tuple[tuple[float, ...], tuple[float, ...]]] = field(
+        default_factory=dict)
+    whole: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)
     """The whole model's T on one stage per (split, recompute)."""
     fits: dict[tuple[Group, int], bool] = field(default_factory=dict)
     """Whether a plan fits, per (memory_group, replicas): budgets share it."""
@@ -644,31 +646,42 @@ class _Search:
         return first, priced.devices, priced.group, priced.replicas
 
     def seconds(self, group: Group, stages: tuple[StageCosts, ...],
-                overlap: bool) -> tuple[float, ...]:
-        """t_i per stage: compute + tensor-, expert- and context-parallel communication +
-        recompute, one micro-batch on the devices alone (no launch or transfer time); with
-        `overlap`, the tensor-parallel exchanges less what the GEMMs hide."""
+                overlap: bool) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per stage, one micro-batch on the devices alone (no launch or transfer time): its
+        work (compute + recompute, what the wait for the slowest device scales) and its
+        tensor-, expert- and context-parallel communication; with `overlap`, the
+        tensor-parallel exchanges less what the GEMMs hide."""
         key = (id(stages), group.recompute, overlap)
         seconds = self.caches.seconds.get(key)
         if seconds is None:
-            seconds = tuple(stage.compute_s + stage.exposed_partition_s(overlap)
-                            + stage.expert_comm_s + stage.context_comm_s
-                            + stage.recompute_s(group.recompute, overlap)
-                            for stage in stages)
+            seconds = (tuple(stage.compute_s + stage.recompute_s(group.recompute, overlap)
+                             for stage in stages),
+                       tuple(stage.exposed_partition_s(overlap) + stage.expert_comm_s
+                             + stage.context_comm_s for stage in stages))
             self.caches.seconds[key] = seconds
         return seconds
 
+    def slowest(self, group: Group, replicas: int) -> float:
+        """The wait for the slowest device as a factor on the work of `replicas` replicas
+        (model/stragglers.slowest_device_factor, as model/compose prices it)."""
+        return slowest_device_factor(group.devices_per_replica * replicas,
+                                     self.system.machine.speed_spread)
+
     def over_choices(self, group: Group, choices: list[int],
-                     pipeline_s: Callable[[int], float]) -> float:
+                     pipeline_s: Callable[[int, float], float]) -> float:
         """The objective's lower bound over the data-parallel degrees, from a lower bound
-        pipeline_s(m) of the pipeline's time at m micro-batches (which falls as d grows)."""
+        pipeline_s(m, g) of the pipeline's time at m micro-batches (which falls as d grows)
+        with the work slowed by g (which grows with d): for the time, m at the largest d and
+        g at the smallest."""
         if self.objective == "time":
-            return pipeline_s(group.micro_batches(self.space, choices[-1]))
+            return pipeline_s(group.micro_batches(self.space, choices[-1]),
+                              self.slowest(group, choices[0]))
         best = float("inf")
         for replicas in choices:
             m = group.micro_batches(self.space, replicas)
             devices = group.devices_per_replica * replicas
-            best = min(best, pipeline_s(m) * devices * self.price() / 3600)
+            best = min(best, pipeline_s(m, self.slowest(group, replicas)) * devices
+                       * self.price() / 3600)
         return best
 
     def bound(self, group: Group, choices: list[int], stages: tuple[StageCosts, ...]) -> float:
@@ -676,9 +689,9 @@ class _Search:
         time on the devices alone (no launch or transfer time, no data-parallel traffic, no
         optimizer step), which falls as d grows (fewer micro-batches)."""
         self.bounded += 1
-        seconds = self.seconds(group, stages, group.overlap_tp)
-        return self.over_choices(group, choices,
-                                 lambda m: pipeline_time_s(seconds, m, group.virtual_stages))
+        work, comm = self.seconds(group, stages, group.overlap_tp)
+        return self.over_choices(group, choices, lambda m, g: pipeline_time_s(
+            tuple(w * g + c for w, c in zip(work, comm)), m, group.virtual_stages))
 
     def quick_bound(self, group: Group, choices: list[int], overlap: bool) -> float:
         """A lower bound of `bound` without the group's pipeline layout, from the whole model
@@ -692,18 +705,24 @@ class _Search:
         memo = (group.tensor, group.micro_batch, group.sequence_parallel, group.ep, group.cp,
                 group.cp_algorithm, group.etp, group.recompute, overlap,
                 group.pipeline, group.virtual_stages,
-                choices[-1] if self.objective == "time" else tuple(choices))
+                (choices[0], choices[-1]) if self.objective == "time" else tuple(choices))
         known = self.caches.bounds.get(memo)
         if known is not None:
             return known
         key = memo[:9]
-        total = self.caches.whole.get(key)
-        if total is None:
+        totals = self.caches.whole.get(key)
+        if totals is None:
             whole = self.stages(group._replace(pipeline=1, schedule="1f1b", virtual_stages=1))
-            total = self.caches.whole[key] = self.seconds(group, whole, overlap)[0]
-        share, v = total / group.pipeline, group.virtual_stages
-        bound = self.caches.bounds[memo] = self.over_choices(
-            group, choices, lambda m: (m * share + (total - share) / v) * (1 - QUICK_SLACK))
+            work, comm = self.seconds(group, whole, overlap)
+            totals = self.caches.whole[key] = (work[0], comm[0])
+        p, v = group.pipeline, group.virtual_stages
+
+        def pipeline_s(m: int, g: float) -> float:
+            total = totals[0] * g + totals[1]
+            share = total / p
+            return (m * share + (total - share) / v) * (1 - QUICK_SLACK)
+
+        bound = self.caches.bounds[memo] = self.over_choices(group, choices, pipeline_s)
         return bound
 
     def run(self, devices: int, top: int) -> list[Priced]:
