@@ -151,32 +151,30 @@ class StepContext:
         self.p2p_s = self._p2p_seconds()
         recompute, overlap_tp = plan.memory.recompute, plan.tensor.overlap
         self.pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
-        per_stage: dict[int, tuple[float, int, float, float, float]] = {}
+        per_stage: dict[int, tuple[float, float, int, float, float]] = {}
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
             if id(stage) not in per_stage:
                 stored = stage.stored_params(stage.params or workload.params)
                 experts = stage.expert_params / (plan.expert_tensor * self.ep)
                 per_stage[id(stage)] = (
-                    stage.exposed_partition_s(overlap_tp) + stage.expert_comm_s
-                    + stage.context_comm_s,
+                    stage.work_s(recompute, overlap_tp), stage.exposed_comm_s(overlap_tp),
                     stage.launches(recompute),
-                    (stored - stage.expert_params) / self.P + experts, experts,
-                    stage.compute_s + stage.recompute_s(recompute, overlap_tp))
-        self.comm_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
-        self.work_s = tuple(per_stage[id(stage)][4] for stage in self.stages)
+                    (stored - stage.expert_params) / self.P + experts, experts)
+        self.work_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
         """Each stage's compute and recompute per micro-batch on a median device."""
+        self.comm_s = tuple(per_stage[id(stage)][1] for stage in self.stages)
         self.slowest_device_s = self._slowest_device_s(plan.data.replicas)
         self.device_s = self._device_s(self.slowest_device_s)
-        self.launches = tuple(per_stage[id(stage)][1] for stage in self.stages)
+        self.launches = tuple(per_stage[id(stage)][2] for stage in self.stages)
         self.launch_s = self._launch_s(plan.data.replicas)
         self.host_s = self._host_s(self.launch_s)
         self.stage_seconds = self._stage_seconds(self.host_s)
         self.busy_s = pipeline_time_s(self.stage_seconds, self.micro_batches,
                                       plan.pipeline.virtual_stages)
-        self.member_params = tuple(per_stage[id(stage)][2] for stage in self.stages)
+        self.member_params = tuple(per_stage[id(stage)][3] for stage in self.stages)
         """Parameters a member of each stage holds: its dense share W/tp and its experts'
         (W_experts / (etp · ep))."""
-        self.member_expert_params = tuple(per_stage[id(stage)][3] for stage in self.stages)
+        self.member_expert_params = tuple(per_stage[id(stage)][4] for stage in self.stages)
         self.params_on_worker = self.member_params[0]
         self.ring_bytes = self.params_on_worker * self.grad_bytes_per_value
         self.update_s = self.update_time_s(1)

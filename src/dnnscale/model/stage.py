@@ -217,6 +217,15 @@ class StageCosts:
         """T_cp: context parallelism's exposed exchange per micro-batch."""
         return self.totals.context_comm_s
 
+    def work_s(self, recompute: str, overlap: bool) -> float:
+        """A micro-batch's compute and recompute on a median device: what the wait for the
+        slowest device scales (model/stragglers.slowest_device_factor)."""
+        return self.compute_s + self.recompute_s(recompute, overlap)
+
+    def exposed_comm_s(self, overlap: bool) -> float:
+        """A micro-batch's exposed tensor-, expert- and context-parallel communication."""
+        return self.exposed_partition_s(overlap) + self.expert_comm_s + self.context_comm_s
+
     @property
     def replicated_params(self) -> int:
         """W_rep: parameters that every worker of the replica holds whole (stripe-split convs,

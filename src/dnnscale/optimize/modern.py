@@ -654,10 +654,8 @@ class _Search:
         key = (id(stages), group.recompute, overlap)
         seconds = self.caches.seconds.get(key)
         if seconds is None:
-            seconds = (tuple(stage.compute_s + stage.recompute_s(group.recompute, overlap)
-                             for stage in stages),
-                       tuple(stage.exposed_partition_s(overlap) + stage.expert_comm_s
-                             + stage.context_comm_s for stage in stages))
+            seconds = (tuple(stage.work_s(group.recompute, overlap) for stage in stages),
+                       tuple(stage.exposed_comm_s(overlap) for stage in stages))
             self.caches.seconds[key] = seconds
         return seconds
 

@@ -22,7 +22,8 @@ from dnnscale.system.curve import RateCurve
 from dnnscale.system.device import Device, device_family
 from dnnscale.system.gpu_profile import GpuProfile, curve_key, load_gpu_profile
 from dnnscale.system.microbenchmarks import published_efficiency
-from dnnscale.system.preset_files import preset_table, presets_folder, read_preset
+from dnnscale.system.preset_files import (device_peaks, preset_table, presets_folder,
+                                          read_preset)
 from dnnscale.system.system import System
 from dnnscale.system.topology import LinkTier
 from dnnscale.units import parse_quantity
@@ -79,16 +80,6 @@ def published_gemm_curve(fraction: float, peak_flops_per_s: float) -> RateCurve:
     return RateCurve.saturating(fraction, half_flops, *GEMM_CURVE_FLOPS)
 
 
-def _device_peaks(device_name: str) -> dict[str, float]:
-    """precision -> dense peak FLOP/s of `device_name` (presets/devices.yaml); {} if unknown."""
-    facts = preset_table("devices").get(device_name)
-    if not isinstance(facts, dict):
-        return {}
-    where = f"devices.{device_name}"
-    return {str(precision): parse_quantity(value, "flops", f"{where}.peak_flops.{precision}")
-            for precision, value in facts["peak_flops"].items() if value is not None}
-
-
 @functools.cache
 def uncalibrated_profile(device_name: str) -> GpuProfile:
     """What an uncalibrated `device_name` achieves: DEFAULT_EFFICIENCY, with the GEMM
@@ -97,7 +88,7 @@ def uncalibrated_profile(device_name: str) -> GpuProfile:
     efficiency (the published one, else DEFAULT_GEMM_FRACTION) is the large-size rate of a
     curve that falls for small GEMMs (`published_gemm_curve`)."""
     published = published_efficiency(device_name)
-    peaks = _device_peaks(device_name)
+    peaks = device_peaks(device_name)
     fractions = {precision: (published.gemm if published else {}).get(
         precision, DEFAULT_GEMM_FRACTION) for precision in peaks}
     curves = dict(DEFAULT_EFFICIENCY.efficiency)
@@ -156,7 +147,7 @@ def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
                          f"{', '.join(sorted(devices))})")
     facts = devices[device_name]
     where = f"devices.{device_name}"
-    peaks = _device_peaks(device_name)
+    peaks = device_peaks(device_name)
     eff = profile or uncalibrated_profile(device_name)
     return Device(cores=1.0,
                   memory_bytes=parse_quantity(facts.get("memory_reported", facts["memory"]),

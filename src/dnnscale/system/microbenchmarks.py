@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnnscale.system.device import device_family
-from dnnscale.system.preset_files import preset_table
+from dnnscale.system.preset_files import device_peaks, preset_table
 from dnnscale.units import parse_quantity
 
 TFLOPS, GB_PER_S = 1e12, 1e9
@@ -54,14 +54,13 @@ def _entry(family: str, data: dict[str, Any]) -> PublishedEfficiency:
     measured_on = str(data.get("measured_on"))
     if measured_on not in devices:
         raise ValueError(f"{where}.measured_on: unknown device {measured_on!r}")
-    facts = devices[measured_on]
+    facts, peaks = devices[measured_on], device_peaks(measured_on)
     gemm = {}
     for precision, speed in (data.get("matmul") or {}).items():
-        peak = facts["peak_flops"].get(precision)
-        if peak is None:
+        if str(precision) not in peaks:
             raise ValueError(f"{where}.matmul.{precision}: {measured_on} has no such unit")
-        peak_flops = parse_quantity(peak, "flops", f"devices.{measured_on}.peak_flops")
-        gemm[str(precision)] = _fraction(speed, peak_flops / TFLOPS, f"{where}.matmul.{precision}")
+        gemm[str(precision)] = _fraction(speed, peaks[str(precision)] / TFLOPS,
+                                         f"{where}.matmul.{precision}")
     bandwidth = parse_quantity(facts["memory_bandwidth"], "bandwidth",
                                f"devices.{measured_on}.memory_bandwidth")
     memory = (None if data.get("memory") is None else

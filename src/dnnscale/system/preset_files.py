@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from dnnscale.units import parse_quantity
+
 
 def presets_folder() -> Any:
     return resources.files("dnnscale.system") / "presets"
@@ -27,3 +29,14 @@ def preset_table(name: str) -> dict[str, Any]:
     attention_kernels, microbenchmarks); {} if it is not a mapping."""
     data = read_preset(presets_folder() / f"{name}.yaml")
     return data if isinstance(data, dict) else {}
+
+
+def device_peaks(device_name: str) -> dict[str, float]:
+    """precision -> dense peak FLOP/s of presets/devices.yaml's `device_name` ({} if the table
+    has no such device)."""
+    facts = preset_table("devices").get(device_name)
+    if not isinstance(facts, dict):
+        return {}
+    where = f"devices.{device_name}"
+    return {str(precision): parse_quantity(value, "flops", f"{where}.peak_flops.{precision}")
+            for precision, value in facts["peak_flops"].items() if value is not None}
