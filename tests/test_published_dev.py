@@ -61,6 +61,24 @@ def test_a_bert_row_by_hand(rows) -> None:
     assert not any(isinstance(c, Case) and c.closest_preset for c in items)
 
 
+def test_pytorch_phase_2_is_priced_at_lddl_binned_length(rows) -> None:
+    from dnnscale.validate.published_dev import lddl_padded_seq
+
+    # LDDL's figure: 2,565 s unbinned, 1,483 s at bin size 64 -> 512 x 1483 / 2565 = 296.02
+    assert lddl_padded_seq(512) == 296
+    # PM0094: PyTorch 21.11, seq 512, 8 A100-80GB, 32 per GPU: priced at 296 tokens, the row
+    # still one 512-token sample per sequence (positions 512), its measured 1,648 sequences/s
+    binned = case_of(rows["PM0094"])
+    assert isinstance(binned, Case) and binned.seq == 512
+    assert binned.workload.startswith("gpt:layers=24,hidden=1024,heads=16,seq=296,")
+    assert "positions=512" in binned.workload and "LDDL" in binned.notes
+    assert binned.measured_samples_per_s == 1648
+    # TF1's phase 2 (PM0122, tfrecords padded to 512) and PyTorch's phase 1 (PM0082) are not
+    for rid, seq in (("PM0122", 512), ("PM0082", 128)):
+        case = case_of(rows[rid])
+        assert isinstance(case, Case) and f",seq={seq}," in case.workload and not case.notes
+
+
 def test_v100_rows_map_to_the_hardware_their_text_names(rows) -> None:
     from dnnscale.validate.published_dev import _node
 

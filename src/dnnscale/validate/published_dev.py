@@ -18,7 +18,9 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
 - BERT-Large: ``gpt:`` 24 x 1024, 16 heads, the row's sequence (128 or 512), vocab 30,522,
   bidirectional, learned positions (512), tied decoder; dp = the GPUs, ZeRO-0, the row's
   per-GPU batch as the micro-batch, its global batch (the accumulation in between), fp16 for
-  AMP, else tf32 or fp32.
+  AMP, else tf32 or fp32. PyTorch's phase 2 (sequence 512) runs LDDL's sequence binning,
+  which pads each micro-batch only to its bin: it is priced at the mean padded length the
+  LDDL README's figure implies (`lddl_padded_seq`, 296 tokens); TF1's tfrecords pad to 512.
 - Transformer-XL base and large (PyTorch DDP): ``gpt:`` with the row's layers, d_model, heads,
   d_inner, tgt_len as the sequence and mem_len as the memory, relative positions, post-norm
   (its reference code's pre_lnorm false), tied embeddings, WikiText-103's vocabulary of
@@ -66,6 +68,25 @@ XL_FULL_SOFTMAX_NOTE = ("adaptive softmax and adaptive input (cutoffs 19997, 399
                         "not expressed: priced as a full softmax and one embedding table over "
                         "267,735 words; data loading not modelled")
 RESNET_NOTE = "the input pipeline (DALI) is not modelled"
+LDDL_UNBINNED_S = 2565.0
+LDDL_BIN64_S = 1483.0
+"""End-to-end latency of BERT phase-2 pretraining (sequence 512) on 32 Selene nodes without
+sequence binning (bin size 512) and with LDDL's bin size 64, the 1.73x speed-up of LDDL's
+README figure "Performance vs. Bin Size on BERT Phase 2 Pretraining" (NVIDIA/LDDL,
+docs/images/binning_perf.gif; figures only). DeepLearningExamples' PyTorch BERT pretrains
+phase 2 with LDDL at bin size 64 since its January 2022 release (21.11 container; README
+changelog, scripts/run_pretraining.sh ``phase2_bin_size=64``): every iteration draws one bin
+and pads each micro-batch only to its longest sample."""
+LDDL_BIN64_NOTE = ("phase 2 with LDDL's sequence binning (bin size 64): priced at the mean "
+                   "padded length, 512 x 1483 / 2565 = 296 tokens (LDDL README figure)")
+
+
+def lddl_padded_seq(seq: int) -> int:
+    """The mean padded tokens per sample of a phase-2 micro-batch under LDDL's bin size 64:
+    the sequence scaled by the figure's latency ratio, time taken as proportional to padded
+    tokens. The end-to-end latency also holds the per-step costs binning does not shrink
+    (all-reduce, optimizer), so this overstates the padded length a little: conservative."""
+    return round(seq * LDDL_BIN64_S / LDDL_UNBINNED_S)
 
 
 @dataclass(frozen=True)
@@ -199,12 +220,14 @@ def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
 def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
     rid = row["id"]
     seq = int(_find(r"seq len (\d+)", row["model_details"], rid, "the sequence").group(1))
-    workload = (f"gpt:layers=24,hidden=1024,heads=16,seq={seq},vocab={BERT_VOCAB},"
+    binned = seq == 512 and row["framework"].startswith("PyTorch")
+    priced = lddl_padded_seq(seq) if binned else seq
+    workload = (f"gpt:layers=24,hidden=1024,heads=16,seq={priced},vocab={BERT_VOCAB},"
                 "causal=false,positional=learned,positions=512,tied=true")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
                 _data_parallel(row, precision), seq, _samples_per_s(row, seq), precision,
-                int(row["num_devices"]), closest)
+                int(row["num_devices"]), closest, LDDL_BIN64_NOTE if binned else "")
 
 
 def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
