@@ -125,19 +125,22 @@ def test_the_gpt3_plan_of_narayanan_runs_on_megatron_only() -> None:
 def test_pipelined_zero_traffic_and_memory_by_hand() -> None:
     g, p, m = 6e9, 3e9, 8          # gradient bytes, parameter bytes, micro-batches
     # ZeRO-1/2 gather the updated parameters after the optimizer step (not under a backward)
-    assert zero_traffic(0, g, p, m) == (("allreduce", g, 1, True, 1),)
-    assert zero_traffic(1, g, p, m) == (("reduce_scatter", g, 1, True, 1),
-                                        ("allgather", p, 1, False, 1))
-    assert zero_traffic(2, g, p, m) == (("reduce_scatter", g, 8, True, 1),
-                                        ("allgather", p, 1, False, 1))
-    assert zero_traffic(2, g, p, m, pipelined=True) == (("reduce_scatter", g, 1, True, 1),
-                                                        ("allgather", p, 1, False, 1))
+    B, F, A = "backward", "forward", "after_step"
+    assert zero_traffic(0, g, p, m) == (("allreduce", g, 1, B, 1),)
+    assert zero_traffic(1, g, p, m) == (("reduce_scatter", g, 1, B, 1),
+                                        ("allgather", p, 1, A, 1))
+    assert zero_traffic(2, g, p, m) == (("reduce_scatter", g, 8, B, 1),
+                                        ("allgather", p, 1, A, 1))
+    assert zero_traffic(2, g, p, m, pipelined=True) == (("reduce_scatter", g, 1, B, 1),
+                                                        ("allgather", p, 1, A, 1))
     # ZeRO-3: the first forward and each of the m backwards gather; one reduce-scatter; each
     # in as many collectives as the stage has FSDP units (here 25), ZeRO-1/2 in one
     assert zero_traffic(3, g, p, m, pipelined=True, units=25) == (
-        ("allgather", p, 9, True, 25), ("reduce_scatter", g, 1, True, 25))
-    assert zero_traffic(3, g, p, m, units=25) == (("allgather", p, 16, True, 25),
-                                                  ("reduce_scatter", g, 8, True, 25))
+        ("allgather", p, 1, F, 25), ("allgather", p, 8, B, 25), ("reduce_scatter", g, 1, B, 25))
+    # without a pipeline every micro-batch gathers in its forward and again in its backward
+    assert zero_traffic(3, g, p, m, units=25) == (("allgather", p, 8, F, 25),
+                                                  ("allgather", p, 8, B, 25),
+                                                  ("reduce_scatter", g, 8, B, 25))
     assert all(t.calls == 1 for z in (0, 1, 2) for t in zero_traffic(z, g, p, m, units=25))
     assert [memory_zero_stage(z, 2) for z in range(4)] == [0, 1, 1, 1]
     assert [memory_zero_stage(z, 1) for z in range(4)] == [0, 1, 2, 3]
@@ -253,8 +256,10 @@ def test_zero1_and_2_gather_the_parameters_after_the_step_where_nothing_hides_it
     # gpt3-1.3b, dp 16 over two DGX A100 nodes, one micro-batch of 8, fp16 (2-byte gradients
     # and parameters, so the reduce-scatter and the all-gather move the same bytes: each is half
     # of ZeRO-0's all-reduce, T). With --overlap-dp the gradients' traffic travels in
-    # k = ceil(2Ψ / 25 MB) buckets under a backward far longer than it (exposed: T_rs / k);
-    # ZeRO-1/2's all-gather of the updated parameters follows the optimizer step: all exposed.
+    # k = ceil(2Ψ / 25 MB) buckets under a backward far longer than it (exposed: T_rs / k), and
+    # the backward it hides under runs κ = 18.9 % slower (Lee et al. 2025): the hidden
+    # T_rs·(k − 1)/k costs κ/(1 + κ) of itself; ZeRO-1/2's all-gather of the updated
+    # parameters follows the optimizer step: all exposed.
     w, c = load_workload("gpt3-1.3b"), load_system("dgx-a100-80g:2")
 
     def dp_comm_s(zero: int, overlap: bool) -> float:
@@ -264,11 +269,16 @@ def test_zero1_and_2_gather_the_parameters_after_the_step_where_nothing_hides_it
         return predict_plan(w, c, plan).part("dp_comm")
 
     buckets = math.ceil(2 * w.params / 25e6)
+    contention = 0.189 / 1.189
+
+    def overlapped(comm_s: float) -> float:
+        return comm_s / buckets + comm_s * (buckets - 1) / buckets * contention
+
     all_reduce_s, zero1_s = dp_comm_s(0, False), dp_comm_s(1, False)
     assert zero1_s == pytest.approx(all_reduce_s, rel=1e-3)     # RS + AG: an all-reduce's bytes
-    assert dp_comm_s(0, True) == pytest.approx(all_reduce_s / buckets, rel=1e-9)
+    assert dp_comm_s(0, True) == pytest.approx(overlapped(all_reduce_s), rel=1e-9)
     for zero in (1, 2):
-        assert dp_comm_s(zero, True) == pytest.approx(zero1_s / 2 / buckets + zero1_s / 2,
+        assert dp_comm_s(zero, True) == pytest.approx(overlapped(zero1_s / 2) + zero1_s / 2,
                                                       rel=1e-9)
 
 

@@ -32,7 +32,7 @@ def test_an_mpt_row_by_hand(rows) -> None:
     assert case.system == "dgx-a100-40g:16"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 128, "zero": 3, "micro_batch": 26,
                          "global_batch": 3328, "recompute": "none", "precision": "bf16",
-                         "grad_bytes": 2}
+                         "grad_bytes": 2, "overlap_dp": True}
     assert case.measured_samples_per_s == pytest.approx(15_863_837 / 2048)
     # PM0262: MPT-70b on 64 H100, DEFAULT mixed precision (fp32 reduction), checkpointing on
     h100 = case_of(rows["PM0262"])

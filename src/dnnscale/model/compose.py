@@ -58,10 +58,11 @@ from typing import NamedTuple
 from dnnscale.model.bookkeeping import worker_bookkeeping_s
 from dnnscale.model.collectives import held_pull_convoy_s
 from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
-                                          exposed_after_backward_s, optimizer_step_bytes,
+                                          optimizer_step_bytes, overlapped_traffic_s,
                                           zero_traffic)
 from dnnscale.model.mesh_split import MeshSplit
-from dnnscale.model.network import overlapped_time_s, transfer_time_s
+from dnnscale.model.network import (exposed_with_contention_s, overlapped_time_s,
+                                    transfer_time_s)
 from dnnscale.model.quota import background_exchange_s, collective_after_compute_s
 from dnnscale.model.prediction import StepPart
 from dnnscale.model.records import (Bottleneck, CollectiveTime, Part, PartKind,
@@ -201,7 +202,10 @@ class StepContext:
     def exposed_p2p_s(self, p2p_s: float, busy_s: float) -> float:
         """A micro-batch's pipeline sends past its `busy_s` of kernels: all of them, or where
         the sends overlap compute (Pipeline.overlaps_p2p) what outlasts the computation."""
-        return max(0.0, p2p_s - busy_s) if self.plan.pipeline.overlaps_p2p else p2p_s
+        if not self.plan.pipeline.overlaps_p2p:
+            return p2p_s
+        return exposed_with_contention_s(p2p_s, max(0.0, p2p_s - busy_s),
+                                         self.system.machine.overlap_slowdown)
 
     def stage_seconds_at(self, replicas: int) -> tuple[float, ...]:
         """stage_seconds with `replicas` replicas instead of the plan's (the Adam search prices
@@ -287,17 +291,23 @@ class StepContext:
         """The slowest stage's data-parallel communication per step (exposed part): the dense
         parameters' among the dp × ep × cp members holding them, then the experts' among the
         dp × cp holding them (`data_parallel_spans`), each collective run by the plan's
-        algorithm (collectives.py). With Collective.overlap the gradients' traffic travels under
-        the backward pass in buckets (exposed_after_backward_s); ZeRO-1/2's all-gather of the
-        updated parameters follows the optimizer step and is always exposed (zero_traffic)."""
+        algorithm (collectives.py). With Collective.overlap each collective travels beside the
+        pass it belongs to (data_parallel.overlapped_traffic_s): the gradients' reduction beside
+        the backward in buckets, ZeRO-3's per-unit gathers beside the forward and the backward
+        (FSDP's prefetch), its reduce-scatters beside the backward; the compute beside the
+        hidden part runs slower (network.exposed_with_contention_s), which is counted here;
+        ZeRO-1/2's all-gather of the updated parameters follows the optimizer step and is always
+        exposed (zero_traffic)."""
         dense_span, expert_span = self.data_parallel_spans(replicas)
         if dense_span.size <= 1:
             return 0.0
         deferred = deferred_gradient_sync(self.collective.zero_stage, self.plan.pipeline.stages)
         slowest = 0.0
+        zero3 = self.collective.zero_stage == 3
+        slowdown = self.system.machine.overlap_slowdown
         for stage, params, experts in zip(self.stages, self.member_params,
                                           self.member_expert_params):
-            under_backward = after_step = 0.0
+            pieces: list[tuple[str, int, float]] = []
             for span, group_params in ((dense_span, params - experts), (expert_span, experts)):
                 if span.size <= 1 or group_params <= 0:
                     continue
@@ -308,15 +318,17 @@ class StepContext:
                     seconds = traffic.times * traffic.calls * collective_after_compute_s(
                         self.system, traffic.operation, traffic.payload_bytes / traffic.calls,
                         span, self.topology, self.collective.algorithm)
-                    if traffic.during_backward:
-                        under_backward += seconds
-                    else:
-                        after_step += seconds
+                    pieces.append((traffic.phase, traffic.times, seconds))
             if self.collective.overlap:
-                under_backward = exposed_after_backward_s(
-                    under_backward, stage.input_grad_s + stage.weight_grad_s,
-                    buckets_for(params * self.grad_bytes_per_value))
-            slowest = max(slowest, under_backward + after_step)
+                backward = (stage.input_grad_s + stage.weight_grad_s
+                            + stage.recompute_s(self.plan.memory.recompute,
+                                                self.plan.tensor.overlap))
+                chunks = stage.units if zero3 else buckets_for(params * self.grad_bytes_per_value)
+                exposed, hidden = overlapped_traffic_s(pieces, stage.forward_s, backward, chunks)
+            else:
+                exposed, hidden = sum(seconds for _, _, seconds in pieces), 0.0
+            slowest = max(slowest, exposed_with_contention_s(exposed + hidden, exposed,
+                                                             slowdown))
         return slowest
 
     @property

@@ -79,10 +79,23 @@ def ring_exposed_s(block_bytes: float, cp: int, tier: LinkTier, forward_s: float
     """
     if cp <= 1 or block_bytes <= 0:
         return 0.0, 0.0
-    send_s = transfer_time_s(block_bytes, 1, tier.bandwidth_bytes_per_s, tier.latency_s)
-    steps = cp - 1
+    send_s, steps = _block_send_s(block_bytes, tier), cp - 1
     return (steps * max(0.0, send_s - forward_s / cp),
             steps * max(0.0, RING_BACKWARD_BLOCKS * send_s - backward_s / cp))
+
+
+def _block_send_s(block_bytes: float, tier: LinkTier) -> float:
+    """t_x = x / B + α: one block's send over the tier."""
+    return transfer_time_s(block_bytes, 1, tier.bandwidth_bytes_per_s, tier.latency_s)
+
+
+def ring_sends_s(block_bytes: float, cp: int, tier: LinkTier) -> tuple[float, float]:
+    """(forward, backward) seconds of a ring-attention pass's sends, hidden or not: (cp − 1)
+    blocks forward and RING_BACKWARD_BLOCKS · (cp − 1) backward, each t_x (ring_exposed_s)."""
+    if cp <= 1 or block_bytes <= 0:
+        return 0.0, 0.0
+    send_s = _block_send_s(block_bytes, tier)
+    return (cp - 1) * send_s, RING_BACKWARD_BLOCKS * (cp - 1) * send_s
 
 
 def ring_bytes_per_pass(block_bytes: float, cp: int) -> tuple[float, float]:

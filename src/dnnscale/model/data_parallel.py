@@ -32,18 +32,23 @@ def memory_zero_stage(zero_stage: int, pipeline_stages: int) -> int:
     return 1 if deferred_gradient_sync(zero_stage, pipeline_stages) else zero_stage
 
 
+FORWARD, BACKWARD, AFTER_STEP = "forward", "backward", "after_step"
+PHASES = (FORWARD, BACKWARD, AFTER_STEP)
+"""Where a data-parallel collective runs: beside a micro-batch's forward pass (ZeRO-3's
+parameter all-gathers), beside its backward pass (the gradients' reduction, ZeRO-3's
+re-gathers), or after the optimizer step, with nothing left to compute beside it."""
+
+
 class Traffic(NamedTuple):
-    """One data-parallel collective of a step: `operation` on `payload_bytes`, `times` times;
-    `during_backward`: it carries gradients as the backward pass makes them, so it can travel
-    under that pass (Collective.overlap), where the parameters' all-gather after the optimizer
-    step cannot (nothing is left to compute under it). `calls`: the payload travels as that
-    many equal collectives one after another (ZeRO-3's FSDP units), each paying its own
-    latency and call cost."""
+    """One data-parallel collective of a step: `operation` on `payload_bytes`, `times` times,
+    each beside the `phase` (PHASES) of a micro-batch it can travel under when the plan
+    overlaps (Collective.overlap). `calls`: the payload travels as that many equal collectives
+    one after another (ZeRO-3's FSDP units), each paying its own latency and call cost."""
 
     operation: str
     payload_bytes: float
     times: int
-    during_backward: bool = True
+    phase: str = BACKWARD
     calls: int = 1
 
 
@@ -61,11 +66,13 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
     `pipelined` (pp > 1, see deferred_gradient_sync): ZeRO-2/3 reduce-scatter once per step;
     ZeRO-2 all-gathers once, ZeRO-3 m + 1 times (the first forward, then every backward that
     follows a forward: in 1F1B and GPipe order m + 1 whatever the warm-up).
-    ZeRO-1/2's all-gather runs after the optimizer step (`during_backward` false): Megatron's
+    ZeRO-1/2's all-gather runs after the optimizer step (AFTER_STEP): Megatron's
     distributed optimizer gathers the updated parameters when the step ends unless
     --overlap-param-gather defers it into the next forward (which export does not emit), and
     DeepSpeed's stage 1/2 overlap_comm overlaps only the gradient reduction. ZeRO-3's gathers
-    run inside the forward and backward passes and are counted with the gradients' traffic.
+    run inside the forward (FORWARD) and backward (BACKWARD) passes, each unit's gathered
+    while the one before it computes (FSDP's forward and backward prefetch, DeepSpeed's
+    stage-3 prefetch); its reduce-scatters follow each unit's backward.
     ZeRO-3 gathers and reduces each of the stage's `units` FSDP units on its own (`calls`), so
     every collective's latency, which grows with the group (collectives.py), is paid per unit;
     ZeRO-1/2 move their whole shard at once.
@@ -80,28 +87,49 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
         return (Traffic("allreduce", grad_bytes, 1),)
     if zero_stage == 1 or (zero_stage == 2 and pipelined):
         return (Traffic("reduce_scatter", grad_bytes, 1),
-                Traffic("allgather", param_bytes, 1, during_backward=False))
+                Traffic("allgather", param_bytes, 1, AFTER_STEP))
     if pipelined:
-        return (Traffic("allgather", param_bytes, micro_batches + 1, calls=units),
+        return (Traffic("allgather", param_bytes, 1, FORWARD, calls=units),
+                Traffic("allgather", param_bytes, micro_batches, BACKWARD, calls=units),
                 Traffic("reduce_scatter", grad_bytes, 1, calls=units))
     if zero_stage == 2:
         return (Traffic("reduce_scatter", grad_bytes, micro_batches),
-                Traffic("allgather", param_bytes, 1, during_backward=False))
-    return (Traffic("allgather", param_bytes, 2 * micro_batches, calls=units),
+                Traffic("allgather", param_bytes, 1, AFTER_STEP))
+    return (Traffic("allgather", param_bytes, micro_batches, FORWARD, calls=units),
+            Traffic("allgather", param_bytes, micro_batches, BACKWARD, calls=units),
             Traffic("reduce_scatter", grad_bytes, micro_batches, calls=units))
 
 
-def exposed_after_backward_s(communication_s: float, overlappable_backward_s: float,
-                             buckets: int) -> float:
-    """Data-parallel communication left after it overlaps the last backward pass in buckets.
+def overlapped_traffic_s(pieces: list[tuple[str, int, float]], forward_s: float,
+                         backward_s: float, chunks: int) -> tuple[float, float]:
+    """(exposed, hidden) seconds of a step's data-parallel collectives when they travel beside
+    the passes they belong to (Collective.overlap).
 
-    Formula: max(T_dp / k, T_dp − T_bwd · (k − 1)/k) for k buckets: every bucket but the last
-    can travel while the backward computes the next; the last always waits.
-    Units: s, s, count -> s.
-    Source: Li et al., "PyTorch Distributed", VLDB 2020 (bucketed all-reduce overlapping
-    backward); performance-model.md §9.
+    Formula: the pieces (phase, times, seconds) of one phase and count are one collective of
+    c = seconds / times per occurrence, beside one micro-batch's pass of that phase (the
+    forward's T_f; the backward's T_b, its recompute included) cut in k chunks (FSDP units,
+    gradient buckets): exposed = times · max(c / k, c − T · (k − 1)/k) (chunked_exposed_s:
+    every chunk but one travels while the pass computes another), hidden = the rest; after
+    the optimizer step nothing computes, so all of it is exposed.
+    Units: s, s, s, count -> (s, s).
+    Source: Li et al., "PyTorch Distributed", VLDB 2020 (bucketed all-reduce beside the
+    backward pass); Zhao et al., "PyTorch FSDP", VLDB 2023 §3.3 (each unit's all-gather
+    prefetched while the previous unit computes, in forward and backward; reduce-scatter
+    after each unit's backward).
     """
-    return chunked_exposed_s(communication_s, overlappable_backward_s, buckets)
+    totals: dict[tuple[str, int], float] = {}
+    for phase, times, seconds in pieces:
+        totals[(phase, times)] = totals.get((phase, times), 0.0) + seconds
+    exposed = hidden = 0.0
+    for (phase, times), seconds in totals.items():
+        beside = {FORWARD: forward_s, BACKWARD: backward_s}.get(phase)
+        if beside is None or times <= 0:
+            exposed += seconds
+            continue
+        shown = times * chunked_exposed_s(seconds / times, beside, chunks)
+        exposed += shown
+        hidden += seconds - shown
+    return exposed, hidden
 
 
 def buckets_for(grad_bytes: float, bucket_bytes: float = DEFAULT_BUCKET_BYTES) -> int:

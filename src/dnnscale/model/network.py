@@ -66,6 +66,31 @@ def overlapped_time_s(first_s: float, second_s: float, gamma: float) -> float:
     return combined
 
 
+def overlap_contention_s(hidden_s: float, slowdown: float) -> float:
+    """The extra time of compute that ran beside `hidden_s` seconds of communication on a
+    device whose compute is `slowdown` (κ) slower under a concurrent collective.
+
+    Formula: over the hidden stretch the compute advances hidden / (1 + κ) of its work, so the
+    rest of it finishes κ / (1 + κ) · hidden later: hidden · κ / (1 + κ).
+    Units: s, ratio -> s.
+    Source: Lee et al., arXiv 2507.03114 (2025), compute slowed 18.9 % on average while a
+    collective overlaps it (system/gpu.GPU_OVERLAP_SLOWDOWN).
+    """
+    if hidden_s <= 0 or slowdown <= 0:
+        return 0.0
+    return hidden_s * slowdown / (1.0 + slowdown)
+
+
+def exposed_with_contention_s(communication_s: float, exposed_s: float,
+                              slowdown: float) -> float:
+    """What an overlapped collective of `communication_s` costs the step when `exposed_s` of
+    it outlasts the compute beside it: the exposed part, plus the compute's slowdown over the
+    hidden rest (overlap_contention_s). Every overlap the model prices (data-parallel buckets
+    and ZeRO-3 prefetch, tensor-parallel chunks, ring attention, pipeline sends) goes through
+    here, and the contention is counted in the part of the collective that causes it."""
+    return exposed_s + overlap_contention_s(communication_s - exposed_s, slowdown)
+
+
 def chunked_exposed_s(communication_s: float, compute_s: float, chunks: int) -> float:
     """Communication left exposed when it runs in `chunks` pieces beside a computation cut
     the same way, each piece travelling while the computation works on another.

@@ -18,12 +18,13 @@ from dataclasses import replace
 from dnnscale.model.collectives import collective_transfer, span_members
 from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.context_parallel import (attention_kernel_shape, is_ring_attention,
-                                             ring_block_bytes, ring_exposed_s, ulysses_events)
+                                             ring_block_bytes, ring_exposed_s, ring_sends_s,
+                                             ulysses_events)
 from dnnscale.model.expert_parallel import (EXPERT_WORK_KINDS, expert_exchange_events,
                                             expert_gemm_calls, expert_work_factor)
 from dnnscale.model.gpu_compute import fp8_cast_launches, gpu_phase_times_s
 from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
-from dnnscale.model.network import chunked_exposed_s
+from dnnscale.model.network import chunked_exposed_s, exposed_with_contention_s
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
 from dnnscale.plan.mesh import MeshDim, Placement, placement
@@ -307,9 +308,12 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         # cp kernels per phase (one per K/V block) and the sends between them
         launches[0] += 2 * (split.cp - 1)
         launches[1] += 2 * (split.cp - 1)
-        forward_s, backward_s = ring_exposed_s(
-            ring_block_bytes(layer, split, partitions, context), split.cp,
-            placed[MeshDim.CP].tier, fwd, ing + wg)
+        block_bytes = ring_block_bytes(layer, split, partitions, context)
+        tier = placed[MeshDim.CP].tier
+        forward_s, backward_s = ring_exposed_s(block_bytes, split.cp, tier, fwd, ing + wg)
+        sent = ring_sends_s(block_bytes, split.cp, tier)
+        forward_s = exposed_with_contention_s(sent[0], forward_s, device.overlap_slowdown)
+        backward_s = exposed_with_contention_s(sent[1], backward_s, device.overlap_slowdown)
         cp_total = seconds_by[MeshDim.CP]
         cp_total[0] += forward_s + backward_s
         cp_total[1] += forward_s
@@ -321,9 +325,12 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         # Transformer Engine's linear modules (the fp8_gemm kinds) run their all-gather or
         # reduce-scatter in tp chunks under the GEMM of the same phase; the routed experts'
         # exchanges are the token dispatcher's, outside the userbuffers overlap
-        hidden_forward = tp_s[1] - chunked_exposed_s(tp_s[1], fwd, partitions)
+        slowdown = device.overlap_slowdown
+        hidden_forward = tp_s[1] - exposed_with_contention_s(
+            tp_s[1], chunked_exposed_s(tp_s[1], fwd, partitions), slowdown)
         backward = tp_s[0] - tp_s[1]
-        hidden_backward = backward - chunked_exposed_s(backward, ing + wg, partitions)
+        hidden_backward = backward - exposed_with_contention_s(
+            backward, chunked_exposed_s(backward, ing + wg, partitions), slowdown)
     return LayerCost(layer.name, layer.kind, shard.scheme, shard.work_fraction, fwd, ing, wg,
                      comm_bytes, comm_messages, tp_s[0], shard.replicated_params, tp_s[1],
                      block if isinstance(block, int) else None, launches[0], launches[1],

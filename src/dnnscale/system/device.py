@@ -59,6 +59,11 @@ class Device:
     """Accelerators: σ, the standard deviation of ln(speed) across devices of this type (the
     same SKU runs at different clocks under power management); a synchronous step runs at its
     slowest device's pace (model/stragglers.slowest_device_factor). 0: all alike."""
+    overlap_slowdown: float = 0.0
+    """Accelerators: κ, how much longer compute takes while a collective runs beside it on the
+    same device (the collective's kernels take SMs and memory bandwidth); the compute under an
+    overlapped collective pays κ/(1 + κ) of the collective's hidden time
+    (model/network.overlap_contention_s). 0: no contention."""
 
     def launch_time_s(self, processes_per_node: int) -> float:
         """Host time per kernel launch with `processes_per_node` training processes."""

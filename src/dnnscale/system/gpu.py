@@ -53,6 +53,14 @@ analysis script defines the variation as the box plot's whisker span over the me
 plot_script/plot_aggregated.py); for a normal spread 4 IQR = 4 · 1.349 σ = 5.396 σ. Outliers are
 left out (an operator drains them), so this is the body of the spread only."""
 
+GPU_OVERLAP_SLOWDOWN = 0.189
+"""κ: compute on a GPU runs 18.9 % longer while a collective overlaps it. Lee et al.,
+"Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning:
+Performance and Power Implications" (arXiv 2507.03114, 2025): across GPT and LLaMA training on
+4 A100s, H100s, MI250s and MI210s, overlapping computation with communication slowed the
+computation by 18.9 % on average (40.0 % at most) against the same computation alone; run one
+after the other instead, the step was 10.2 % slower on average than overlapped."""
+
 DEFAULT_GEMM_FRACTION = 0.6
 """The achieved fraction of peak of a large GEMM on a device no benchmark has measured."""
 
@@ -158,7 +166,8 @@ def gpu_device(device_name: str, profile: GpuProfile | None) -> Device:
                   update_s_per_param=0.0, kind="gpu", name=device_name, peak_flops_per_s=peaks,
                   efficiency=dict(eff.efficiency), memory_efficiency=eff.memory_efficiency,
                   launch_s=eff.launch_s, launch_contention=eff.launch_contention,
-                  pipeline_step_s=eff.pipeline_step_s, speed_spread=GPU_SPEED_SPREAD)
+                  pipeline_step_s=eff.pipeline_step_s, speed_spread=GPU_SPEED_SPREAD,
+                  overlap_slowdown=GPU_OVERLAP_SLOWDOWN)
 
 
 def _link_facts(key: str, where: str) -> tuple[float, float]:

@@ -14,7 +14,9 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
   ZeRO-3 (FSDP FULL_SHARD), the row's micro-batch and global batch, full recompute where activation
   checkpointing is on, bf16 or fp8 (``amp_fp8``), and gradients reduced in fp32 under
   ``mixed_precision=DEFAULT`` (llm-foundry's FSDP default reduces in float32) or bf16 under
-  ``PURE``.
+  ``PURE``; ``overlap_dp`` on, as FSDP runs it: each unit's all-gather issued while the unit
+  before it computes, in forward and backward (FSDP's prefetch; Composer's default
+  ``backward_prefetch`` is BACKWARD_POST), its reduce-scatter beside the next unit's backward.
 - BERT-Large: ``gpt:`` 24 x 1024, 16 heads, the row's sequence (128 or 512), vocab 30,522,
   bidirectional, learned positions (512), tied decoder; dp = the GPUs, ZeRO-0, the row's
   per-GPU batch as the micro-batch, its global batch (the accumulation in between), fp16 for
@@ -212,7 +214,7 @@ def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
             "micro_batch": _first_int(row["micro_batch"], "micro_batch", rid),
             "global_batch": _first_int(row["global_batch"], "global_batch", rid),
             "recompute": "full" if checkpointing else "none", "precision": precision,
-            "grad_bytes": 2 if pure else 4}
+            "grad_bytes": 2 if pure else 4, "overlap_dp": True}
     return Case(rid, "llm-foundry", row["model"], workload, _system(row, node), plan, seq,
                 _samples_per_s(row, seq), precision, devices, closest)
 
