@@ -103,7 +103,10 @@ def test_an_algorithm_a_library_lacks_is_an_input_error() -> None:
 def test_plan_algorithm_tree_reaches_the_data_parallel_allreduce() -> None:
     """GPT-3 125M, TP 8 fills each of 4 DGX nodes, DP 4 across them (one member per node): the
     gradient all-reduce's bytes are the same under both algorithms, its messages 2·3 = 6 (ring)
-    against 2·⌊log₂ 4⌋ = 4 (tree), so the step is 2·α_IB shorter and nothing else moves."""
+    against 2·⌊log₂ 4⌋ = 4 (tree); for these 31 MB NCCL runs both on its Simple protocol, whose
+    network hop costs 14 µs in rings and trees alike (src/graph/tuning.cc; the preset's 2.7 µs
+    is the ring's LL figure, so the scale is 1), so the step is 2 · 14 µs shorter and nothing
+    else moves."""
     system = load_system("dgx-a100-80g:4")
     workload = load_workload("gpt3-125m")
     inter = system.topology.inter_node
@@ -115,10 +118,57 @@ def test_plan_algorithm_tree_reaches_the_data_parallel_allreduce() -> None:
     tree = dataclasses.replace(ring, data=dataclasses.replace(
         ring.data, aggregation=dataclasses.replace(aggregation, algorithm="tree")))
     by_ring, by_tree = predict_plan(workload, system, ring), predict_plan(workload, system, tree)
-    assert by_ring.step_time_s - by_tree.step_time_s == pytest.approx(2 * inter.latency_s,
-                                                                      rel=1e-9)
-    assert by_ring.part("dp_comm") - by_tree.part("dp_comm") == pytest.approx(
-        2 * inter.latency_s, rel=1e-9)
+    assert inter.latency_s == pytest.approx(2.7e-6) and inter.hardware == "net"
+    assert by_ring.step_time_s - by_tree.step_time_s == pytest.approx(2 * 14e-6, rel=1e-9)
+    assert by_ring.part("dp_comm") - by_tree.part("dp_comm") == pytest.approx(2 * 14e-6,
+                                                                              rel=1e-9)
     changed = {name for name, seconds in by_ring.breakdown_s.items()
                if seconds != pytest.approx(by_tree.breakdown_s[name], rel=1e-12)}
     assert changed == {"dp_comm", "step"}
+
+
+# --- NCCL's protocols (src/graph/tuning.cc): LL, LL128 and Simple, the quickest by size ------
+
+NVLINK_PROTOCOLS = LinkTier(200e9, 0.6e-6, "nvlink", hardware="nvlink",
+                            protocols=("LL", "LL128", "Simple"))
+
+
+def test_nccl_picks_its_quickest_protocol_by_size() -> None:
+    """A ring all-gather among 8 on NVLink at 200 GB/s: 7 steps, 7/8 · x on the wire. LL: half
+    the bandwidth, 0.6 µs a hop; LL128: 0.92 of it, 1.9 µs; Simple: all of it, 3.4 µs.
+    x = 64 kB: LL 56 kB / 100 GB/s + 4.2 µs = 4.76 µs (LL128 13.6, Simple 24.1);
+    x = 8 MB: LL128 7 MB / 184 GB/s + 13.3 µs = 51.3 µs (LL 74.2, Simple 58.8);
+    x = 1 GB: Simple 875 MB / 200 GB/s + 23.8 µs = 4.3988 ms."""
+    from dnnscale.model.collectives import collective_time_s
+
+    def at(x: float) -> float:
+        return collective_time_s("allgather", "nccl", x, 8, NVLINK_PROTOCOLS)
+
+    assert at(64e3) == pytest.approx(7 / 8 * 64e3 / 100e9 + 7 * 0.6e-6, rel=1e-12)
+    assert at(8e6) == pytest.approx(7 / 8 * 8e6 / 184e9 + 7 * 1.9e-6, rel=1e-12)
+    assert at(1e9) == pytest.approx(7 / 8 * 1e9 / 200e9 + 7 * 3.4e-6, rel=1e-12)
+    # gloo, point-to-point patterns and tiers without the model keep one protocol
+    plain = LinkTier(200e9, 0.6e-6, "nvlink")
+    assert collective_time_s("allgather", "nccl", 1e9, 8, plain) == pytest.approx(
+        7 / 8 * 1e9 / 200e9 + 7 * 0.6e-6, rel=1e-12)
+    assert collective_time_s("allgather", "gloo", 1e9, 8, NVLINK_PROTOCOLS) == pytest.approx(
+        7 / 8 * 1e9 / 200e9 + 7 * 0.6e-6, rel=1e-12)
+
+
+def test_the_tiers_of_a_gpu_preset_carry_the_protocols() -> None:
+    """NVLink nodes enable LL128; a PCIe node (h100-pcie) does not (tuning.cc enables it only
+    where the intra-node path is NVLink). A tree's hops cost its own figures: an NCCL tree
+    all-reduce of 4 kB across 4 nodes runs LL, 5.0 µs a network hop (the ring's is 2.7)."""
+    from dnnscale.model.collectives import collective_time_s
+
+    dgx = load_system("dgx-a100-80g:2").topology
+    assert dgx.intra_node is not None and dgx.intra_node.hardware == "nvlink"
+    assert dgx.inter_node.hardware == "net"
+    assert dgx.intra_node.protocols == dgx.inter_node.protocols == ("LL", "LL128", "Simple")
+    pcie = load_system("h100-pcie:2").topology
+    assert pcie.intra_node is not None and pcie.intra_node.hardware == "pci"
+    assert pcie.intra_node.protocols == ("LL", "Simple")
+    net = dgx.inter_node
+    tree = collective_time_s("allreduce", "nccl", 4e3, 4, net, "tree")
+    assert tree == pytest.approx(2 * 3 / 4 * 4e3 / (net.bandwidth_bytes_per_s / 3.8)
+                                 + 4 * 5.0e-6, rel=1e-12)

@@ -71,6 +71,14 @@ def test_parameters_split_into_dense_and_expert_by_hand() -> None:
 
 # ------------------------------------------------------------------ the dispatch by hand
 
+def _nvlink_ring_s(wire_bytes: float, hops: int) -> float:
+    """An NCCL ring step on NVLink at the quickest protocol (NVIDIA/nccl src/graph/tuning.cc):
+    LL at half the bandwidth and 0.6 µs a hop, LL128 at 0.92 and 1.9 µs, Simple at full
+    bandwidth and 3.4 µs."""
+    return min(wire_bytes / (share * NVLINK_B) + hops * latency
+               for share, latency in ((0.5, 0.6e-6), (0.92, 1.9e-6), (1.0, 3.4e-6)))
+
+
 def _alltoall_s(system, payload: float, members: int) -> float:  # noqa: ANN001
     """One all-to-all inside a node: (g−1)/g·x / B + (g−1)·α + the system's call cost."""
     return ((members - 1) / members * payload / NVLINK_B + (members - 1) * NVLINK_A
@@ -172,13 +180,15 @@ def test_dense_gradients_meet_over_ep_experts_do_not() -> None:
     """dp = 1, ep = 2, ZeRO 0, no overlap: the dense gradients (fp32 under bf16, Megatron's
     default) are all-reduced among the 2 ep members, which took different samples; each expert
     lives on one member, so its gradients meet nobody. Ring all-reduce of x among 2:
-    2·(1/2)·x / B + 2·α + call."""
+    2·(1/2)·x on the wire in 2 steps at NCCL's quickest protocol (for these 4.4 MB LL128:
+    x / (0.92·B) + 2·1.9 µs), + call."""
     system = node()
     prediction = predict_plan(tiny_moe(), system, plan(ep=2, global_batch=2))
     dense = 2 * 265_216 + 288_768 + 512
     x = dense * 4
+    assert _nvlink_ring_s(x, 2) == pytest.approx(x / (0.92 * NVLINK_B) + 2 * 1.9e-6)
     assert prediction.part(Part.DP_COMM) == pytest.approx(
-        x / NVLINK_B + 2 * NVLINK_A + system.call_s(2), rel=1e-9)
+        _nvlink_ring_s(x, 2) + system.call_s(2), rel=1e-9)
     assert prediction.throughput_samples_per_s == pytest.approx(2 / prediction.step_time_s)
 
 
@@ -236,9 +246,11 @@ def test_context_parallel_splits_every_layer_by_cp() -> None:
     for a, b in zip(one.layers, two.layers):
         assert b.work_fraction == pytest.approx(a.work_fraction / 2, rel=1e-12), a.name
     qkv = layer(two, "block0.attn_qkv")
-    # the f operator's all-reduce backward of b·(s/2)·h·2 = 32,768 B among 2
-    assert qkv.comm_s == pytest.approx(32_768 / NVLINK_B + 2 * NVLINK_A
-                                       + node().call_s(2), rel=1e-12)
+    # the f operator's all-reduce backward of b·(s/2)·h·2 = 32,768 B among 2, small enough for
+    # NCCL's LL protocol: 32,768 / (0.5·B) + 2·0.6 µs
+    assert _nvlink_ring_s(32_768, 2) == pytest.approx(32_768 / (0.5 * NVLINK_B) + 2 * 0.6e-6)
+    assert qkv.comm_s == pytest.approx(_nvlink_ring_s(32_768, 2) + node().call_s(2),
+                                       rel=1e-12)
 
 
 def test_ulysses_all_to_alls_by_hand() -> None:

@@ -53,6 +53,30 @@ COLLECTIVE_COSTS: dict[tuple[str, str, str], CollectiveCost] = {}
 DEFAULT_ALGORITHM = "ring"
 RINGS = ("ring", "hierarchical")
 """Algorithms priced as rings on each tier (module docstring)."""
+NCCL_OPERATIONS = ("allgather", "reduce_scatter", "allreduce")
+"""The collectives NCCL runs as rings or trees, whose protocol it picks by size
+(NCCL_PROTOCOLS)."""
+NCCL_PROTOCOLS: dict[str, dict[str, tuple[float, dict[str, float]]]] = {
+    "ring": {"LL": (0.5, {"nvlink": 0.6e-6, "pci": 1.0e-6, "net": 2.7e-6}),
+             "LL128": (0.92, {"nvlink": 1.9e-6, "pci": 2.5e-6, "net": 4.0e-6}),
+             "Simple": (1.0, {"nvlink": 3.4e-6, "pci": 5.7e-6, "net": 14.0e-6})},
+    "tree": {"LL": (1 / 3.8, {"nvlink": 0.6e-6, "pci": 1.0e-6, "net": 5.0e-6}),
+             "LL128": (120 / 128, {"nvlink": 1.25e-6, "pci": 1.9e-6, "net": 8.5e-6}),
+             "Simple": (1.0, {"nvlink": 4.0e-6, "pci": 4.0e-6, "net": 14.0e-6})},
+}
+"""NCCL's protocols per algorithm: (the share of the link's bandwidth a protocol carries, its
+latency per hop on each class of link). LL sends 4 bytes of data with each 4-byte flag (half
+the bandwidth) and needs no fence, so its hops are fastest; LL128 carries 120 of every 128
+bytes; Simple moves whole buffers behind a fence, at full bandwidth and the slowest hops. NCCL
+prices each (algorithm, protocol) pair by this table and runs the quickest for the message's
+size, so a small message travels on LL, a large one on Simple; LL128 is enabled where the GPUs
+of a node share NVLink. 'hierarchical' rings are rings. Source: NVIDIA/nccl
+src/graph/tuning.cc: hwLatencies (Ring: NVLink 0.6 / 1.9 / 3.4 us, PCI 1.0 / 2.5 / 5.7, NET
+2.7 / 4.0 / 14.0; Tree: NVLink 0.6 / 1.25 / 4.0, PCI 1.0 / 1.9 / 4.0, NET 5.0 / 8.5 / 14) and
+the busBw factors (ring LL 0.5, LL128 0.92; tree LL 1/3.8, LL128 120/128 across nodes; Simple
+1). Not priced: the per-call base latencies (the system's call cost stands for them), the
+per-architecture caps on LL and LL128's bandwidth and the tree pattern's 0.85."""
+PROTOCOL_TABLE_OF = {"ring": "ring", "hierarchical": "ring", "tree": "tree"}
 EVERY_ALGORITHM = ALGORITHMS
 """Every algorithm a plan may name (plan.ALGORITHMS): point-to-point patterns register for all."""
 
@@ -245,17 +269,52 @@ def collective_transfer(operation: str, library: str, payload_bytes: float, memb
     return cost(payload_bytes, members)
 
 
+def nccl_protocols(operation: str, library: str, algorithm: str,
+                   *tiers: LinkTier) -> tuple[str | None, ...]:
+    """The NCCL protocols a collective over `tiers` may run on (those every tier enables,
+    NCCL_PROTOCOLS), or (None,): one protocol at each tier's own latency (other libraries and
+    operations, tiers without a protocol model, calibrated tiers)."""
+    if (library != "nccl" or algorithm not in PROTOCOL_TABLE_OF
+            or operation not in NCCL_OPERATIONS):
+        return (None,)
+    common = [p for p in tiers[0].protocols if all(p in tier.protocols for tier in tiers)]
+    if not common or any(tier.allreduce_fits or tier.fits or tier.curves for tier in tiers):
+        return (None,)
+    return tuple(common)
+
+
+def protocol_link(tier: LinkTier, protocol: str | None,
+                  algorithm: str = DEFAULT_ALGORITHM) -> tuple[float, float]:
+    """(bandwidth, per-hop latency) of `tier` under an NCCL `protocol` of `algorithm`: the
+    protocol's share of the bandwidth, and its hop latency on the tier's class of link scaled
+    by the tier's own latency over the ring's LL figure (the preset's latency is that figure);
+    the tier's own under None."""
+    ring_ll = NCCL_PROTOCOLS["ring"]["LL"][1]
+    if protocol is None or tier.hardware not in ring_ll:
+        return tier.bandwidth_bytes_per_s, tier.latency_s
+    share, latencies = NCCL_PROTOCOLS[PROTOCOL_TABLE_OF[algorithm]][protocol]
+    scale = tier.latency_s / ring_ll[tier.hardware]
+    return tier.bandwidth_bytes_per_s * share, latencies[tier.hardware] * scale
+
+
 def collective_time_s(operation: str, library: str, payload_bytes: float, members: int,
-                      tier: LinkTier, algorithm: str = DEFAULT_ALGORITHM) -> float:
+                      tier: LinkTier, algorithm: str = DEFAULT_ALGORITHM,
+                      protocol: str | None = None) -> float:
     """Seconds one member spends in the collective on `tier`: bytes / B + messages · α, with a
     calibrated fit for this group size replacing (B, α) where the tier has one: the
     operation's own (a testbed's partition exchanges, validate/profile.apply_profile), else
     the one it runs as (FIT_OF). Where the tier holds the operation's measured times for this
     group size (a testbed's partition exchanges), those interpolated instead
     (network.measured_time_s). A calibrated fit or curve measured a ring: it prices the ring
-    algorithms only."""
+    algorithms only. Without a `protocol`, NCCL picks the quickest of the tier's
+    (nccl_protocols); with one, (B, α) are that protocol's (protocol_link)."""
     transfer = collective_transfer(operation, library, payload_bytes, members, algorithm)
-    bandwidth, latency = tier.bandwidth_bytes_per_s, tier.latency_s
+    if protocol is None:
+        choices = nccl_protocols(operation, library, algorithm, tier)
+        if choices != (None,):
+            return min(collective_time_s(operation, library, payload_bytes, members, tier,
+                                         algorithm, choice) for choice in choices)
+    bandwidth, latency = protocol_link(tier, protocol, algorithm)
     fit = None
     if algorithm in RINGS:
         curve = tier.curve(operation, members)
@@ -365,17 +424,38 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     if per_node == 1:
         return collective_time_s(operation, library, payload_bytes, members, inter,
                                  algorithm) + call_s
+    return min(_two_level_s(operation, library, payload_bytes, span, intra, inter, algorithm,
+                            protocol)
+               for protocol in nccl_protocols(operation, library, algorithm, intra, inter)
+               ) + call_s
+
+
+def _two_level_s(operation: str, library: str, payload_bytes: float, span: GroupSpan,
+                 intra: LinkTier, inter: LinkTier, algorithm: str,
+                 protocol: str | None) -> float:
+    """A group of k members in each of N > 1 nodes, every level under one NCCL `protocol`
+    (NCCL runs a collective on one protocol end to end; group_collective_time_s)."""
+    per_node, nodes = span.per_node, span.nodes
     shard = payload_bytes / per_node
+    inside = DEFAULT_ALGORITHM  # the steps inside the nodes are rings, whatever the algorithm
     if operation == "allreduce":
-        seconds = (collective_time_s("reduce_scatter", library, payload_bytes, per_node, intra)
-                   + collective_time_s("allreduce", library, shard, nodes, inter, algorithm)
-                   + collective_time_s("allgather", library, payload_bytes, per_node, intra))
+        seconds = (collective_time_s("reduce_scatter", library, payload_bytes, per_node, intra,
+                                     inside, protocol)
+                   + collective_time_s("allreduce", library, shard, nodes, inter, algorithm,
+                                       protocol)
+                   + collective_time_s("allgather", library, payload_bytes, per_node, intra,
+                                       inside, protocol))
     elif operation == "allgather":
-        seconds = (collective_time_s("allgather", library, shard, nodes, inter, algorithm)
-                   + collective_time_s("allgather", library, payload_bytes, per_node, intra))
+        seconds = (collective_time_s("allgather", library, shard, nodes, inter, algorithm,
+                                     protocol)
+                   + collective_time_s("allgather", library, payload_bytes, per_node, intra,
+                                       inside, protocol))
     else:
-        seconds = (collective_time_s(operation, library, payload_bytes, per_node, intra)
-                   + collective_time_s(operation, library, shard, nodes, inter, algorithm))
+        seconds = (collective_time_s(operation, library, payload_bytes, per_node, intra,
+                                     inside, protocol)
+                   + collective_time_s(operation, library, shard, nodes, inter, algorithm,
+                                       protocol))
     if algorithm == DEFAULT_ALGORITHM:
-        seconds += flat_ring_extra_hops(operation, library, nodes, per_node) * intra.latency_s
-    return seconds + call_s
+        seconds += (flat_ring_extra_hops(operation, library, nodes, per_node)
+                    * protocol_link(intra, protocol)[1])
+    return seconds

@@ -183,14 +183,24 @@ def _link_facts(key: str, where: str) -> tuple[float, float]:
 
 
 def _tier(bandwidth_bytes_per_s: float, latency_s: float, name: str, efficiency: float,
-          share: float = 1.0) -> LinkTier:
+          share: float = 1.0, hardware: str = "",
+          protocols: tuple[str, ...] = ()) -> LinkTier:
     """The tier one device sees: its `share` of the links' line rate at the achieved
-    `efficiency` (the one place a link's spec becomes the model's bandwidth)."""
-    return LinkTier(bandwidth_bytes_per_s * share * efficiency, latency_s, name)
+    `efficiency` (the one place a link's spec becomes the model's bandwidth), with NCCL's
+    class of the link and the protocols its rings may pick (model/collectives.NCCL_PROTOCOLS)."""
+    return LinkTier(bandwidth_bytes_per_s * share * efficiency, latency_s, name,
+                    hardware=hardware, protocols=protocols)
 
 
-def _link(key: str, where: str, efficiency: float, share: float = 1.0) -> LinkTier:
-    return _tier(*_link_facts(key, where), key, efficiency, share)
+def enabled_nccl_protocols(intra_node_key: str) -> tuple[str, ...]:
+    """The protocols NCCL's rings may run on a node whose GPUs are joined by `intra_node_key`:
+    LL, LL128 and Simple where the GPUs share NVLink, LL and Simple otherwise (NVIDIA/nccl
+    src/graph/tuning.cc enables LL128 only where the intra-node path is NVLink)."""
+    return ("LL", "LL128", "Simple") if _is_nvlink(intra_node_key) else ("LL", "Simple")
+
+
+def _is_nvlink(key: str) -> bool:
+    return key.startswith("nvlink")
 
 
 def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
@@ -219,7 +229,11 @@ def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
     eff = profile or uncalibrated_profile(device_name)
     per_node = int(facts["devices_per_node"])
     nics = nics_per_node if nics_per_node is not None else int(facts.get("nics_per_node", per_node))
-    intra = _link(str(facts["intra_node"]), "cluster.intra_node", eff.intra_node_efficiency)
+    intra_key = str(facts["intra_node"])
+    protocols = enabled_nccl_protocols(intra_key)
+    intra = _tier(*_link_facts(intra_key, "cluster.intra_node"), intra_key,
+                  eff.intra_node_efficiency, hardware="nvlink" if _is_nvlink(intra_key) else "pci",
+                  protocols=protocols)
     key = inter_node or str(facts["inter_node"])
     bandwidth, latency = _link_facts(key, "cluster.inter_node")
     if inter_node_bandwidth_bytes_per_s is not None:
@@ -228,7 +242,8 @@ def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
         latency = inter_node_latency_s
     custom = inter_node_bandwidth_bytes_per_s is not None or inter_node_latency_s is not None
     inter = _tier(bandwidth, latency, "custom" if custom else key,
-                  eff.inter_node_efficiency, share=nics / per_node)
+                  eff.inter_node_efficiency, share=nics / per_node, hardware="net",
+                  protocols=protocols)
     price = facts.get("price_per_device_hour")
     label = name if name is not None else f"{preset}:{nodes}"
     network = (f"; between nodes {nics} NIC ports of {bandwidth * 8 / 1e9:.4g} Gbit/s per node, "

@@ -34,6 +34,13 @@ class LinkTier:
     latency_s: float
     name: str = "network"
     allreduce_fits: tuple[tuple[int, float, float], ...] = ()
+    hardware: str = ""
+    """NCCL's class of the link in its cost model ('nvlink', 'pci' or 'net'); '' where no
+    protocol model applies and `latency_s` prices every message (model/collectives.py)."""
+    protocols: tuple[str, ...] = ()
+    """The NCCL protocols a ring collective may pick on this tier (model/collectives.
+    NCCL_PROTOCOLS), `latency_s` being the LL protocol's per-hop latency; () for one protocol
+    at `latency_s`."""
     fits: tuple[tuple[str, int, float, float], ...] = ()
     curves: tuple[tuple[str, int, tuple[tuple[float, float], ...]], ...] = ()
 
