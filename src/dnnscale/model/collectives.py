@@ -25,6 +25,7 @@ a whole all-reduce; NCCL's is a true ring reduce-scatter.
 from __future__ import annotations
 
 import functools
+import math
 
 from collections.abc import Callable
 from typing import NamedTuple
@@ -277,12 +278,18 @@ def nccl_protocols(operation: str, library: str, algorithm: str,
     if (library != "nccl" or algorithm not in PROTOCOL_TABLE_OF
             or operation not in NCCL_OPERATIONS):
         return (None,)
+    return _common_protocols(tiers)
+
+
+@functools.lru_cache(maxsize=256)
+def _common_protocols(tiers: tuple[LinkTier, ...]) -> tuple[str | None, ...]:
     common = [p for p in tiers[0].protocols if all(p in tier.protocols for tier in tiers)]
     if not common or any(tier.allreduce_fits or tier.fits or tier.curves for tier in tiers):
         return (None,)
     return tuple(common)
 
 
+@functools.lru_cache(maxsize=1024)
 def protocol_link(tier: LinkTier, protocol: str | None,
                   algorithm: str = DEFAULT_ALGORITHM) -> tuple[float, float]:
     """(bandwidth, per-hop latency) of `tier` under an NCCL `protocol` of `algorithm`: the
@@ -309,13 +316,6 @@ def collective_time_s(operation: str, library: str, payload_bytes: float, member
     algorithms only. Without a `protocol`, NCCL picks the quickest of the tier's
     (nccl_protocols); with one, (B, α) are that protocol's (protocol_link)."""
     transfer = collective_transfer(operation, library, payload_bytes, members, algorithm)
-    if protocol is None:
-        choices = nccl_protocols(operation, library, algorithm, tier)
-        if choices != (None,):
-            return min(collective_time_s(operation, library, payload_bytes, members, tier,
-                                         algorithm, choice) for choice in choices)
-    bandwidth, latency = protocol_link(tier, protocol, algorithm)
-    fit = None
     if algorithm in RINGS:
         curve = tier.curve(operation, members)
         if curve and payload_bytes > 0:
@@ -323,9 +323,12 @@ def collective_time_s(operation: str, library: str, payload_bytes: float, member
         fit = tier.fit(operation, members)
         if fit is None and (operation, library) in FIT_OF:
             fit = tier.fit(FIT_OF[(operation, library)], members)
-    if fit is not None:
-        bandwidth, latency = fit
-    return transfer_time_s(transfer.bytes, transfer.messages, bandwidth, latency)
+        if fit is not None:
+            return transfer_time_s(transfer.bytes, transfer.messages, *fit)
+    choices = (protocol,) if protocol is not None else nccl_protocols(
+        operation, library, algorithm, tier)
+    return min(transfer_time_s(transfer.bytes, transfer.messages,
+                               *protocol_link(tier, choice, algorithm)) for choice in choices)
 
 
 def alltoall_two_tier_s(library: str, payload_bytes: float, span: GroupSpan, intra: LinkTier,
@@ -383,6 +386,7 @@ def span_members(operation: str, members: int) -> int:
     return members + 1 if operation == "halo" else members
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def group_collective_time_s(operation: str, library: str, payload_bytes: float,
                             span: GroupSpan, topology: Topology, call_s: float = 0.0,
                             algorithm: str = DEFAULT_ALGORITHM) -> float:
@@ -424,38 +428,43 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     if per_node == 1:
         return collective_time_s(operation, library, payload_bytes, members, inter,
                                  algorithm) + call_s
-    return min(_two_level_s(operation, library, payload_bytes, span, intra, inter, algorithm,
-                            protocol)
-               for protocol in nccl_protocols(operation, library, algorithm, intra, inter)
-               ) + call_s
+    levels = _two_levels(operation, payload_bytes, span, intra, inter, algorithm)
+    hops = (flat_ring_extra_hops(operation, library, span.nodes, span.per_node)
+            if algorithm == DEFAULT_ALGORITHM else 0.0)
+    protocols = nccl_protocols(operation, library, algorithm, intra, inter)
+    if protocols == (None,):  # each level on its tier's own figures, a calibrated fit if any
+        return (sum(collective_time_s(op, library, x, members, tier, level_algorithm)
+                    for op, x, members, tier, level_algorithm in levels)
+                + hops * intra.latency_s + call_s)
+    # one protocol end to end (NCCL runs a collective on one), the quickest
+    transfers = [(collective_transfer(op, library, x, members, level_algorithm), tier,
+                  level_algorithm) for op, x, members, tier, level_algorithm in levels]
+    best = math.inf
+    for protocol in protocols:
+        seconds = hops * protocol_link(intra, protocol)[1]
+        for transfer, tier, level_algorithm in transfers:
+            bandwidth, latency = protocol_link(tier, protocol, level_algorithm)
+            seconds += transfer.bytes / bandwidth + transfer.messages * latency
+        best = min(best, seconds)
+    return best + call_s
 
 
-def _two_level_s(operation: str, library: str, payload_bytes: float, span: GroupSpan,
-                 intra: LinkTier, inter: LinkTier, algorithm: str,
-                 protocol: str | None) -> float:
-    """A group of k members in each of N > 1 nodes, every level under one NCCL `protocol`
-    (NCCL runs a collective on one protocol end to end; group_collective_time_s)."""
+def _two_levels(operation: str, payload_bytes: float, span: GroupSpan, intra: LinkTier,
+                inter: LinkTier, algorithm: str
+                ) -> tuple[tuple[str, float, int, LinkTier, str], ...]:
+    """The steps of a group of k members in each of N > 1 nodes, as (operation, payload,
+    members, tier, algorithm): all-reduce = reduce-scatter inside (k) + all-reduce across the
+    nodes (N) of x/k + all-gather inside (k); all-gather = across (N) of x/k + inside (k);
+    reduce-scatter = inside (k) + across (N) of x/k. The steps inside the nodes are rings,
+    whatever the group's algorithm (group_collective_time_s)."""
     per_node, nodes = span.per_node, span.nodes
-    shard = payload_bytes / per_node
-    inside = DEFAULT_ALGORITHM  # the steps inside the nodes are rings, whatever the algorithm
+    shard, inside = payload_bytes / per_node, DEFAULT_ALGORITHM
     if operation == "allreduce":
-        seconds = (collective_time_s("reduce_scatter", library, payload_bytes, per_node, intra,
-                                     inside, protocol)
-                   + collective_time_s("allreduce", library, shard, nodes, inter, algorithm,
-                                       protocol)
-                   + collective_time_s("allgather", library, payload_bytes, per_node, intra,
-                                       inside, protocol))
-    elif operation == "allgather":
-        seconds = (collective_time_s("allgather", library, shard, nodes, inter, algorithm,
-                                     protocol)
-                   + collective_time_s("allgather", library, payload_bytes, per_node, intra,
-                                       inside, protocol))
-    else:
-        seconds = (collective_time_s(operation, library, payload_bytes, per_node, intra,
-                                     inside, protocol)
-                   + collective_time_s(operation, library, shard, nodes, inter, algorithm,
-                                       protocol))
-    if algorithm == DEFAULT_ALGORITHM:
-        seconds += (flat_ring_extra_hops(operation, library, nodes, per_node)
-                    * protocol_link(intra, protocol)[1])
-    return seconds
+        return (("reduce_scatter", payload_bytes, per_node, intra, inside),
+                ("allreduce", shard, nodes, inter, algorithm),
+                ("allgather", payload_bytes, per_node, intra, inside))
+    if operation == "allgather":
+        return (("allgather", shard, nodes, inter, algorithm),
+                ("allgather", payload_bytes, per_node, intra, inside))
+    return ((operation, payload_bytes, per_node, intra, inside),
+            (operation, shard, nodes, inter, algorithm))
