@@ -172,3 +172,32 @@ def test_the_tiers_of_a_gpu_preset_carry_the_protocols() -> None:
     tree = collective_time_s("allreduce", "nccl", 4e3, 4, net, "tree")
     assert tree == pytest.approx(2 * 3 / 4 * 4e3 / (net.bandwidth_bytes_per_s / 3.8)
                                  + 4 * 5.0e-6, rel=1e-12)
+
+
+def test_a_links_own_latency_adds_to_every_protocols_hop() -> None:
+    """RoCE's 2.9 µs per hop is IB's 2.7 (NCCL's LL figure) + 0.2: every protocol pays the
+    0.2 µs more (Simple 14.2 µs, LL128 4.2 µs) at its own share of the bandwidth."""
+    from dnnscale.model.collectives import protocol_link
+
+    roce = LinkTier(25e9, 2.9e-6, "roce-200", hardware="net",
+                    protocols=("LL", "LL128", "Simple"))
+    assert protocol_link(roce, "Simple") == pytest.approx((25e9, 14.2e-6))
+    assert protocol_link(roce, "LL128") == pytest.approx((23e9, 4.2e-6))
+    assert protocol_link(roce, "LL") == pytest.approx((12.5e9, 2.9e-6))
+    assert protocol_link(roce, None) == (25e9, 2.9e-6)
+
+
+def test_a_registered_cost_is_never_read_from_a_stale_cache(monkeypatch) -> None:
+    """group_collective_time_s remembers its answers per version of the registry: replacing a
+    cost bumps the version, so the next price is the new cost's."""
+    from dnnscale.model.collectives import Transfer
+
+    span = group_span(8, 1, 8)
+    before = group_collective_time_s("allreduce", "nccl", 8e6, span, TOPOLOGY)
+    version = COLLECTIVE_COSTS.version
+    monkeypatch.setitem(COLLECTIVE_COSTS, ("allreduce", "nccl", "ring"),
+                        lambda payload, members: Transfer(0.0, 0.0))
+    assert COLLECTIVE_COSTS.version == version + 1
+    assert group_collective_time_s("allreduce", "nccl", 8e6, span, TOPOLOGY) == 0.0
+    monkeypatch.undo()
+    assert group_collective_time_s("allreduce", "nccl", 8e6, span, TOPOLOGY) == before

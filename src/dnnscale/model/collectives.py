@@ -49,7 +49,22 @@ class Transfer(NamedTuple):
 
 
 CollectiveCost = Callable[[float, int], Transfer]
-COLLECTIVE_COSTS: dict[tuple[str, str, str], CollectiveCost] = {}
+class CostRegistry(dict[tuple[str, str, str], CollectiveCost]):
+    """The registry: a dict that counts its changes (`version`), so that a cached price
+    (group_collective_time_s) is never read after a cost was registered or replaced."""
+
+    version = 0
+
+    def __setitem__(self, key: tuple[str, str, str], value: CollectiveCost) -> None:
+        super().__setitem__(key, value)
+        self.version += 1
+
+    def __delitem__(self, key: tuple[str, str, str]) -> None:
+        super().__delitem__(key)
+        self.version += 1
+
+
+COLLECTIVE_COSTS: CostRegistry = CostRegistry()
 """(operation, library, algorithm) -> cost: the lookup every collective's price goes through."""
 DEFAULT_ALGORITHM = "ring"
 RINGS = ("ring", "hierarchical")
@@ -75,8 +90,11 @@ of a node share NVLink. 'hierarchical' rings are rings. Source: NVIDIA/nccl
 src/graph/tuning.cc: hwLatencies (Ring: NVLink 0.6 / 1.9 / 3.4 us, PCI 1.0 / 2.5 / 5.7, NET
 2.7 / 4.0 / 14.0; Tree: NVLink 0.6 / 1.25 / 4.0, PCI 1.0 / 1.9 / 4.0, NET 5.0 / 8.5 / 14) and
 the busBw factors (ring LL 0.5, LL128 0.92; tree LL 1/3.8, LL128 120/128 across nodes; Simple
-1). Not priced: the per-call base latencies (the system's call cost stands for them), the
-per-architecture caps on LL and LL128's bandwidth and the tree pattern's 0.85."""
+1). A tier's own per-hop latency is LL's on a ring; what it adds to the table's LL figure
+(RoCE's 2.9 µs against 2.7, a slower link given by the user) is added to every protocol's
+hop (protocol_link). Not priced: the per-call base latencies (the system's call cost stands
+for them), the per-architecture caps on LL and LL128's bandwidth and the tree pattern's
+0.85."""
 PROTOCOL_TABLE_OF = {"ring": "ring", "hierarchical": "ring", "tree": "tree"}
 EVERY_ALGORITHM = ALGORITHMS
 """Every algorithm a plan may name (plan.ALGORITHMS): point-to-point patterns register for all."""
@@ -293,15 +311,16 @@ def _common_protocols(tiers: tuple[LinkTier, ...]) -> tuple[str | None, ...]:
 def protocol_link(tier: LinkTier, protocol: str | None,
                   algorithm: str = DEFAULT_ALGORITHM) -> tuple[float, float]:
     """(bandwidth, per-hop latency) of `tier` under an NCCL `protocol` of `algorithm`: the
-    protocol's share of the bandwidth, and its hop latency on the tier's class of link scaled
-    by the tier's own latency over the ring's LL figure (the preset's latency is that figure);
-    the tier's own under None."""
+    protocol's share of the bandwidth, and its hop latency on the tier's class of link plus
+    what the tier's own latency adds to the ring's LL figure (a preset's latency is that
+    figure, so nothing; a slower link, RoCE's 2.9 µs or a user's --inter-node-latency, adds its
+    difference to every protocol's hop); the tier's own under None."""
     ring_ll = NCCL_PROTOCOLS["ring"]["LL"][1]
     if protocol is None or tier.hardware not in ring_ll:
         return tier.bandwidth_bytes_per_s, tier.latency_s
     share, latencies = NCCL_PROTOCOLS[PROTOCOL_TABLE_OF[algorithm]][protocol]
-    scale = tier.latency_s / ring_ll[tier.hardware]
-    return tier.bandwidth_bytes_per_s * share, latencies[tier.hardware] * scale
+    extra = tier.latency_s - ring_ll[tier.hardware]
+    return tier.bandwidth_bytes_per_s * share, max(0.0, latencies[tier.hardware] + extra)
 
 
 def collective_time_s(operation: str, library: str, payload_bytes: float, members: int,
@@ -386,7 +405,6 @@ def span_members(operation: str, members: int) -> int:
     return members + 1 if operation == "halo" else members
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def group_collective_time_s(operation: str, library: str, payload_bytes: float,
                             span: GroupSpan, topology: Topology, call_s: float = 0.0,
                             algorithm: str = DEFAULT_ALGORITHM) -> float:
@@ -410,6 +428,16 @@ def group_collective_time_s(operation: str, library: str, payload_bytes: float,
     the steps inside the nodes are rings (NCCL's tree, too, chains the GPUs of a node and builds
     its trees across nodes: src/graph/tuning.cc).
     """
+    return _group_collective_time_s(COLLECTIVE_COSTS.version, operation, library,
+                                    payload_bytes, span, topology, call_s, algorithm)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _group_collective_time_s(version: int, operation: str, library: str,
+                             payload_bytes: float, span: GroupSpan, topology: Topology,
+                             call_s: float, algorithm: str) -> float:
+    """group_collective_time_s, remembered (a search asks the same collective of the same group
+    many times) for the registry's `version`."""
     members = span.size
     if payload_bytes <= 0 or members <= 1:
         return 0.0
