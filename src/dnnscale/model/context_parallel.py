@@ -20,7 +20,7 @@ exchanges 1/cp as large). Attention needs every key and value, by one of two alg
 from __future__ import annotations
 
 from dnnscale.model.mesh_split import MeshSplit
-from dnnscale.model.network import transfer_time_s
+from dnnscale.model.network import exposed_with_contention_s, transfer_time_s
 from dnnscale.model.sharding import PHASE_BACKWARD, PHASE_FORWARD, CommEvent, SplitContext
 from dnnscale.plan.mesh import MeshDim
 from dnnscale.system.topology import LinkTier
@@ -65,37 +65,28 @@ def ring_block_bytes(layer: Layer, split: MeshSplit, tp: int, context: SplitCont
 
 
 def ring_exposed_s(block_bytes: float, cp: int, tier: LinkTier, forward_s: float,
-                   backward_s: float) -> tuple[float, float]:
+                   backward_s: float, slowdown: float = 0.0) -> tuple[float, float]:
     """(forward, backward) seconds of a ring-attention pass's exchange not hidden behind its
-    compute, for a member whose attention takes `forward_s` and `backward_s` in all.
+    compute, for a member whose attention takes `forward_s` and `backward_s` in all, with the
+    compute's slowdown beside the hidden sends (network.exposed_with_contention_s, `slowdown`
+    the device's κ).
 
     Formula: t_x = x / B + α, one block over the slowest tier the cp ring crosses; the pass is
     cp steps of compute t/cp, each of the last cp − 1 waiting for its block, so the exposed
     time is (cp − 1) · max(0, n · t_x − t/cp), n = 1 forward (K|V) and 2 backward (K|V and
-    dK|dV, RING_BACKWARD_BLOCKS).
+    dK|dV, RING_BACKWARD_BLOCKS), of the (cp − 1) · n · t_x sent in all.
     Units: bytes, count, bytes/s, s -> s.
     Source: Liu et al. 2023 §3 (the exchange overlaps the block's compute when compute per
     block ≥ transfer); Transformer Engine's ring attention (double-buffered P2P sends).
     """
     if cp <= 1 or block_bytes <= 0:
         return 0.0, 0.0
-    send_s, steps = _block_send_s(block_bytes, tier), cp - 1
-    return (steps * max(0.0, send_s - forward_s / cp),
-            steps * max(0.0, RING_BACKWARD_BLOCKS * send_s - backward_s / cp))
-
-
-def _block_send_s(block_bytes: float, tier: LinkTier) -> float:
-    """t_x = x / B + α: one block's send over the tier."""
-    return transfer_time_s(block_bytes, 1, tier.bandwidth_bytes_per_s, tier.latency_s)
-
-
-def ring_sends_s(block_bytes: float, cp: int, tier: LinkTier) -> tuple[float, float]:
-    """(forward, backward) seconds of a ring-attention pass's sends, hidden or not: (cp − 1)
-    blocks forward and RING_BACKWARD_BLOCKS · (cp − 1) backward, each t_x (ring_exposed_s)."""
-    if cp <= 1 or block_bytes <= 0:
-        return 0.0, 0.0
-    send_s = _block_send_s(block_bytes, tier)
-    return (cp - 1) * send_s, RING_BACKWARD_BLOCKS * (cp - 1) * send_s
+    send_s = transfer_time_s(block_bytes, 1, tier.bandwidth_bytes_per_s, tier.latency_s)
+    steps = cp - 1
+    phases = ((send_s, forward_s), (RING_BACKWARD_BLOCKS * send_s, backward_s))
+    forward, backward = (exposed_with_contention_s(steps * sent, steps * max(0.0, sent - t / cp),
+                                                   slowdown) for sent, t in phases)
+    return forward, backward
 
 
 def ring_bytes_per_pass(block_bytes: float, cp: int) -> tuple[float, float]:

@@ -18,8 +18,7 @@ from dataclasses import replace
 from dnnscale.model.collectives import collective_transfer, span_members
 from dnnscale.model.compute import cpu_phase_times_s
 from dnnscale.model.context_parallel import (attention_kernel_shape, is_ring_attention,
-                                             ring_block_bytes, ring_exposed_s, ring_sends_s,
-                                             ulysses_events)
+                                             ring_block_bytes, ring_exposed_s, ulysses_events)
 from dnnscale.model.expert_parallel import (EXPERT_WORK_KINDS, expert_exchange_events,
                                             expert_gemm_calls, expert_work_factor)
 from dnnscale.model.gpu_compute import fp8_cast_launches, gpu_phase_times_s
@@ -308,12 +307,9 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         # cp kernels per phase (one per K/V block) and the sends between them
         launches[0] += 2 * (split.cp - 1)
         launches[1] += 2 * (split.cp - 1)
-        block_bytes = ring_block_bytes(layer, split, partitions, context)
-        tier = placed[MeshDim.CP].tier
-        forward_s, backward_s = ring_exposed_s(block_bytes, split.cp, tier, fwd, ing + wg)
-        sent = ring_sends_s(block_bytes, split.cp, tier)
-        forward_s = exposed_with_contention_s(sent[0], forward_s, device.overlap_slowdown)
-        backward_s = exposed_with_contention_s(sent[1], backward_s, device.overlap_slowdown)
+        forward_s, backward_s = ring_exposed_s(
+            ring_block_bytes(layer, split, partitions, context), split.cp,
+            placed[MeshDim.CP].tier, fwd, ing + wg, device.overlap_slowdown)
         cp_total = seconds_by[MeshDim.CP]
         cp_total[0] += forward_s + backward_s
         cp_total[1] += forward_s
