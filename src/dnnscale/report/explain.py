@@ -46,8 +46,9 @@ PART_TEXT: dict[Part, str] = {
     Part.PS_PULL: "the worker fetching its share of fresh weights from the parameter-server shards",
     Part.ALLREDUCE: "ring all-reduce of the gradients among the replicas holding the same "
                     "partition",
-    Part.DP_COMM: "data-parallel gradient traffic among the replicas (all-reduce, or ZeRO's "
-                  "reduce-scatter and all-gather), the part not hidden behind the backward pass",
+    Part.DP_COMM: "data-parallel traffic among the replicas (all-reduce, or ZeRO's "
+                  "reduce-scatter and all-gather), the part not hidden behind the forward and "
+                  "backward passes, plus the compute's slowdown beside the hidden part",
     # waits
     Part.PS_SERVE_WAIT: "the worker waiting for the busiest parameter-server shard, which serves "
                         "the replica's P workers one request at a time, beyond the worker's own "
