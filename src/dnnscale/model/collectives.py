@@ -25,7 +25,6 @@ a whole all-reduce; NCCL's is a true ring reduce-scatter.
 from __future__ import annotations
 
 import functools
-import math
 
 from collections.abc import Callable
 from typing import NamedTuple
@@ -50,8 +49,10 @@ class Transfer(NamedTuple):
 
 CollectiveCost = Callable[[float, int], Transfer]
 class CostRegistry(dict[tuple[str, str, str], CollectiveCost]):
-    """The registry: a dict that counts its changes (`version`), so that a cached price
-    (group_collective_time_s) is never read after a cost was registered or replaced."""
+    """The registry: a dict that counts its item assignments and deletions (`version`: the
+    registering decorator's, a test's monkeypatch), so that a cached price
+    (group_collective_time_s) is never read after a cost was registered or replaced. Change it
+    only that way (not by update() or pop())."""
 
     version = 0
 
@@ -467,14 +468,11 @@ def _group_collective_time_s(version: int, operation: str, library: str,
     # one protocol end to end (NCCL runs a collective on one), the quickest
     transfers = [(collective_transfer(op, library, x, members, level_algorithm), tier,
                   level_algorithm) for op, x, members, tier, level_algorithm in levels]
-    best = math.inf
-    for protocol in protocols:
-        seconds = hops * protocol_link(intra, protocol)[1]
-        for transfer, tier, level_algorithm in transfers:
-            bandwidth, latency = protocol_link(tier, protocol, level_algorithm)
-            seconds += transfer.bytes / bandwidth + transfer.messages * latency
-        best = min(best, seconds)
-    return best + call_s
+    return min(hops * protocol_link(intra, protocol)[1]
+               + sum(transfer_time_s(transfer.bytes, transfer.messages,
+                                     *protocol_link(tier, protocol, level_algorithm))
+                     for transfer, tier, level_algorithm in transfers)
+               for protocol in protocols) + call_s
 
 
 def _two_levels(operation: str, payload_bytes: float, span: GroupSpan, intra: LinkTier,

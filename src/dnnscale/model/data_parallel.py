@@ -33,7 +33,6 @@ def memory_zero_stage(zero_stage: int, pipeline_stages: int) -> int:
 
 
 FORWARD, BACKWARD, AFTER_STEP = "forward", "backward", "after_step"
-PHASES = (FORWARD, BACKWARD, AFTER_STEP)
 """Where a data-parallel collective runs: beside a micro-batch's forward pass (ZeRO-3's
 parameter all-gathers), beside its backward pass (the gradients' reduction, ZeRO-3's
 re-gathers), or after the optimizer step, with nothing left to compute beside it."""
@@ -41,7 +40,7 @@ re-gathers), or after the optimizer step, with nothing left to compute beside it
 
 class Traffic(NamedTuple):
     """One data-parallel collective of a step: `operation` on `payload_bytes`, `times` times,
-    each beside the `phase` (PHASES) of a micro-batch it can travel under when the plan
+    each beside the `phase` (FORWARD, BACKWARD, AFTER_STEP) of a micro-batch it can travel under when the plan
     overlaps (Collective.overlap). `calls`: the payload travels as that many equal collectives
     one after another (ZeRO-3's FSDP units), each paying its own latency and call cost."""
 

@@ -192,15 +192,17 @@ def _tier(bandwidth_bytes_per_s: float, latency_s: float, name: str, efficiency:
                     hardware=hardware, protocols=protocols)
 
 
-def enabled_nccl_protocols(intra_node_key: str) -> tuple[str, ...]:
-    """The protocols NCCL's rings may run on a node whose GPUs are joined by `intra_node_key`:
+def intra_node_hardware(intra_node_key: str) -> str:
+    """NCCL's class of a node's GPU-to-GPU link (model/collectives.NCCL_PROTOCOLS): 'nvlink'
+    for the NVLink interconnects (their keys say so), else 'pci'."""
+    return "nvlink" if intra_node_key.startswith("nvlink") else "pci"
+
+
+def enabled_nccl_protocols(intra_hardware: str) -> tuple[str, ...]:
+    """The protocols NCCL's rings may run on a node whose GPUs are joined by `intra_hardware`:
     LL, LL128 and Simple where the GPUs share NVLink, LL and Simple otherwise (NVIDIA/nccl
     src/graph/tuning.cc enables LL128 only where the intra-node path is NVLink)."""
-    return ("LL", "LL128", "Simple") if _is_nvlink(intra_node_key) else ("LL", "Simple")
-
-
-def _is_nvlink(key: str) -> bool:
-    return key.startswith("nvlink")
+    return ("LL", "LL128", "Simple") if intra_hardware == "nvlink" else ("LL", "Simple")
 
 
 def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
@@ -230,10 +232,10 @@ def gpu_system(preset: str, nodes: int, profile: GpuProfile | None = None,
     per_node = int(facts["devices_per_node"])
     nics = nics_per_node if nics_per_node is not None else int(facts.get("nics_per_node", per_node))
     intra_key = str(facts["intra_node"])
-    protocols = enabled_nccl_protocols(intra_key)
+    hardware = intra_node_hardware(intra_key)
+    protocols = enabled_nccl_protocols(hardware)
     intra = _tier(*_link_facts(intra_key, "cluster.intra_node"), intra_key,
-                  eff.intra_node_efficiency, hardware="nvlink" if _is_nvlink(intra_key) else "pci",
-                  protocols=protocols)
+                  eff.intra_node_efficiency, hardware=hardware, protocols=protocols)
     key = inter_node or str(facts["inter_node"])
     bandwidth, latency = _link_facts(key, "cluster.inter_node")
     if inter_node_bandwidth_bytes_per_s is not None:
