@@ -153,8 +153,10 @@ def test_an_fp8_gemm_pays_its_casts_by_hand() -> None:
     s, h, f = 1024, 1024, 4096
     layer = _layer(_gpt(seq=s, hidden=h, heads=8), "mlp_up")
     assert layer.params == h * f and layer.fwd_flops == 2 * s * h * f
-    # 7.23 us compute bound, + the 15 us start-up of a GEMM on an uncalibrated device
-    gemm_s = 2 * s * h * f / (H100_FP8 * 0.6) + 15e-6
+    # 8.19 us compute bound at 0.6 x 0.8826 = 52.96 % of the FP8 peak (the round default
+    # times MAMF's side-by-side FP8/BF16 ratio on H100), + the 15 us start-up of a GEMM on an
+    # uncalibrated device
+    gemm_s = 2 * s * h * f / (H100_FP8 * 0.6 * 0.8826) + 15e-6
     hbm = 2.90e12                                           # Azure ND H100 v5 "Mul"
     cast_forward_s = (s * h + h * f) * FP8_CAST_BYTES_PER_VALUE / hbm   # input and weights
     cast_backward_s = s * f * FP8_CAST_BYTES_PER_VALUE / hbm            # output gradient

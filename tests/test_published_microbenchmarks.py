@@ -39,6 +39,13 @@ def test_the_fractions_are_the_published_speeds_over_the_measured_devices_peaks(
     h200 = microbenchmarks.published_efficiency("H200-SXM-141GB")
     assert h200 is not None and h200.memory == pytest.approx(4000 / 4800)
     assert microbenchmarks.published_efficiency("H100-PCIe-80GB") is None
+    # ... and MAMF's side-by-side matmuls, used as a ratio only: FP8 1402.6 of 1978.9 TFLOP/s
+    # (70.88 %) over BF16 794.5 of 989.4 (80.30 %) = 0.8826 on H100; on H200 FP8 1453.4
+    # (73.44 %) over the BF16 row MAMF says H200 shares = 0.9146
+    assert h100.relative_base == "bf16"
+    assert h100.relative_gemm == pytest.approx({"fp8": 0.8826}, rel=1e-4)
+    assert h200.relative_gemm == pytest.approx({"fp8": 0.9146}, rel=1e-4)
+    assert microbenchmarks.published_efficiency("V100-SXM2-16GB").relative_gemm == {}
 
 
 def test_a_v100_gemm_runs_at_the_published_speed_of_its_precision() -> None:
@@ -77,13 +84,36 @@ def test_devices_without_figures_and_calibrated_ones_keep_their_large_gemm_rates
     assert "published figures" in v100.description and "89 % in fp32" in v100.description
 
 
+def test_fp8_on_hopper_reaches_the_published_share_of_the_bf16_fraction() -> None:
+    for preset, ratio in (("dgx-h100", 0.8826), ("hgx-h800", 0.8826), ("hgx-h200", 0.9146)):
+        machine = gpu_system(preset, 1).machine
+        large = {p: machine.efficiency[f"gemm@{p}"].at(1e13) / (1e13 / (1e13 + 15e-6 * peak * f))
+                 for p, peak, f in (("bf16", 989.4e12, 0.6), ("fp8", 1978.9e12, 0.6 * ratio))}
+        assert large == pytest.approx({"bf16": 0.6, "fp8": 0.6 * ratio}, rel=1e-3), preset
+    # an FP8 GEMM of 1e12 FLOP on H100: F / (1978.9e12 x 0.5296) + 15 us = 0.969 ms, where
+    # the round default (60 %) priced it at 0.857 ms
+    device = gpu_system("dgx-h100", 1).machine
+    layer = _layer("mlp_up")                                 # 1.074 GFLOP per sample
+    samples = 931                                            # 1.0e12 FLOP
+    fwd, _, _ = gpu_phase_times_s(layer, 1.0, samples, device, "fp8", 1.0)
+    flops = samples * layer.fwd_flops
+    casts = (samples * (layer.input_values) + layer.params) * 4 / (2900e9)
+    assert fwd == pytest.approx(flops / (1978.9e12 * 0.5296) + 15e-6 + casts, rel=0.01)
+    # an H100 without an entry (PCIe: lower clocks and power) keeps the round default
+    pcie = gpu_system("h100-pcie", 1).machine
+    assert pcie.efficiency["gemm@fp8"].at(1e13) == pytest.approx(0.6, rel=1e-2)
+    assert "fp8 GEMMs at 0.883 x the bf16 fraction" in gpu_system("dgx-h100", 1).description
+
+
 def test_a_profile_curve_for_one_precision_wins_over_the_class_curve() -> None:
     base = gpu_system("dgx-h100", 1).machine
     device = dataclasses.replace(base, efficiency={**base.efficiency,
                                                    "gemm@bf16": RateCurve.constant(0.5)})
     assert efficiency(device, "gemm", 1e9, "bf16") == pytest.approx(0.5)
-    assert efficiency(device, "gemm", 1e13, "fp8") == pytest.approx(0.6 * 1e13 / (1e13 + 1.78e10),
-                                                                    rel=1e-3)
+    # fp8 keeps its own curve: 0.6 x 0.8826 (MAMF's side-by-side ratio) = 0.5296 when large,
+    # F_1/2 = 15 us x 1978.9e12 x 0.5296 = 1.572e10 FLOP
+    assert efficiency(device, "gemm", 1e13, "fp8") == pytest.approx(
+        0.5296 * 1e13 / (1e13 + 1.572e10), rel=1e-3)
     device = dataclasses.replace(device, efficiency={**device.efficiency,
                                                      "attention@bf16": RateCurve.constant(0.3)})
     assert efficiency(device, "attention", 1e9, "bf16") == pytest.approx(0.3)
@@ -101,6 +131,21 @@ def test_a_bad_entry_names_its_field() -> None:
         microbenchmarks._entry("X", {**good, "memory": "fast"})
     with pytest.raises(ValueError, match="microbenchmarks.X.measured_on: unknown device"):
         microbenchmarks._entry("X", {**good, "measured_on": "V99"})
+    pair = {"measured_on": "H100-SXM5-80GB", "base": "bf16", "matmul": {"bf16": 500, "fp8": 800},
+            "source": "s"}
+    entry = microbenchmarks._entry("X", {**good, "matmul_relative": pair})
+    assert entry.relative_gemm == pytest.approx({"fp8": (800 / 1978.9) / (500 / 989.4)})
+    bad_pairs = (
+        ({**pair, "base": "fp16"}, "matmul_relative.matmul: must give the base precision"),
+        ({**pair, "matmul": {"bf16": 500}}, "matmul_relative.matmul: must give the base"),
+        ({**pair, "matmul": {"bf16": 500, "fp8": 2500}}, "matmul_relative.matmul.fp8: 2500 is "
+                                                         "above"),
+        ({**pair, "measured_on": "H99"}, "matmul_relative.measured_on: unknown device"),
+        ({**pair, "source": ""}, "matmul_relative.source: must say"),
+        ([1, 2], "matmul_relative: must be a mapping"))
+    for bad, message in bad_pairs:
+        with pytest.raises(ValueError, match=f"microbenchmarks.X.{message}"):
+            microbenchmarks._entry("X", {**good, "matmul_relative": bad})
 
 
 def test_a_profile_names_a_per_precision_curve_by_a_known_precision() -> None:

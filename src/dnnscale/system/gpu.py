@@ -93,12 +93,19 @@ def uncalibrated_profile(device_name: str) -> GpuProfile:
     """What an uncalibrated `device_name` achieves: DEFAULT_EFFICIENCY, with the GEMM
     efficiency of each precision and the memory efficiency a published microbenchmark measured
     on its family where there is one (system/microbenchmarks.py). Each precision's GEMM
-    efficiency (the published one, else DEFAULT_GEMM_FRACTION) is the large-size rate of a
+    efficiency (the published one; else the base precision's times a published side-by-side
+    ratio, as FP8 over BF16 on H100; else DEFAULT_GEMM_FRACTION) is the large-size rate of a
     curve that falls for small GEMMs (`published_gemm_curve`)."""
     published = published_efficiency(device_name)
     peaks = device_peaks(device_name)
     fractions = {precision: (published.gemm if published else {}).get(
         precision, DEFAULT_GEMM_FRACTION) for precision in peaks}
+    base = published.relative_base if published else None
+    relative = ({} if published is None or base not in fractions else
+                {precision: ratio for precision, ratio in published.relative_gemm.items()
+                 if precision in fractions and precision not in published.gemm})
+    fractions.update({precision: fractions[str(base)] * ratio
+                      for precision, ratio in relative.items()})
     curves = dict(DEFAULT_EFFICIENCY.efficiency)
     curves.update({curve_key("gemm", precision): published_gemm_curve(eta, peaks[precision])
                    for precision, eta in sorted(fractions.items())})
@@ -108,6 +115,8 @@ def uncalibrated_profile(device_name: str) -> GpuProfile:
               else DEFAULT_EFFICIENCY.memory_efficiency)
     figures = [f"large GEMMs at {100 * eta:.0f} % in {precision}"
                for precision, eta in sorted(published.gemm.items())]
+    figures += [f"{precision} GEMMs at {ratio:.3f} x the {base} fraction of peak (their "
+                "published speeds side by side)" for precision, ratio in sorted(relative.items())]
     if published.memory is not None:
         figures.append(f"memory-bound kernels at {100 * published.memory:.0f} % of HBM "
                        "bandwidth")

@@ -11,12 +11,22 @@ The fractions differ by precision because the units differ: V100's FP32 runs on 
 too slow or FP16 too fast. They are the rate of a large GEMM (each entry's `setting` says
 which); a smaller GEMM runs below it by a fixed start-up time (system/gpu.GEMM_START_UP_S), and
 a measured curve (`dnnscale calibrate --gpu`) replaces both.
+
+An entry may also carry a *relative* figure (`matmul_relative`): two precisions' speeds measured
+together, by one tool in one software setting, used only as a ratio. Where the absolute level of
+a benchmark is not what long training runs sustain (a short run's clocks), the ratio of two
+precisions measured side by side still says how much of its higher peak the lower precision
+reaches:
+
+    η_gemm(p) = η_gemm(base) · (speed_p / peak_p) / (speed_base / peak_base)
+
+with η_gemm(base) the published absolute fraction or the round default (system/gpu.py).
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dnnscale.system.device import device_family
@@ -37,6 +47,12 @@ class PublishedEfficiency:
     memory: float | None
     """Achieved fraction of HBM bandwidth in a large elementwise kernel (None: not published)."""
     source: str
+    relative_base: str | None = None
+    """The precision the relative figures are over (None: the entry has none)."""
+    relative_gemm: dict[str, float] = field(default_factory=dict)
+    """precision -> its large-GEMM fraction of peak over the base precision's, both measured
+    together (`matmul_relative`); only precisions without an absolute figure use it."""
+    relative_source: str = ""
 
 
 def _fraction(value: Any, reference: float, where: str) -> float:
@@ -65,7 +81,40 @@ def _entry(family: str, data: dict[str, Any]) -> PublishedEfficiency:
                                f"devices.{measured_on}.memory_bandwidth")
     memory = (None if data.get("memory") is None else
               _fraction(data["memory"], bandwidth / GB_PER_S, f"{where}.memory"))
-    return PublishedEfficiency(family, measured_on, gemm, memory, str(data["source"]))
+    base, relative, relative_source = _relative(where, data.get("matmul_relative"), devices)
+    return PublishedEfficiency(family, measured_on, gemm, memory, str(data["source"]),
+                               base, relative, relative_source)
+
+
+def _relative(where: str, data: Any, devices: dict[str, Any]
+              ) -> tuple[str | None, dict[str, float], str]:
+    """(base precision, precision -> fraction over the base's, source) of an entry's
+    `matmul_relative` block; (None, {}, "") where it has none."""
+    if data is None:
+        return None, {}, ""
+    where = f"{where}.matmul_relative"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: must be a mapping")
+    measured_on = str(data.get("measured_on"))
+    if measured_on not in devices:
+        raise ValueError(f"{where}.measured_on: unknown device {measured_on!r}")
+    peaks = device_peaks(measured_on)
+    speeds = data.get("matmul")
+    base = str(data.get("base"))
+    if not isinstance(speeds, dict) or base not in speeds or len(speeds) < 2:
+        raise ValueError(f"{where}.matmul: must give the base precision {base!r} and at "
+                         "least one other")
+    fractions = {}
+    for precision, speed in speeds.items():
+        if str(precision) not in peaks:
+            raise ValueError(f"{where}.matmul.{precision}: {measured_on} has no such unit")
+        fractions[str(precision)] = _fraction(speed, peaks[str(precision)] / TFLOPS,
+                                              f"{where}.matmul.{precision}")
+    if not data.get("source"):
+        raise ValueError(f"{where}.source: must say where the figures were published")
+    relative = {precision: fraction / fractions[base]
+                for precision, fraction in fractions.items() if precision != base}
+    return base, relative, str(data["source"])
 
 
 @functools.cache
