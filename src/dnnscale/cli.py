@@ -207,6 +207,10 @@ def predict(workload: Optional[str] = typer.Option(
                 None, "--overlap-pp/--no-overlap-pp",
                 help="GPU: pipeline sends overlap compute (interleaved schedule only; default "
                 "on there, as Megatron runs it)"),
+            zero3_fetch: Optional[str] = typer.Option(
+                None, "--zero3-fetch", help="GPU, --zero 3: blocks (FSDP: one all-gather and "
+                "reduce-scatter per transformer block, the default) | buckets (DeepSpeed's "
+                "stage 3: prefetch and reduce buckets)"),
             ep: Optional[int] = typer.Option(
                 None, "--ep", help="GPU: expert-parallel degree (MoE workloads: experts split "
                 "over ep devices; the mesh is pp × dp × ep × cp × tp)"),
@@ -270,7 +274,7 @@ def predict(workload: Optional[str] = typer.Option(
              precision=precision, grad_bytes=grad_bytes, sequence_parallel=sequence_parallel,
              overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
              expert_imbalance=expert_imbalance, etp=etp, overlap_tp=overlap_tp,
-             overlap_pp=overlap_pp))
+             overlap_pp=overlap_pp, zero3_fetch=zero3_fetch))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,

@@ -43,7 +43,9 @@ from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, c
                                     engine_data_parallel, expert_notes, mesh_product,
                                     overlaps_dp, zero_stage)
 from dnnscale.jsonout import dumps
-from dnnscale.plan.engines import (moe_interval, plan_facts, require_engine,
+from dnnscale.model.zero3_fetch import (DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET,
+                                        DEEPSPEED_REDUCE_BUCKET)
+from dnnscale.plan.engines import (engine_differences, moe_interval, plan_facts, require_engine,
                                    workload_differences)
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
@@ -73,6 +75,11 @@ def ds_config(plan: ParallelPlan, shape: TransformerShape | None = None) -> dict
         "zero_optimization": ({"stage": zero, "overlap_comm": overlaps_dp(plan)} if zero
                               else {"stage": 0}),
     }
+    if zero == 3:  # the buckets the plan priced (model/zero3_fetch.py), DeepSpeed's defaults
+        config["zero_optimization"].update({
+            "stage3_prefetch_bucket_size": DEEPSPEED_PREFETCH_BUCKET,
+            "stage3_param_persistence_threshold": DEEPSPEED_PERSISTENCE_THRESHOLD,
+            "reduce_bucket_size": DEEPSPEED_REDUCE_BUCKET})
     compute, grad = plan.precision.compute, plan.precision.grad_bytes
     if compute == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0}
@@ -182,6 +189,8 @@ def export_deepspeed(plan: ParallelPlan, shape: TransformerShape | None, workloa
         notes.append(f"the launch needs {CONNECTIONS}=1: Megatron-DeepSpeed's validate_args "
                      f"raises without it with --sequence-parallel on CUDA")
     notes += expert_notes(plan, shape, ENGINE, MOE_BALANCING)
-    notes += [d.message for d in workload_differences("deepspeed", plan_facts(plan), shape)]
+    facts = plan_facts(plan)
+    notes += [d.message for d in engine_differences("deepspeed", facts)]
+    notes += [d.message for d in workload_differences("deepspeed", facts, shape)]
     files = (ExportFile(config_name, dumps(config) + "\n"), ExportFile(ARGS_NAME, args_text(flags)))
     return EngineExport(ENGINE, files, tuple(notes), plan.workers)

@@ -75,6 +75,7 @@ from dnnscale.model.schedule import pipeline_time_s
 from dnnscale.model.stage import StageCosts
 from dnnscale.model.stragglers import slowest_device_factor, straggler_factor
 from dnnscale.model.vectors import Region, flat_layout, vector_traffic
+from dnnscale.model.zero3_fetch import bucket_calls
 from dnnscale.plan.mesh import MeshDim, expert_stride, joint_span, placement
 from dnnscale.plan.plan import OPTIMIZERS, ParallelPlan, ParameterServer
 from dnnscale.system.device import Device
@@ -307,6 +308,9 @@ class StepContext:
         slowdown = self.system.machine.overlap_slowdown
         for stage, params, experts in zip(self.stages, self.member_params,
                                           self.member_expert_params):
+            gathers, reduces = (bucket_calls(stage.tensors, stage.partitions)
+                                if zero3 and self.collective.fetch == "buckets"
+                                else (stage.units, stage.units))
             pieces: list[tuple[str, int, float]] = []
             for span, group_params in ((dense_span, params - experts), (expert_span, experts)):
                 if span.size <= 1 or group_params <= 0:
@@ -314,7 +318,7 @@ class StepContext:
                 for traffic in zero_traffic(
                         self.collective.zero_stage, group_params * self.grad_bytes_per_value,
                         group_params * self.param_bytes_per_value, micro_batches, deferred,
-                        stage.units):
+                        gathers, reduces):
                     seconds = traffic.times * traffic.calls * collective_after_compute_s(
                         self.system, traffic.operation, traffic.payload_bytes / traffic.calls,
                         span, self.topology, self.collective.algorithm)
@@ -323,7 +327,7 @@ class StepContext:
                 backward = (stage.input_grad_s + stage.weight_grad_s
                             + stage.recompute_s(self.plan.memory.recompute,
                                                 self.plan.tensor.overlap))
-                chunks = stage.units if zero3 else buckets_for(params * self.grad_bytes_per_value)
+                chunks = gathers if zero3 else buckets_for(params * self.grad_bytes_per_value)
                 exposed, hidden = overlapped_traffic_s(pieces, stage.forward_s, backward, chunks)
             else:
                 exposed, hidden = sum(seconds for _, _, seconds in pieces), 0.0

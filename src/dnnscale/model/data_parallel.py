@@ -53,7 +53,7 @@ class Traffic(NamedTuple):
 
 def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
                  micro_batches: int, pipelined: bool = False,
-                 units: int = 1) -> tuple[Traffic, ...]:
+                 units: int = 1, reduce_units: int | None = None) -> tuple[Traffic, ...]:
     """The collectives one data-parallel member runs per step.
 
     Formula: ZeRO-0 (plain data parallelism): all-reduce of the gradients once;
@@ -72,9 +72,10 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
     run inside the forward (FORWARD) and backward (BACKWARD) passes, each unit's gathered
     while the one before it computes (FSDP's forward and backward prefetch, DeepSpeed's
     stage-3 prefetch); its reduce-scatters follow each unit's backward.
-    ZeRO-3 gathers and reduces each of the stage's `units` FSDP units on its own (`calls`), so
-    every collective's latency, which grows with the group (collectives.py), is paid per unit;
-    ZeRO-1/2 move their whole shard at once.
+    ZeRO-3 gathers each of the stage's `units` on its own (`calls`) and reduce-scatters
+    `reduce_units` (default: `units`): FSDP's blocks, or DeepSpeed's prefetch and reduce
+    buckets (model/zero3_fetch.py), so every collective's latency, which grows with the group
+    (collectives.py), is paid per call; ZeRO-1/2 move their whole shard at once.
     Units: bytes, bytes, count -> Traffic.
     Source: Rajbhandari et al. SC'20 §5, §7 (ZeRO stages and their communication volume);
     DeepSpeed's stage-2 engine reduces partitioned gradients during each backward
@@ -87,16 +88,17 @@ def zero_traffic(zero_stage: int, grad_bytes: float, param_bytes: float,
     if zero_stage == 1 or (zero_stage == 2 and pipelined):
         return (Traffic("reduce_scatter", grad_bytes, 1),
                 Traffic("allgather", param_bytes, 1, AFTER_STEP))
+    reduces = units if reduce_units is None else reduce_units
     if pipelined:
         return (Traffic("allgather", param_bytes, 1, FORWARD, calls=units),
                 Traffic("allgather", param_bytes, micro_batches, BACKWARD, calls=units),
-                Traffic("reduce_scatter", grad_bytes, 1, calls=units))
+                Traffic("reduce_scatter", grad_bytes, 1, calls=reduces))
     if zero_stage == 2:
         return (Traffic("reduce_scatter", grad_bytes, micro_batches),
                 Traffic("allgather", param_bytes, 1, AFTER_STEP))
     return (Traffic("allgather", param_bytes, micro_batches, FORWARD, calls=units),
             Traffic("allgather", param_bytes, micro_batches, BACKWARD, calls=units),
-            Traffic("reduce_scatter", grad_bytes, micro_batches, calls=units))
+            Traffic("reduce_scatter", grad_bytes, micro_batches, calls=reduces))
 
 
 def overlapped_traffic_s(pieces: list[tuple[str, int, float]], forward_s: float,

@@ -26,6 +26,7 @@ from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
 from dnnscale.model.network import chunked_exposed_s, exposed_with_contention_s
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
+from dnnscale.model.zero3_fetch import TensorRun
 from dnnscale.plan.mesh import MeshDim, Placement, placement
 from dnnscale.plan.rules import layer_splits_into
 from dnnscale.system.system import System
@@ -175,6 +176,9 @@ class StageCosts:
     units: int = 1
     """The FSDP units of the stage (`unit_count`): its transformer blocks, and one more for its
     layers outside the blocks where they hold parameters."""
+    tensors: TensorRun = TensorRun()
+    """The stage's parameter tensors in forward order, for DeepSpeed's bucketed ZeRO-3
+    (model/zero3_fetch.py)."""
 
     @property
     def forward_s(self) -> float:
@@ -471,6 +475,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     b = workload.bytes_per_value * bytes_scale
     params = expert_params = 0
     units: dict[int | None, int] = {}  # an FSDP unit's parameters: each block, the rest together
+    tensors: list[int] = []  # each layer's parameters, in order (model/zero3_fetch.py)
     chosen = set(layer_indices) if layer_indices is not None else None
     memo: dict[tuple[object, ...], LayerOptions] = {}
     context_key = (partitions, minibatch, rules, fc_protocol, precision, bytes_scale,
@@ -491,6 +496,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
         block = layer.hyper.get("block")
         block_id = block if isinstance(block, int) else None
         units[block_id] = units.get(block_id, 0) + layer.params
+        tensors.append(layer.params)
         pinned = schemes.get(layer.name) if schemes is not None and layer.has_weights else None
         extended: list[tuple[_State, float, _Path | None]] = []
         for state, total, path in frontier:
@@ -523,7 +529,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     return StageCosts(partitions, minibatch, tuple(costs), params, StageTotals.of(costs),
                       boundary_values=last.activation_values, expert_params=expert_params,
                       unit_params=largest_unit_params(units.values()),
-                      units=unit_count(units.values()))
+                      units=unit_count(units.values()), tensors=TensorRun(tuple(tensors)))
 
 
 def unit_count(units: Iterable[int]) -> int:
@@ -625,6 +631,8 @@ class BlockTemplate:
     totals: StageTotals
     params: int
     expert_params: int = 0
+    tensors: tuple[int, ...] = ()
+    """Each of the block's layers' parameters, in order (model/zero3_fetch.py)."""
 
 
 @dataclass(frozen=True)
@@ -656,7 +664,8 @@ def stage_template(workload: Workload, system: System, partitions: int, minibatc
     return StageTemplate(partitions, minibatch, tuple(
         BlockTemplate(StageTotals.of([cost_of[i] for i in block]),
                       sum(layers[i].params for i in block),
-                      sum(layers[i].params for i in block if record_of(layers[i]).expert))
+                      sum(layers[i].params for i in block if record_of(layers[i]).expert),
+                      tuple(layers[i].params for i in block))
         for block in kinds), {i: cost_of[i] for i in outside})
 
 
@@ -666,6 +675,7 @@ def stages_from_template(workload: Workload, template: StageTemplate,
     layers (devices that hold the same kind of stage share one record)."""
     stages = []
     made: dict[tuple[tuple[int, ...], tuple[int, ...], int], StageCosts] = {}
+    first_block = min((min(kind) for kind in layout.kinds if kind), default=0)
     for blocks, others, last in zip(layout.blocks, layout.others, layout.last):
         boundary = workload.layers[last].activation_values
         key = (blocks, others, boundary)
@@ -681,9 +691,14 @@ def stages_from_template(workload: Workload, template: StageTemplate,
                     expert_params += kind.expert_params * count
             unit_sizes = [root] + [kind.params for kind, count in zip(template.kinds, blocks)
                                    for _ in range(count)]
+            run = TensorRun(
+                tuple(workload.layers[i].params for i in others if i < first_block),
+                tuple((kind.tensors, count) for kind, count in zip(template.kinds, blocks)
+                      if count),
+                tuple(workload.layers[i].params for i in others if i >= first_block))
             stage = made[key] = StageCosts(template.partitions, template.minibatch, (), params,
                                            totals, boundary, expert_params,
                                            largest_unit_params(unit_sizes),
-                                           unit_count(unit_sizes))
+                                           unit_count(unit_sizes), run)
         stages.append(stage)
     return tuple(stages)

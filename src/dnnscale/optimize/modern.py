@@ -46,7 +46,8 @@ from dnnscale.model.stage import (MAX_BLOCK_KINDS, LayerOptions, PipelineLayout,
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
 from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
-from dnnscale.plan.engines import EngineFacts, check_engine, priced_grad_bytes, search_violation
+from dnnscale.plan.engines import (EngineFacts, check_engine, priced_grad_bytes,
+                                   priced_zero3_fetch, search_violation)
 from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, Pipeline, Precision, TensorSplit)
@@ -111,6 +112,9 @@ class ModernSpace:
     """Whether the pipeline's sends overlap compute (for the interleaved schedule; the others
     run without). Default: on, Megatron-LM's default there, which the model never prices
     slower than off (a plan without it is the same plan, no faster)."""
+    zero3_fetch: str = "blocks"
+    """ZeRO-3's gather granularity for the plans with zero 3: the engine's where one is named
+    (plan/engines.priced_zero3_fetch), else FSDP's blocks."""
 
     def precision_of(self) -> Precision:
         """The plans' precision: the preset, with the engine's gradient width if it fixes one."""
@@ -159,7 +163,8 @@ class Group(NamedTuple):
         return ParallelPlan(
             tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel, self.overlap_tp),
             pipeline=self.pipeline_part(),
-            data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp)),
+            data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp,
+                                                   self.fetch(space))),
             batch=Batch(self.micro_batch, self.micro_batches(space, replicas)),
             memory=MemoryPolicy(self.recompute), precision=space.precision_of(),
             optimizer="adam", expert=ExpertParallel(self.ep, space.expert_imbalance, self.etp),
@@ -172,7 +177,12 @@ class Group(NamedTuple):
                            space.precision_of().grad_bytes, ep=self.ep, cp=self.cp,
                            cp_algorithm=self.cp_algorithm, etp=self.etp,
                            overlap_tp=self.overlap_tp,
-                           overlap_pp=self.pipeline_part().overlaps_p2p)
+                           overlap_pp=self.pipeline_part().overlaps_p2p,
+                           zero3_fetch=self.fetch(space))
+
+    def fetch(self, space: ModernSpace) -> str:
+        """The group's ZeRO-3 granularity: the space's under zero 3, else 'blocks'."""
+        return space.zero3_fetch if self.zero == 3 else "blocks"
 
     def can_overlap_tp(self) -> bool:
         """Whether the group's tensor-parallel exchanges can overlap the GEMMs (plan/rules.py)."""
@@ -329,7 +339,8 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
                         precision, overlap, engine, priced_grad_bytes(engine), ep, cp,
                         tuple(dict.fromkeys(algorithms)), imbalance,
-                        shape if engine is not None else None, etp, tp_overlap, pp_overlap)
+                        shape if engine is not None else None, etp, tp_overlap, pp_overlap,
+                        priced_zero3_fetch(engine))
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space

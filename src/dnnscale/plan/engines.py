@@ -115,6 +115,8 @@ class EngineFacts:
     """The tensor-parallel exchanges run in chunks under the GEMMs (TensorSplit.overlap)."""
     overlap_pp: bool = False
     """The pipeline's sends overlap compute (Pipeline.overlaps_p2p)."""
+    zero3_fetch: str = "blocks"
+    """ZeRO-3's gather granularity (Collective.fetch, plan/plan.py ZERO3_FETCH)."""
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
@@ -128,7 +130,7 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        plan.precision.grad_bytes, ep=plan.expert.degree,
                        cp=plan.context.degree, cp_algorithm=plan.context.algorithm,
                        etp=plan.expert.tensor, overlap_tp=plan.tensor.overlap,
-                       overlap_pp=plan.pipeline.overlaps_p2p)
+                       overlap_pp=plan.pipeline.overlaps_p2p, zero3_fetch=collective.fetch)
 
 
 def check_engine(engine: object, field: str = "engine") -> str:
@@ -344,12 +346,34 @@ def workload_differences(engine: str, facts: EngineFacts,
                       f"{factor:g})× the mean and the rest below it"),)
 
 
+ENGINE_ZERO3_FETCH = {"megatron": "blocks", "deepspeed": "buckets", "torchtitan": "blocks"}
+"""How each engine's ZeRO-3 gathers (plan/plan.py ZERO3_FETCH): DeepSpeed's stage 3 in its
+prefetch and reduce buckets (deepspeed/runtime/zero/partitioned_param_coordinator.py,
+stage3.py); torchtitan's FSDP2 per transformer block (models/llama3/infra/parallelize.py
+applies fully_shard to each block); Megatron-FSDP per FSDP unit module, the transformer layer
+(megatron/core/distributed/fsdp, fsdp_unit_modules)."""
+
+
+def _zero3_fetch_difference(engine: str, facts: EngineFacts) -> Violation | None:
+    """Where `engine`'s ZeRO-3 gathers otherwise than the plan priced."""
+    runs = ENGINE_ZERO3_FETCH[engine]
+    if facts.zero != 3 or not facts.replicated or facts.zero3_fetch == runs:
+        return None
+    how = ("in buckets: all-gathers of stage3_prefetch_bucket_size parameters ahead of use, "
+           "gradients reduce-scattered in reduce_bucket_size buckets" if runs == "buckets" else
+           "one all-gather and one reduce-scatter per transformer block")
+    return Violation("zero3_fetch", f"{ENGINE_NAMES[engine]}'s ZeRO-3 gathers {how}; the plan "
+                     f"priced zero3_fetch {facts.zero3_fetch}: use zero3_fetch {runs}")
+
+
 def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]:
     """How `engine` runs a plan it can run otherwise than the plan was priced (torchtitan's
-    fixed behaviour); empty for the plans it runs as priced."""
+    fixed behaviour, each engine's ZeRO-3 granularity); empty for the plans it runs as
+    priced."""
+    fetch = _zero3_fetch_difference(engine, facts)
     if engine != "torchtitan":
-        return ()
-    out = []
+        return () if fetch is None else (fetch,)
+    out = [] if fetch is None else [fetch]
     if facts.replicated and facts.grad_bytes is not None and \
             facts.grad_bytes != TORCHTITAN_GRAD_BYTES:
         out.append(Violation("grad_bytes", f"torchtitan reduces gradients in float32 "
@@ -364,15 +388,17 @@ def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]
         out.append(Violation("overlap_pp", "torch.distributed.pipelining's interleaved schedule "
                              "posts its sends and receives asynchronously and computes "
                              "meanwhile; the plan priced them after each chunk"))
-    if facts.pp > 1 and facts.schedule == "interleaved" and not facts.overlap_pp:
-        out.append(Violation("overlap_pp", "torch.distributed.pipelining's interleaved schedule "
-                             "posts its sends and receives asynchronously and computes "
-                             "meanwhile; the plan priced them after each chunk"))
     if facts.tp > 1 and not facts.sequence_parallel:
         out.append(Violation("sequence_parallel", "torchtitan's tensor parallelism always "
                              "shards the norms over the sequence (SequenceParallel); the plan "
                              "priced it without"))
     return tuple(out)
+
+
+def priced_zero3_fetch(engine: str | None) -> str:
+    """The ZeRO-3 granularity `optimize --engine` prices: the engine's (ENGINE_ZERO3_FETCH),
+    else FSDP's blocks."""
+    return ENGINE_ZERO3_FETCH[engine] if engine is not None else "blocks"
 
 
 def priced_grad_bytes(engine: str | None) -> int | None:

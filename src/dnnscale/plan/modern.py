@@ -12,6 +12,8 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     schedule: 1f1b      # gpipe | 1f1b | interleaved
     virtual_stages: 1   # chunks per device with the interleaved schedule
     zero: 0             # ZeRO stage 0-3 (3 = FSDP)
+    zero3_fetch: blocks # ZeRO-3's gathers: blocks (FSDP, one per transformer block) | buckets
+                        # (DeepSpeed stage 3: prefetch and reduce buckets)
     recompute: full     # none | selective | full
     precision: bf16     # fp32 | tf32 | bf16 | fp16 | fp8
     sequence_parallel: false
@@ -40,14 +42,14 @@ from typing import Any
 from dnnscale.boundary import require_bool, require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, OPTIMIZERS, RECOMPUTE, SCHEDULES,
-                                Batch, Collective, ContextParallel, DataParallel,
+                                ZERO3_FETCH, Batch, Collective, ContextParallel, DataParallel,
                                 ExpertParallel, MemoryPolicy, ParallelPlan, ParameterServer,
                                 Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
                                  imbalance_within_experts, interleaved_micro_batches,
                                  megatron_aggregation, pipeline_overlap_needs_interleaving,
                                  require, schedule_virtual_stages,
-                                 tensor_overlap_needs_sequence_parallel)
+                                 tensor_overlap_needs_sequence_parallel, zero3_fetch_needs_zero3)
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
@@ -70,7 +72,7 @@ grad_bytes (predict --grad-bytes) overrides the width."""
 MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
                  "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp",
-                 "overlap_tp", "overlap_pp")
+                 "overlap_tp", "overlap_pp", "zero3_fetch")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -113,6 +115,8 @@ def _plan_rules(plan: ParallelPlan, where: str) -> ParallelPlan:
     require(interleaved_micro_batches(plan.pipeline.schedule, plan.batch.accumulation, pp), where)
     aggregation = plan.data.aggregation
     require(megatron_aggregation(isinstance(aggregation, ParameterServer)), where)
+    if isinstance(aggregation, Collective):
+        require(zero3_fetch_needs_zero3(aggregation.fetch, aggregation.zero_stage), where)
     require(imbalance_within_experts(plan.expert.imbalance, plan.expert.degree), where)
     require(expert_tensor_divides(plan.expert.tensor, plan.tensor.degree), where)
     require(tensor_overlap_needs_sequence_parallel(plan.tensor.overlap, plan.tensor.degree,
@@ -174,7 +178,9 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
         tensor=TensorSplit(tp, "megatron", _flag(values, "sequence_parallel", where),
                            _flag(values, "overlap_tp", where)),
         pipeline=Pipeline(pp, schedule, virtual, overlap_pp),
-        data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where))),
+        data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where),
+                                         _choice(values, "zero3_fetch", ZERO3_FETCH, "blocks",
+                                                 where))),
         batch=Batch(micro, micro_batches), memory=MemoryPolicy(recompute), precision=precision,
         optimizer="adam", expert=ExpertParallel(ep, imbalance, None if etp == tp else etp),
         context=ContextParallel(cp, cp_algorithm)), where)
@@ -231,6 +237,7 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
         _one_of(f"{where}.data.aggregation.algorithm", aggregation.algorithm, ALGORITHMS)
         require_int(f"{where}.zero", aggregation.zero_stage, minimum=0, maximum=3)
         require_bool(f"{where}.overlap_dp", aggregation.overlap)
+        _one_of(f"{where}.zero3_fetch", aggregation.fetch, ZERO3_FETCH)
     elif not isinstance(aggregation, ParameterServer):
         raise InputError(f"{where}.data.aggregation", f"must be a Collective, got "
                          f"{short_repr(aggregation)}")
@@ -259,10 +266,12 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
     aggregation = plan.data.aggregation
     zero = aggregation.zero_stage if isinstance(aggregation, Collective) else 0
     overlap = aggregation.overlap if isinstance(aggregation, Collective) else False
+    fetch = aggregation.fetch if isinstance(aggregation, Collective) else "blocks"
     return {"tp": plan.tensor.degree, "pp": plan.pipeline.stages, "dp": plan.data.replicas,
             "micro_batch": plan.batch.micro_batch, "global_batch": plan.samples_per_step,
             "schedule": plan.pipeline.schedule, "virtual_stages": plan.pipeline.virtual_stages,
-            "zero": zero, "recompute": plan.memory.recompute,
+            "zero": zero, **({"zero3_fetch": fetch} if zero == 3 else {}),
+            "recompute": plan.memory.recompute,
             "precision": plan.precision.compute,
             "sequence_parallel": plan.tensor.sequence_parallel, "overlap_dp": overlap,
             "grad_bytes": plan.precision.grad_bytes, "ep": plan.expert.degree,
@@ -276,8 +285,10 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
 
 def plan_label(plan: ParallelPlan) -> str:
     d = modern_plan_to_dict(plan)
-    extras = [f"zero{d['zero']}" if d["zero"] else "", d["recompute"] if d["recompute"] != "none"
-              else "", "sp" if d["sequence_parallel"] else "",
+    extras = [f"zero{d['zero']}" if d["zero"] else "",
+              "ds-buckets" if d.get("zero3_fetch") == "buckets" else "",
+              d["recompute"] if d["recompute"] != "none" else "",
+              "sp" if d["sequence_parallel"] else "",
               f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
               "overlap" if d["overlap_dp"] and d["dp"] > 1 else "",
               "tp-overlap" if d["overlap_tp"] else "",

@@ -24,6 +24,11 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 FC_PROTOCOLS = ("weights", "vectors")
 ALGORITHMS = ("ring", "tree", "hierarchical")
 CP_ALGORITHMS = ("ring", "alltoall")
+ZERO3_FETCH = ("blocks", "buckets")
+"""How ZeRO-3 gathers and reduces its sharded parameters: 'blocks', one all-gather and one
+reduce-scatter per transformer block (PyTorch FSDP/FSDP2 wrapped per block, as llm-foundry and
+torchtitan wrap it); 'buckets', DeepSpeed's stage 3: all-gathers of the parameters in prefetch
+buckets, gradients reduce-scattered in reduce buckets (model/zero3_fetch.py)."""
 """Context parallelism's attention: 'ring' (ring attention: K/V blocks passed around the cp
 group while each member computes on the block it holds; Liu et al. 2023, Megatron-Core's
 context parallelism) or 'alltoall' (DeepSpeed-Ulysses: all-to-alls swap the sequence split for
@@ -93,12 +98,15 @@ class Collective:
     binary tree all-reduce; model/collectives.py). zero_stage: 0 (plain all-reduce), 1, 2 or 3
     (ZeRO / FSDP: optimizer state, gradients, parameters sharded over the replicas). overlap:
     the gradients travel in buckets while the backward pass still computes (PyTorch DDP,
-    Megatron's --overlap-grad-reduce), else after it.
+    Megatron's --overlap-grad-reduce), else after it. fetch: ZeRO-3's granularity
+    (ZERO3_FETCH).
     """
 
     algorithm: str = "ring"
     zero_stage: int = 0
     overlap: bool = False
+    fetch: str = "blocks"
+    """ZeRO-3's gather granularity (ZERO3_FETCH): 'blocks' (FSDP) or 'buckets' (DeepSpeed)."""
 
 
 @dataclass(frozen=True)

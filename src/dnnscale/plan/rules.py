@@ -143,6 +143,15 @@ def tensor_overlap_needs_sequence_parallel(overlap: bool, tp: int,
     return None
 
 
+def zero3_fetch_needs_zero3(fetch: str, zero_stage: int) -> Violation | None:
+    """DeepSpeed's bucketed fetching (zero3_fetch 'buckets') is how its stage 3 gathers
+    sharded parameters; stages 0-2 shard none to gather."""
+    if fetch != "blocks" and zero_stage != 3:
+        return Violation("zero3_fetch", f"zero3_fetch {fetch!r} applies to ZeRO-3 only (zero "
+                         f"is {zero_stage}): stages 0-2 gather no sharded parameters")
+    return None
+
+
 def pipeline_overlap_needs_interleaving(overlap: bool | None, schedule: str,
                                        pp: int) -> Violation | None:
     """The pipeline's sends overlap compute only under the interleaved schedule (Megatron-LM
