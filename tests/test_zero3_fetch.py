@@ -16,7 +16,8 @@ from dnnscale.model import predict_plan
 from dnnscale.model.predict import plan_stage_costs
 from dnnscale.model.zero3_fetch import (DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET,
                                         DEEPSPEED_REDUCE_BUCKET, TensorRun, bucket_calls,
-                                        prefetch_calls, reduce_calls)
+                                        largest_gather, prefetch_calls, prefetch_groups,
+                                        reduce_calls)
 from dnnscale.plan import modern_plan_from_dict
 from dnnscale.plan.engines import (engine_differences, plan_facts, priced_zero3_fetch,
                                    search_violation)
@@ -49,6 +50,41 @@ def test_a_prefetch_takes_tensors_until_it_holds_a_bucket() -> None:
     assert prefetch_calls([1000, 99_999]) == 0                 # everything persists
     assert prefetch_calls([100_000]) == 1                      # the threshold is gathered
     assert prefetch_calls([30, 30, 30], threshold=1, bucket=50) == 2
+
+
+def test_the_calls_hold_what_they_gathered() -> None:
+    assert prefetch_groups([30 * M, 30 * M, 1000, 20 * M, 20 * M, 20 * M]) == [60 * M, 60 * M]
+    assert prefetch_groups([10 * M, 453 * M, 10 * M]) == [463 * M, 10 * M]
+    assert prefetch_groups([1000]) == []
+    assert largest_gather(TensorRun((10 * M, 453 * M, 10 * M)), 1) == 463 * M
+    assert largest_gather(TensorRun((1000,)), 1) == 0
+
+
+def test_deepspeed_memory_holds_its_largest_call_and_its_reduce_bucket() -> None:
+    """A ZeRO-3 member holds its shards plus, gathered whole, the call it computes with and the
+    one prefetched after it, and its whole gradients before their reduce-scatter. FSDP's call
+    is a block (GPT-3 175B: 1.812 G parameters); DeepSpeed's is its largest all-gather (the
+    embedding's 642.7 M, tokens and positions), and its gradients go through a reduce bucket allocated whole, 5e8
+    values in the reduction's precision (fp32 here: 2 GB), whatever the model: GPT 1.3B needs
+    more under DeepSpeed than under FSDP (its block is 50 M)."""
+    def memory(workload: str, gpus: int, fetch: str) -> dict[str, float]:
+        plan = modern_plan_from_dict({"dp": gpus, "zero": 3, "micro_batch": 1,
+                                      "global_batch": gpus, "recompute": "full",
+                                      "zero3_fetch": fetch})
+        prediction = predict_plan(load_workload(workload),
+                                  load_system(f"dgx-a100-80g:{gpus // 8}"), plan)
+        return {part.name: part.bytes for part in prediction.memory}
+
+    psi = sum(layer.params for layer in load_workload("gpt3-175b").layers)
+    big = memory("gpt3-175b", 1536, "buckets")
+    assert big["weights"] == pytest.approx(2 * psi / 1536 + 2 * 642_723_840 * 2)
+    assert big["gradients"] == pytest.approx(4 * psi / 1536 + 500_000_000 * 4)
+    fsdp = memory("gpt3-175b", 1536, "blocks")
+    assert fsdp["weights"] > big["weights"] + 4e9 and fsdp["gradients"] > big["gradients"]
+    psi = sum(layer.params for layer in load_workload("gpt3-1.3b").layers)
+    small = memory("gpt3-1.3b", 16, "buckets")
+    assert small["gradients"] == pytest.approx(4 * psi / 16 + 500_000_000 * 4)
+    assert small["gradients"] > memory("gpt3-1.3b", 16, "blocks")["gradients"] + 1e9
 
 
 def test_a_reduce_bucket_is_sent_before_it_would_overflow() -> None:

@@ -168,22 +168,27 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     return whole + split + core
 
 
-def gathered_unit_bytes(unit_params: float, param_bytes: float,
-                        grad_bytes: float) -> tuple[float, float]:
+def gathered_unit_bytes(unit_params: float, param_bytes: float, grad_bytes: float,
+                        gradient_values: float | None = None) -> tuple[float, float]:
     """(weights, gradients) a ZeRO-3 / FSDP member holds whole beyond its shards, at its peak
     in the backward pass, for units of at most `unit_params` parameters (its share of them).
 
     Formula: weights 2·U·b_p: the unit it computes and the next one, gathered ahead;
-    gradients U·b_g: the unit's whole gradients before their reduce-scatter.
-    Units: parameters, bytes per value -> bytes.
+    gradients G·b_g, G = `gradient_values`, by default U: the unit's whole gradients before
+    their reduce-scatter.
+    Units: parameters, bytes per value, values -> bytes.
     Source: torch.distributed.fsdp.FullyShardedDataParallel, limit_all_gathers (default True):
     GPU memory from only two consecutive FSDP instances, the one computing and the next whose
     all-gather is prefetched; the backward's unsharded gradient is reduce-scattered after the
     unit's backward (PyTorch FSDP docs; FSDP2's fully_shard prefetches one unit ahead
-    likewise). DeepSpeed's ZeRO-3 bounds the whole parameters it keeps by
-    stage3_max_live_parameters (1e9 by default) instead: not priced apart.
+    likewise). DeepSpeed's stage 3 (zero3_fetch 'buckets', the caller passes its largest
+    all-gather as U: model/zero3_fetch.largest_gather) copies each gradient into a reduce
+    bucket allocated whole, reduce_bucket_size values (stage3.py: contiguous_gradients, on by
+    default), so G is that size whatever the model; its stage3_max_live_parameters (1e9) bound
+    on whole parameters is not reached by the current call and the prefetched one.
     """
-    return 2 * unit_params * param_bytes, unit_params * grad_bytes
+    gradients = unit_params if gradient_values is None else gradient_values
+    return 2 * unit_params * param_bytes, gradients * grad_bytes
 
 
 def sharded_state_parts(params: float, param_bytes: float, grad_bytes: float,

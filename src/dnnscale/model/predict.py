@@ -17,6 +17,7 @@ from dnnscale.model.prediction import MemoryPart, Prediction
 from dnnscale.model.schedule import in_flight_micro_batches, stage_layers
 from dnnscale.model.stage import (StageCosts, pipeline_layout, stage_costs, stage_template,
                                   stages_from_template)
+from dnnscale.model.zero3_fetch import DEEPSPEED_REDUCE_BUCKET, largest_gather
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import OPTIMIZERS, Collective, ParallelPlan, ParameterServer
 from dnnscale.system.system import System
@@ -169,6 +170,7 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
     that needs only the fullest."""
     aggregation = plan.data.aggregation
     zero = aggregation.zero_stage if isinstance(aggregation, Collective) else 0
+    buckets = isinstance(aggregation, Collective) and aggregation.fetch == "buckets"
     b = workload.bytes_per_value
     act_bytes = plan.precision.activation_bytes or b
     shape = workload.transformer
@@ -179,13 +181,14 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
         if shape.is_moe:
             moe_block = block_activation_bytes(shape, plan, experts=True)
     out: list[tuple[MemoryPart, ...]] = []
-    seen: set[tuple[float, ...]] = set()
+    seen: set[tuple[object, ...]] = set()
     zero_stage = memory_zero_stage(zero, plan.pipeline.stages)
     reserve = MemoryPart("reserve", plan_reserve_bytes(plan))
     for index, (stage, params, experts) in enumerate(zip(context.stages, context.member_params,
                                                          context.member_expert_params)):
         signature = (params, stage.unit_params, stage.totals.blocks, stage.totals.expert_blocks,
-                     stage.totals.outside_activation_values)
+                     stage.totals.outside_activation_values,
+                     stage.tensors if buckets else None)
         if distinct and signature in seen:
             continue
         seen.add(signature)
@@ -196,7 +199,11 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
             for group_params, replicas in ((params - experts, plan.dense_replicas),
                                            (experts, plan.expert_replicas)))
         gathered = (0.0, 0.0)  # ZeRO-3's units held whole: the member's share of the largest
-        if zero_stage >= 3:
+        if zero_stage >= 3 and buckets:  # DeepSpeed: its largest call, its reduce bucket
+            gathered = gathered_unit_bytes(largest_gather(stage.tensors, stage.partitions),
+                                           context.param_bytes_per_value,
+                                           context.grad_bytes_per_value, DEEPSPEED_REDUCE_BUCKET)
+        elif zero_stage >= 3:
             share = params / max(1, stage.stored_params(stage.params or workload.params))
             gathered = gathered_unit_bytes(stage.unit_params * share,
                                            context.param_bytes_per_value,

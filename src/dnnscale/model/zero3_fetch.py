@@ -64,25 +64,32 @@ class TensorRun(NamedTuple):
         return [-(-params // partitions) for params in whole if params > 0]
 
 
-def prefetch_calls(tensors: list[int], threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
-                   bucket: int = DEEPSPEED_PREFETCH_BUCKET) -> int:
-    """All-gathers DeepSpeed's stage 3 runs over `tensors` (in order) in one pass.
+def prefetch_groups(tensors: list[int], threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
+                    bucket: int = DEEPSPEED_PREFETCH_BUCKET) -> list[int]:
+    """The elements of each all-gather DeepSpeed's stage 3 runs over `tensors` (in order) in
+    one pass.
 
     Formula: the tensors of at least `threshold` elements, taken in order into calls; a call
     takes tensors until it holds at least `bucket` elements, the next starts a new one.
-    Units: elements -> calls (0 where every tensor persists).
+    Units: elements -> elements per call ([] where every tensor persists).
     Source: DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET.
     """
-    calls = held = 0
+    groups: list[int] = []
+    held = 0
     for size in tensors:
         if size < threshold:
             continue
-        if held == 0:
-            calls += 1
         held += size
         if held >= bucket:
+            groups.append(held)
             held = 0
-    return calls
+    return groups + ([held] if held else [])
+
+
+def prefetch_calls(tensors: list[int], threshold: int = DEEPSPEED_PERSISTENCE_THRESHOLD,
+                   bucket: int = DEEPSPEED_PREFETCH_BUCKET) -> int:
+    """All-gathers DeepSpeed's stage 3 runs over `tensors` in one pass: len(prefetch_groups)."""
+    return len(prefetch_groups(tensors, threshold, bucket))
 
 
 def reduce_calls(tensors: list[int], bucket: int = DEEPSPEED_REDUCE_BUCKET) -> int:
@@ -110,3 +117,11 @@ def bucket_calls(run: TensorRun, partitions: int) -> tuple[int, int]:
     Units: -> (calls, calls). Source: prefetch_calls, reduce_calls."""
     tensors = run.tensors(partitions)
     return max(1, prefetch_calls(tensors)), max(1, reduce_calls(tensors))
+
+
+@functools.lru_cache(maxsize=4096)
+def largest_gather(run: TensorRun, partitions: int) -> int:
+    """The elements of a stage's largest all-gather under DeepSpeed's stage 3: what a member
+    holds whole at once beyond its shards, per call (model/memory.gathered_unit_bytes holds it
+    and the call prefetched after it). Units: elements. Source: prefetch_groups."""
+    return max(prefetch_groups(run.tensors(partitions)), default=0)
