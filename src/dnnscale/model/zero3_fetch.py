@@ -111,17 +111,22 @@ def reduce_calls(tensors: list[int], bucket: int = DEEPSPEED_REDUCE_BUCKET) -> i
 
 
 @functools.lru_cache(maxsize=4096)
+def _bucketed(run: TensorRun, partitions: int) -> tuple[tuple[int, ...], int]:
+    """(each all-gather's elements, reduce-scatters) of `run` split over `partitions`."""
+    tensors = run.tensors(partitions)
+    return tuple(prefetch_groups(tensors)), reduce_calls(tensors)
+
+
 def bucket_calls(run: TensorRun, partitions: int) -> tuple[int, int]:
     """(all-gathers per pass, reduce-scatters per backward) of a stage whose tensors are `run`
     split over `partitions` (tp) under DeepSpeed's stage 3, each at least 1.
-    Units: -> (calls, calls). Source: prefetch_calls, reduce_calls."""
-    tensors = run.tensors(partitions)
-    return max(1, prefetch_calls(tensors)), max(1, reduce_calls(tensors))
+    Units: -> (calls, calls). Source: prefetch_groups, reduce_calls."""
+    groups, reduces = _bucketed(run, partitions)
+    return max(1, len(groups)), max(1, reduces)
 
 
-@functools.lru_cache(maxsize=4096)
 def largest_gather(run: TensorRun, partitions: int) -> int:
     """The elements of a stage's largest all-gather under DeepSpeed's stage 3: what a member
     holds whole at once beyond its shards, per call (model/memory.gathered_unit_bytes holds it
     and the call prefetched after it). Units: elements. Source: prefetch_groups."""
-    return max(prefetch_groups(run.tensors(partitions)), default=0)
+    return max(_bucketed(run, partitions)[0], default=0)

@@ -24,15 +24,15 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 FC_PROTOCOLS = ("weights", "vectors")
 ALGORITHMS = ("ring", "tree", "hierarchical")
 CP_ALGORITHMS = ("ring", "alltoall")
+"""Context parallelism's attention: 'ring' (ring attention: K/V blocks passed around the cp
+group while each member computes on the block it holds; Liu et al. 2023, Megatron-Core's
+context parallelism) or 'alltoall' (DeepSpeed-Ulysses: all-to-alls swap the sequence split for
+a head split around the attention core; Jacobs et al. 2023)."""
 ZERO3_FETCH = ("blocks", "buckets")
 """How ZeRO-3 gathers and reduces its sharded parameters: 'blocks', one all-gather and one
 reduce-scatter per transformer block (PyTorch FSDP/FSDP2 wrapped per block, as llm-foundry and
 torchtitan wrap it); 'buckets', DeepSpeed's stage 3: all-gathers of the parameters in prefetch
 buckets, gradients reduce-scattered in reduce buckets (model/zero3_fetch.py)."""
-"""Context parallelism's attention: 'ring' (ring attention: K/V blocks passed around the cp
-group while each member computes on the block it holds; Liu et al. 2023, Megatron-Core's
-context parallelism) or 'alltoall' (DeepSpeed-Ulysses: all-to-alls swap the sequence split for
-a head split around the attention core; Jacobs et al. 2023)."""
 
 
 @dataclass(frozen=True)

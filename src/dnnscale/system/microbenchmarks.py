@@ -52,7 +52,6 @@ class PublishedEfficiency:
     relative_gemm: dict[str, float] = field(default_factory=dict)
     """precision -> its large-GEMM fraction of peak over the base precision's, both measured
     together (`matmul_relative`); only precisions without an absolute figure use it."""
-    relative_source: str = ""
 
 
 def _fraction(value: Any, reference: float, where: str) -> float:
@@ -64,57 +63,61 @@ def _fraction(value: Any, reference: float, where: str) -> float:
     return fraction
 
 
-def _entry(family: str, data: dict[str, Any]) -> PublishedEfficiency:
-    where = f"microbenchmarks.{family}"
-    devices = preset_table("devices")
+def _measured_on(where: str, data: dict[str, Any], devices: dict[str, Any]) -> str:
+    """The block's `measured_on`, a presets/devices.yaml key."""
     measured_on = str(data.get("measured_on"))
     if measured_on not in devices:
         raise ValueError(f"{where}.measured_on: unknown device {measured_on!r}")
-    facts, peaks = devices[measured_on], device_peaks(measured_on)
-    gemm = {}
-    for precision, speed in (data.get("matmul") or {}).items():
-        if str(precision) not in peaks:
-            raise ValueError(f"{where}.matmul.{precision}: {measured_on} has no such unit")
-        gemm[str(precision)] = _fraction(speed, peaks[str(precision)] / TFLOPS,
-                                         f"{where}.matmul.{precision}")
-    bandwidth = parse_quantity(facts["memory_bandwidth"], "bandwidth",
-                               f"devices.{measured_on}.memory_bandwidth")
-    memory = (None if data.get("memory") is None else
-              _fraction(data["memory"], bandwidth / GB_PER_S, f"{where}.memory"))
-    base, relative, relative_source = _relative(where, data.get("matmul_relative"), devices)
-    return PublishedEfficiency(family, measured_on, gemm, memory, str(data["source"]),
-                               base, relative, relative_source)
+    return measured_on
 
 
-def _relative(where: str, data: Any, devices: dict[str, Any]
-              ) -> tuple[str | None, dict[str, float], str]:
-    """(base precision, precision -> fraction over the base's, source) of an entry's
-    `matmul_relative` block; (None, {}, "") where it has none."""
-    if data is None:
-        return None, {}, ""
-    where = f"{where}.matmul_relative"
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}: must be a mapping")
-    measured_on = str(data.get("measured_on"))
-    if measured_on not in devices:
-        raise ValueError(f"{where}.measured_on: unknown device {measured_on!r}")
+def _matmul_fractions(where: str, speeds: dict[Any, Any], measured_on: str) -> dict[str, float]:
+    """precision -> matmul speed (TFLOP/s) over `measured_on`'s dense peak in that precision."""
     peaks = device_peaks(measured_on)
-    speeds = data.get("matmul")
-    base = str(data.get("base"))
-    if not isinstance(speeds, dict) or base not in speeds or len(speeds) < 2:
-        raise ValueError(f"{where}.matmul: must give the base precision {base!r} and at "
-                         "least one other")
     fractions = {}
     for precision, speed in speeds.items():
         if str(precision) not in peaks:
             raise ValueError(f"{where}.matmul.{precision}: {measured_on} has no such unit")
         fractions[str(precision)] = _fraction(speed, peaks[str(precision)] / TFLOPS,
                                               f"{where}.matmul.{precision}")
+    return fractions
+
+
+def _entry(family: str, data: dict[str, Any]) -> PublishedEfficiency:
+    where = f"microbenchmarks.{family}"
+    devices = preset_table("devices")
+    measured_on = _measured_on(where, data, devices)
+    facts = devices[measured_on]
+    gemm = _matmul_fractions(where, data.get("matmul") or {}, measured_on)
+    bandwidth = parse_quantity(facts["memory_bandwidth"], "bandwidth",
+                               f"devices.{measured_on}.memory_bandwidth")
+    memory = (None if data.get("memory") is None else
+              _fraction(data["memory"], bandwidth / GB_PER_S, f"{where}.memory"))
+    base, relative = _relative(where, data.get("matmul_relative"), devices)
+    return PublishedEfficiency(family, measured_on, gemm, memory, str(data["source"]),
+                               base, relative)
+
+
+def _relative(where: str, data: Any, devices: dict[str, Any]
+              ) -> tuple[str | None, dict[str, float]]:
+    """(base precision, precision -> fraction over the base's) of an entry's
+    `matmul_relative` block; (None, {}) where it has none."""
+    if data is None:
+        return None, {}
+    where = f"{where}.matmul_relative"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: must be a mapping")
+    measured_on = _measured_on(where, data, devices)
+    speeds = data.get("matmul")
+    base = str(data.get("base"))
+    if not isinstance(speeds, dict) or base not in speeds or len(speeds) < 2:
+        raise ValueError(f"{where}.matmul: must give the base precision {base!r} and at "
+                         "least one other")
+    fractions = _matmul_fractions(where, speeds, measured_on)
     if not data.get("source"):
         raise ValueError(f"{where}.source: must say where the figures were published")
-    relative = {precision: fraction / fractions[base]
-                for precision, fraction in fractions.items() if precision != base}
-    return base, relative, str(data["source"])
+    return base, {precision: fraction / fractions[base]
+                  for precision, fraction in fractions.items() if precision != base}
 
 
 @functools.cache
