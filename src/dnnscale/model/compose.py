@@ -88,6 +88,49 @@ CONVOY_BOUND_SPAN = 32
 """Shard counts a ps-sync bound prices the held-pull convoy at (StepContext.pull_convoy_s)."""
 
 
+class MemberState(NamedTuple):
+    """What one member of each pipeline stage holds under a collective plan: what its memory
+    (model/predict.accelerator_stage_memory) and its optimizer step read. `member_state`
+    computes it; a StepContext carries it, and the search's memory check builds it alone."""
+
+    stages: tuple[StageCosts, ...]
+    member_params: tuple[float, ...]
+    """Per stage, the parameters a member holds: its dense share W/tp and its experts'
+    (W_experts / (etp · ep))."""
+    member_expert_params: tuple[float, ...]
+    """Per stage, the routed experts' part of member_params."""
+    param_bytes_per_value: float
+    grad_bytes_per_value: float
+    state_bytes_per_param: float
+
+
+def member_state(workload: Workload, plan: ParallelPlan,
+                 stages: tuple[StageCosts, ...]) -> MemberState:
+    """`MemberState` of `plan` over `stages`.
+
+    Formula: per stage, (W_stored − W_experts) / tp + W_experts / (etp · ep), W_stored the
+    stage's parameters with its tensor-replicated ones counted per member
+    (StageCosts.stored_params); bytes per value from the plan's precision, else the
+    workload's. Units: parameters, bytes.
+    Source: Megatron-LM's layout (tp splits a dense layer's weights, etp · ep a routed expert
+    layer's: Megatron Core's expert parallelism), the same shares StepContext has always
+    priced its all-reduce and optimizer step on; optimizer_state_bytes_per_param for the state.
+    """
+    b = workload.bytes_per_value
+    precision = plan.precision
+    tensor, experts_over = plan.tensor.degree, plan.expert_tensor * plan.expert.degree
+    per_stage: dict[int, tuple[float, float]] = {}
+    for stage in stages:  # a pipeline's middle stages are often one shared record
+        if id(stage) not in per_stage:
+            stored = stage.stored_params(stage.params or workload.params)
+            experts = stage.expert_params / experts_over
+            per_stage[id(stage)] = ((stored - stage.expert_params) / tensor + experts, experts)
+    return MemberState(stages, tuple(per_stage[id(stage)][0] for stage in stages),
+                       tuple(per_stage[id(stage)][1] for stage in stages),
+                       precision.param_bytes or b, precision.grad_bytes or b,
+                       optimizer_state_bytes_per_param(plan, b))
+
+
 @dataclass
 class StepContext:
     """A plan priced up to its replica and shard counts (and, for the search over data
@@ -142,26 +185,22 @@ class StepContext:
 
     def _prepare_collective(self) -> None:
         """Per stage: one micro-batch's time, the data-parallel payloads, the update."""
-        plan, system, workload = self.plan, self.system, self.workload
+        plan, system = self.plan, self.system
         self.topology = system.topology
         self.placement = placement(plan.mesh, self.topology)
-        b = workload.bytes_per_value
-        precision = plan.precision
-        self.grad_bytes_per_value = precision.grad_bytes or b
-        self.param_bytes_per_value = precision.param_bytes or b
-        self.state_bytes_per_param = optimizer_state_bytes_per_param(plan, b)
+        self.members = members = member_state(self.workload, plan, self.stages)
+        self.grad_bytes_per_value = members.grad_bytes_per_value
+        self.param_bytes_per_value = members.param_bytes_per_value
+        self.state_bytes_per_param = members.state_bytes_per_param
         self.p2p_s = self._p2p_seconds()
         recompute, overlap_tp = plan.memory.recompute, plan.tensor.overlap
         self.pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
-        per_stage: dict[int, tuple[float, float, int, float, float]] = {}
+        per_stage: dict[int, tuple[float, float, int]] = {}
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
             if id(stage) not in per_stage:
-                stored = stage.stored_params(stage.params or workload.params)
-                experts = stage.expert_params / (plan.expert_tensor * self.ep)
-                per_stage[id(stage)] = (
-                    stage.work_s(recompute, overlap_tp), stage.exposed_comm_s(overlap_tp),
-                    stage.launches(recompute),
-                    (stored - stage.expert_params) / self.P + experts, experts)
+                per_stage[id(stage)] = (stage.work_s(recompute, overlap_tp),
+                                        stage.exposed_comm_s(overlap_tp),
+                                        stage.launches(recompute))
         self.work_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
         """Each stage's compute and recompute per micro-batch on a median device."""
         self.comm_s = tuple(per_stage[id(stage)][1] for stage in self.stages)
@@ -173,10 +212,8 @@ class StepContext:
         self.stage_seconds = self._stage_seconds(self.host_s)
         self.busy_s = pipeline_time_s(self.stage_seconds, self.micro_batches,
                                       plan.pipeline.virtual_stages)
-        self.member_params = tuple(per_stage[id(stage)][3] for stage in self.stages)
-        """Parameters a member of each stage holds: its dense share W/tp and its experts'
-        (W_experts / (etp · ep))."""
-        self.member_expert_params = tuple(per_stage[id(stage)][4] for stage in self.stages)
+        self.member_params = members.member_params
+        self.member_expert_params = members.member_expert_params
         self.params_on_worker = self.member_params[0]
         self.ring_bytes = self.params_on_worker * self.grad_bytes_per_value
         self.update_s = self.update_time_s(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dnnscale.model.compose import StepContext, compose, epoch_time_s
+from dnnscale.model.compose import MemberState, StepContext, compose, epoch_time_s
 from dnnscale.model.data_parallel import memory_zero_stage
 from dnnscale.model.error_band import band_of
 from dnnscale.model.expert_parallel import expert_load_factor
@@ -69,7 +69,7 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
     step = compose(context, plan.data.replicas, plan.ps_shards)
     stage_memory: tuple[tuple[MemoryPart, ...], ...] = ()
     if step.record is not None and step.record.by_stage:
-        stage_memory = accelerator_stage_memory(workload, plan, context)
+        stage_memory = accelerator_stage_memory(workload, plan, context.members)
         memory, capacity = fullest_stage(stage_memory), {"worker": system.machine.memory_bytes}
     else:
         memory, capacity = memory_parts(workload, system, plan, stages[0])
@@ -148,10 +148,11 @@ def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
 
 
 def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,
-                             context: StepContext) -> tuple[tuple[MemoryPart, ...], dict[str, float]]:
+                             members: MemberState
+                             ) -> tuple[tuple[MemoryPart, ...], dict[str, float]]:
     """Memory parts of the device that needs the most (the fullest pipeline stage, the first of
     equals), and the device's capacity; `accelerator_stage_memory` gives every stage's."""
-    return (fullest_stage(accelerator_stage_memory(workload, plan, context, distinct=True)),
+    return (fullest_stage(accelerator_stage_memory(workload, plan, members, distinct=True)),
             {"worker": system.machine.memory_bytes})
 
 
@@ -160,7 +161,7 @@ def fullest_stage(stage_memory: tuple[tuple[MemoryPart, ...], ...]) -> tuple[Mem
     return max(stage_memory, key=lambda parts: sum(part.bytes for part in parts), default=())
 
 
-def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: StepContext,
+def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: MemberState,
                              distinct: bool = False) -> tuple[tuple[MemoryPart, ...], ...]:
     """Per pipeline stage, the memory parts of one of its devices: weights, gradients and
     optimizer state under ZeRO, the activations it keeps in flight (transformer blocks by
@@ -184,8 +185,8 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
     seen: set[tuple[object, ...]] = set()
     zero_stage = memory_zero_stage(zero, plan.pipeline.stages)
     reserve = MemoryPart("reserve", plan_reserve_bytes(plan))
-    for index, (stage, params, experts) in enumerate(zip(context.stages, context.member_params,
-                                                         context.member_expert_params)):
+    for index, (stage, params, experts) in enumerate(zip(members.stages, members.member_params,
+                                                         members.member_expert_params)):
         signature = (params, stage.unit_params, stage.totals.blocks, stage.totals.expert_blocks,
                      stage.totals.outside_activation_values,
                      stage.tensors if buckets else None)
@@ -194,20 +195,20 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, context: St
         seen.add(signature)
         # dense parameters shard over their dp × ep × cp group, the experts' over dp × cp × tp/etp
         dense, expert = (sharded_state_parts(
-            group_params, context.param_bytes_per_value, context.grad_bytes_per_value,
-            context.state_bytes_per_param, zero_stage, replicas)
+            group_params, members.param_bytes_per_value, members.grad_bytes_per_value,
+            members.state_bytes_per_param, zero_stage, replicas)
             for group_params, replicas in ((params - experts, plan.dense_replicas),
                                            (experts, plan.expert_replicas)))
         gathered = (0.0, 0.0)  # ZeRO-3's units held whole: the member's share of the largest
         if zero_stage >= 3 and buckets:  # DeepSpeed: its largest call, its reduce bucket
             gathered = gathered_unit_bytes(largest_gather(stage.tensors, stage.partitions),
-                                           context.param_bytes_per_value,
-                                           context.grad_bytes_per_value, DEEPSPEED_REDUCE_BUCKET)
+                                           members.param_bytes_per_value,
+                                           members.grad_bytes_per_value, DEEPSPEED_REDUCE_BUCKET)
         elif zero_stage >= 3:
             share = params / max(1, stage.stored_params(stage.params or workload.params))
             gathered = gathered_unit_bytes(stage.unit_params * share,
-                                           context.param_bytes_per_value,
-                                           context.grad_bytes_per_value)
+                                           members.param_bytes_per_value,
+                                           members.grad_bytes_per_value)
         state = tuple(MemoryPart(a.name, a.bytes + b.bytes + extra)
                       for a, b, extra in zip(dense, expert, (*gathered, 0.0)))
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,

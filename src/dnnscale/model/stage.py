@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
+from operator import add
 from typing import NamedTuple
 
 import dnnscale.model.megatron_rules  # noqa: F401  (registers Megatron's sharding rules)
@@ -116,34 +118,37 @@ class StageTotals(NamedTuple):
 
     @classmethod
     def of(cls, layers: Sequence[LayerCost]) -> "StageTotals":
-        totals = [0.0] * len(cls._fields)
+        rows = []
         blocks, expert_blocks = set(), set()
         for layer in layers:
             in_block = layer.block is not None
             record = layer_kind(layer.kind)
             # selective recomputation recomputes the attention core (its record says so)
             attention = record.recompute is Recompute.ATTENTION_CORE
-            for index, value in enumerate((
-                    layer.forward_s, layer.input_grad_s, layer.weight_grad_s, layer.comm_s,
-                    layer.comm_bytes, layer.replicated_params,
-                    layer.forward_s + layer.comm_forward_s + layer.ep_forward_s
-                    + layer.cp_forward_s if in_block else 0.0,
-                    layer.forward_s if attention else 0.0,
-                    layer.forward_launches + layer.backward_launches,
-                    layer.forward_launches if in_block else 0,
-                    layer.forward_launches if attention else 0,
-                    layer.activation_values,
-                    0.0 if in_block else layer.activation_values,
-                    layer.ep_comm_s, layer.cp_comm_s, layer.ep_forward_s,
-                    layer.cp_forward_s, layer.comm_hidden_s,
-                    layer.comm_hidden_forward_s if in_block else 0.0)):
-                totals[index] += value
+            rows.append((
+                layer.forward_s, layer.input_grad_s, layer.weight_grad_s, layer.comm_s,
+                layer.comm_bytes, layer.replicated_params,
+                layer.forward_s + layer.comm_forward_s + layer.ep_forward_s
+                + layer.cp_forward_s if in_block else 0.0,
+                layer.forward_s if attention else 0.0,
+                layer.forward_launches + layer.backward_launches,
+                layer.forward_launches if in_block else 0,
+                layer.forward_launches if attention else 0,
+                layer.activation_values,
+                0.0 if in_block else layer.activation_values,
+                layer.ep_comm_s, layer.cp_comm_s, layer.ep_forward_s,
+                layer.cp_forward_s, layer.comm_hidden_s,
+                layer.comm_hidden_forward_s if in_block else 0.0))
             if in_block:
                 blocks.add(layer.block)
                 if record.expert:
                     expert_blocks.add(layer.block)
-        totals[-2], totals[-1] = float(len(blocks)), float(len(expert_blocks))
-        return cls(*totals)
+        # each column summed in layer order, from 0.0 (a left fold: the same sums as adding
+        # layer by layer)
+        columns = (zip(*rows) if rows else ((),) * (len(cls._fields) - 2))
+        sums = [reduce(add, column, 0.0) for column in columns]
+        sums += (float(len(blocks)), float(len(expert_blocks)))
+        return cls(*sums)
 
     def plus(self, other: "StageTotals", times: float = 1.0) -> "StageTotals":
         return StageTotals(*(a + times * b for a, b in zip(self, other)))

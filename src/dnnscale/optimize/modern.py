@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from dnnscale.boundary import require_switches
 from dnnscale.errors import InputError, require_int, short_repr
-from dnnscale.model.compose import StepContext, throughput
+from dnnscale.model.compose import StepContext, member_state, throughput
 from dnnscale.model.data_parallel import memory_zero_stage
 from dnnscale.model.mesh_split import MeshSplit
 from dnnscale.model.predict import accelerator_memory_parts, predict_plan
@@ -570,8 +570,9 @@ class Caches:
                 narrowed = [(SUBSPACE_FIELDS[name], set(getattr(space, name)))
                             for name in SUBSPACE_FIELDS if name != "zero"
                             and getattr(space, name) != getattr(parent, name)]
-                known = [rep for rep in classes
-                         if all(getattr(rep, f) in allowed for f, allowed in narrowed)]
+                known = list(classes)
+                for name, allowed in narrowed:  # one field at a time: each pass is shorter
+                    known = [rep for rep in known if getattr(rep, name) in allowed]
                 break
         else:
             known = group_classes(space, workload)
@@ -645,9 +646,9 @@ class _Search:
         key = (same, replicas)
         known = self.caches.fits.get(key)
         if known is None:
-            context = self.context(same, replicas, stages)
-            memory, capacity = accelerator_memory_parts(self.workload, self.system,
-                                                        context.plan, context)
+            plan = same.plan(self.space, replicas)
+            memory, capacity = accelerator_memory_parts(
+                self.workload, self.system, plan, member_state(self.workload, plan, stages))
             known = self.caches.fits[key] = sum(p.bytes for p in memory) <= capacity["worker"]
         return known
 
