@@ -88,7 +88,7 @@ def test_v100_rows_map_to_the_hardware_their_text_names(rows) -> None:
     assert _node(rows["PM0148"]) == ("dgx-2h", False)
     assert _node(rows["PM0174"]) == ("dgx-1-v100-16g", False)
     resnet = case_of(rows["PM0174"])
-    assert isinstance(resnet, Case) and resnet.workload == "resnet50"
+    assert isinstance(resnet, Case) and resnet.workload == "resnet50:layout=nchw"  # FP32: NCHW
     assert resnet.system == "dgx-1-v100-16g:1" and not resnet.closest_preset
 
 

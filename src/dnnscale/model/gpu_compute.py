@@ -23,6 +23,8 @@ kernel runs in bf16 (`kernel_precision`).
 
 from __future__ import annotations
 
+import math
+
 from dnnscale.errors import InputError
 from dnnscale.system.attention_kernels import kernel_figures
 from dnnscale.system.device import Device
@@ -124,6 +126,68 @@ def fp8_cast_bytes(layer: Layer, fraction: float, minibatch: int,
     return float(forward), float(backward)
 
 
+CONV_KINDS = ("conv2d", "shortcut_conv2d")
+"""The kinds cuDNN runs as convolutions (workload/kinds.py)."""
+
+TRANSPOSES_PER_CALL = 2
+"""Layout transposes one NCHW convolution call on Tensor Cores runs: its activation operand in
+(NCHW to NHWC) and its activation result back, or in backward both activation operands in
+(`conv_transpose_s`)."""
+
+
+def on_tensor_cores(device: Device, precision: str) -> bool:
+    """Whether `device` multiplies `precision` on Tensor Cores: its peak in that precision is
+    more than twice its fp32 rate (CUDA cores run fp16 at most as paired FMAs, twice fp32,
+    as P100 does; Tensor Cores run it 8x and more: presets/devices.yaml's peak_flops)."""
+    peak = device.peak_flops_per_s
+    return peak.get(precision, 0.0) > 2 * peak.get("fp32", math.inf)
+
+
+def transposes_layout(layer: Layer, precision: str, device: Device) -> bool:
+    """Whether `layer` pays cuDNN's layout transposes: a convolution kept in NCHW
+    (conv2d's `layout`) whose kernels run on Tensor Cores."""
+    return (layer.kind in CONV_KINDS and layer.hyper.get("layout") == "nchw"
+            and on_tensor_cores(device, kernel_precision(layer, precision)))
+
+
+def conv_operand_values(layer: Layer) -> tuple[int, int]:
+    """(input, output) activation values per sample of a convolution: a projection shortcut
+    reads its block's input (shortcut_conv2d's `block_input`), not the chain's value."""
+    block_input = layer.hyper.get("block_input")
+    inputs = (math.prod(block_input) if isinstance(block_input, (list, tuple))
+              else layer.input_values)
+    return inputs, layer.activation_values
+
+
+def conv_transpose_s(layer: Layer, fraction: float, minibatch: int, device: Device,
+                     bytes_scale: float) -> float:
+    """Seconds of the layout transposes of one NCHW convolution call on Tensor Cores, over
+    `fraction` of `layer` and a micro-batch of `minibatch` samples: each phase (forward, input
+    gradient, weight gradient) transposes one input-sized and one output-sized activation
+    tensor (forward X in and Y back; input gradient dY in and dX back; weight gradient X and
+    dY in), each a memory-bound kernel reading and writing it once.
+
+    Formula: t = Σ over the two tensors of kernel_time_s(0, 2·v·m·f·b), v the tensor's values
+    per sample (`conv_operand_values`), b the activation bytes per value (the conv's forward
+    bytes over its in + out values, times `bytes_scale`). The filter's own transpose (its
+    parameters, once per call) is left out: under 1 % of the activations' at ResNet-50's
+    batch sizes. Units: s.
+    Source: NVIDIA's Deep Learning Performance Guide, 'Convolutional Layers User's Guide', §
+    'Tensor Layouts In Memory: NCHW vs NHWC' (Tensor Core convolutions run in NHWC; NCHW data
+    is transposed before and after); onnxruntime PR #17200's profile of a CUDA NCHW network
+    (an NCHW-to-NHWC and an NHWC-to-NCHW kernel around every convolution, gone in NHWC).
+    """
+    inputs, outputs = conv_operand_values(layer)
+    bytes_per_value = layer.fwd_bytes / (inputs + outputs) * bytes_scale
+    curve = device.memory_efficiency
+    total = 0.0
+    for values in (inputs, outputs):
+        moved = 2.0 * values * minibatch * fraction * bytes_per_value
+        total += kernel_time_s(0.0, moved, 1.0, 1.0, device.memory_bandwidth_bytes_per_s,
+                               curve.at(moved) if curve else 1.0)
+    return total
+
+
 def flash_efficiency(device: Device, layer: Layer,
                      kernel_shape: tuple[int, bool] | None = None) -> float | None:
     """η of a `flash_attention` layer from its kernel's published speed on `device`'s family
@@ -154,7 +218,8 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     """Forward, input-gradient and weight-gradient seconds of `fraction` of `layer` over a
     micro-batch of `minibatch` samples, each phase one kernel (`kernel_time_s`), in the
     precision `kernel_precision` gives; an FP8 GEMM adds its casts (`fp8_cast_bytes`, memory
-    bound) to its forward and input-gradient phases. A flash_attention layer's η is its
+    bound) to its forward and input-gradient phases, and an NCHW convolution on Tensor Cores
+    its layout transposes to each phase that runs (`conv_transpose_s`). A flash_attention layer's η is its
     kernel's published speed (`flash_efficiency`) where the device has no measured curve.
 
     `bytes_scale`: the plan's activation width over the workload's (bf16 workload, fp32 plan: 2).
@@ -196,4 +261,7 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     backward = 1 if times[1] > 0 else 2 if times[2] > 0 else None
     if backward is not None:
         times[backward] += cast_s[1]
+    if transposes_layout(layer, precision, device):  # every call that runs transposes
+        transpose_s = conv_transpose_s(layer, fraction, minibatch, device, bytes_scale)
+        times = [t + transpose_s if t > 0 else 0.0 for t in times]
     return times[0] + cast_s[0], times[1], times[2]

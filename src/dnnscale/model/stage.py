@@ -23,7 +23,8 @@ from dnnscale.model.context_parallel import (attention_kernel_shape, is_ring_att
                                              ring_block_bytes, ring_exposed_s, ulysses_events)
 from dnnscale.model.expert_parallel import (EXPERT_WORK_KINDS, expert_exchange_events,
                                             expert_gemm_calls, expert_work_factor)
-from dnnscale.model.gpu_compute import fp8_cast_launches, gpu_phase_times_s
+from dnnscale.model.gpu_compute import (TRANSPOSES_PER_CALL, fp8_cast_launches,
+                                        gpu_phase_times_s, transposes_layout)
 from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
 from dnnscale.model.network import chunked_exposed_s, exposed_with_contention_s
 from dnnscale.model.quota import collective_after_compute_s
@@ -296,7 +297,10 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
     comm_bytes = comm_messages = 0.0
     seconds_by = {MeshDim.TP: [0.0, 0.0], MeshDim.EP: [0.0, 0.0], MeshDim.CP: [0.0, 0.0]}
     casts = fp8_cast_launches(layer, precision) if device.is_accelerator else (0, 0)
-    launches = [int(fwd > 0) + casts[0], int(ing > 0) + int(wg > 0) + casts[1]]
+    per_call = (1 + TRANSPOSES_PER_CALL if device.is_accelerator
+                and transposes_layout(layer, precision, device) else 1)  # kernels per phase
+    launches = [int(fwd > 0) * per_call + casts[0],
+                (int(ing > 0) + int(wg > 0)) * per_call + casts[1]]
     library, topology = system.collective_library, system.topology
     for event in shard.events:
         launches[event.phase != PHASE_FORWARD] += 1

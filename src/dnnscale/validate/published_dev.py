@@ -37,7 +37,9 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
   ZeRO-0, the row's per-GPU batch and global batch. The input pipeline is not modelled: the
   MXNet figures include data loading and augmentation (DALI, on the GPU), the PyTorch ones
   load with DALI too; neither is priced (no factor stands in for it), nor are the fused
-  batch-norm + ReLU (+ add) kernels and channels-last layouts of the AMP runs.
+  batch-norm + ReLU (+ add) kernels of MXNet's AMP runs. The AMP runs keep their activations
+  channels last (``resnet50``); the others run NCHW (``resnet50:layout=nchw``), whose Tensor
+  Core convolutions (TF32 on A100) pay cuDNN's layout transposes (`resnet50_layout`).
 - Systems: A100 40 GB -> dgx-a100-40g (8 x 200 Gb/s, the "1600 Gbps" of llm-foundry's
   tables); A100 80 GB -> a100-80g-roce where the row says RoCE, else dgx-a100-80g; H100 ->
   dgx-h100 (llm-foundry does not state its fabric); V100 SXM3 32 GB (DGX-2/2H) -> dgx-2h
@@ -249,10 +251,22 @@ def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
                 int(row["num_devices"]), closest, XL_FULL_SOFTMAX_NOTE)
 
 
+def resnet50_layout(precision: str) -> str:
+    """The activation layout DeepLearningExamples' ResNet-50 runs in at `precision`: channels
+    last (nhwc) for its mixed-precision runs, NCHW otherwise. Sources: the PyTorch
+    resnet50v1.5 configs.yml gives the AMP configurations memory_format nhwc and the others
+    none (PyTorch's default, NCHW; the rows' notes say so); MXNet's RN50v1.5 `runner` passes
+    --conv-layout NHWC (with --batchnorm-layout and --pooling-layout NHWC) only for float16,
+    so float32 (TF32 on A100) runs its convolutions in train.py's default NCHW."""
+    return "nhwc" if precision == "fp16" else "nchw"
+
+
 def _resnet50(row: dict[str, str], node: str, closest: bool) -> Case:
-    """One sample is one 224x224 image (Case.seq 1)."""
+    """One sample is one 224x224 image (Case.seq 1); the layout is `resnet50_layout`'s."""
     precision = _precision(row["precision"])
-    return Case(row["id"], "dle", row["model"], "resnet50", _system(row, node),
+    layout = resnet50_layout(precision)
+    workload = "resnet50" if layout == "nhwc" else f"resnet50:layout={layout}"
+    return Case(row["id"], "dle", row["model"], workload, _system(row, node),
                 _data_parallel(row, precision), 1, _samples_per_s(row, 1), precision,
                 int(row["num_devices"]), closest, RESNET_NOTE)
 

@@ -162,6 +162,18 @@ def _need_3d(input_shape: tuple[int, ...], kind: str, name: str) -> tuple[int, i
     return c, h, w
 
 
+CONV_LAYOUTS = ("nhwc", "nchw")
+"""Activation layouts a convolution may be run in (conv2d's `layout`)."""
+
+
+def _layout(value: object, field: str) -> str:
+    """A convolution's `layout`, one of CONV_LAYOUTS."""
+    if value not in CONV_LAYOUTS:
+        raise InputError(field, f"must be one of {', '.join(CONV_LAYOUTS)}, got "
+                         f"{short_repr(value)}")
+    return str(value)
+
+
 def _conv_output(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
@@ -203,12 +215,17 @@ def _conv(kind: str, name: str, input_shape: tuple[int, int, int], bytes_per_val
 @register_kind("conv2d", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="conv2d")
 def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
            out_channels: int, kernel: object, stride: object = 1, padding: object = 0,
-           groups: int = 1, bias: bool = True) -> Layer:
+           groups: int = 1, bias: bool = True, layout: str = "nhwc") -> Layer:
     """2-D convolution C_in -> C_out, kernel K_h x K_w, output H x W.
 
     FLOPs per sample (fwd = input-grad = weight-grad): 2·C_out·H·W·K_h·K_w·C_in/groups
     (torch.utils.flop_counter.conv_flop_count). Params: C_out·C_in/groups·K_h·K_w (+ C_out bias).
+    `layout`: the memory layout the framework keeps its activations in, 'nhwc' (channels last:
+    what Tensor Core convolutions take) or 'nchw' (PyTorch's and MXNet's default), whose
+    Tensor Core convolutions pay cuDNN's layout transposes (model/gpu_compute.py,
+    `conv_transpose_s`).
     """
+    _layout(layout, f"layers.{name}.layout")
     return _conv("conv2d", name, _need_3d(input_shape, "conv2d", name), bytes_per_value,
                  needs_input_grad, out_channels, kernel, stride, padding, groups, bias)
 
@@ -216,7 +233,7 @@ def conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_
 @register_kind("shortcut_conv2d", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="conv2d")
 def shortcut_conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                     needs_input_grad: bool, block_input: object, stride: object = 1,
-                    kernel: object = 1, bias: bool = False) -> Layer:
+                    kernel: object = 1, bias: bool = False, layout: str = "nhwc") -> Layer:
     """The projection shortcut of a residual block (He et al. 2016, §3.3 option B): a
     convolution of the block's input, a branch beside the chain. It reads `block_input`
     (channels, height, width), not the chain's value, and its output must have the chain's
@@ -232,6 +249,7 @@ def shortcut_conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: in
     Under Project Adam's model-parallel splits its re-gather and stripe traffic are priced on
     the chain's shape (model/sharding.py), not the block input it reads.
     """
+    _layout(layout, f"layers.{name}.layout")
     shape = check_shape(block_input, f"layers.{name}.block_input")
     if len(shape) != 3:
         raise InputError(f"layers.{name}.block_input", f"must be (channels, height, width), got "
@@ -244,7 +262,7 @@ def shortcut_conv2d(name: str, input_shape: tuple[int, ...], bytes_per_value: in
                          f"{list(conv.output_shape)}, not the main branch's {list(out)}")
     fork = 3.0 * math.prod(shape) * bytes_per_value if needs_input_grad else 0.0
     return replace(conv, input_shape=out, input_grad_bytes=conv.input_grad_bytes + fork,
-                   hyper={"block_input": list(shape), "bias": bias})
+                   hyper={"block_input": list(shape), "bias": bias, "layout": layout})
 
 
 @register_kind("linear", kernel=KernelClass.GEMM, splits=ADAM_SPLIT, cpu_rate="linear",

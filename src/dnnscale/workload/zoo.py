@@ -2,7 +2,9 @@
 
 Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, resnet50, mlp, and the transformers of
 workload/transformer_zoo.py (gpt3-*, llama2-*, llama3-*, bert-large, and the mixtures of experts
-mixtral-8x7b, mixtral-8x22b, deepseek-v3-like). `mlp` takes widths in its name:
+mixtral-8x7b, mixtral-8x22b, deepseek-v3-like). alexnet, vgg16 and resnet50 take their
+activations' layout: ``resnet50:layout=nchw`` (default nhwc, channels last; conv2d's
+`layout`). `mlp` takes widths in its name:
 ``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
 ``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200`` (``experts=8,top_k=2`` more for a
 mixture of experts).
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
+from dnnscale.workload.kinds import CONV_LAYOUTS
 from dnnscale.workload.transformer_zoo import TRANSFORMER_ZOO, gpt_from_name
 from dnnscale.workload.workload import Workload, build_workload
 
@@ -48,6 +51,22 @@ def _fc_block(name: str, out_features: int, last: bool = False) -> list[dict[str
                 {"kind": "softmax_loss", "name": "loss"}]
     return [{"kind": "linear", "name": name, "out_features": out_features},
             {"kind": "relu", "name": f"{name}_relu"}]
+
+
+CONV_ZOO = ("alexnet", "vgg16", "resnet50")
+"""Zoo networks that take a `layout` (``resnet50:layout=nchw``)."""
+
+
+def _laid_out(specs: list[dict[str, object]], layout: str) -> list[dict[str, object]]:
+    """`specs` with every convolution in `layout` (the default, nhwc, is left unwritten)."""
+    if layout == "nhwc":
+        return specs
+    return [{**spec, "layout": layout} if spec["kind"] in ("conv2d", "shortcut_conv2d")
+            else spec for spec in specs]
+
+
+def _named(base: str, layout: str) -> str:
+    return base if layout == "nhwc" else f"{base}:layout={layout}"
 
 
 @register_workload("adam-mnist")
@@ -120,7 +139,7 @@ def adam_imagenet22k(width: float = 1.0, image_size: int = 224) -> Workload:
 
 
 @register_workload("alexnet")
-def alexnet() -> Workload:
+def alexnet(layout: str = "nhwc") -> Workload:
     """AlexNet (Krizhevsky et al., 2012) in torchvision's single-tower form.
 
     3x224x224 input; conv 11x11/4 3->64 (pad 2), 5x5 64->192 (pad 2), 3x3 192->384, 384->256,
@@ -134,12 +153,13 @@ def alexnet() -> Workload:
              + _conv_block("conv5", 256, 3, padding=1, pool=("maxpool2d", 3, 2))
              + [{"kind": "flatten", "name": "flatten"}]
              + _fc_block("fc1", 4096) + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
-    return build_workload("alexnet", [3, 224, 224], specs, samples_per_epoch=1_281_167,
+    return build_workload(_named("alexnet", layout), [3, 224, 224], _laid_out(specs, layout),
+                          samples_per_epoch=1_281_167,
                           description=alexnet.__doc__ or "")
 
 
 @register_workload("vgg16")
-def vgg16() -> Workload:
+def vgg16(layout: str = "nhwc") -> Workload:
     """VGG-16, configuration D (Simonyan & Zisserman, 2015), as in torchvision without dropout.
 
     Thirteen 3x3 convolutions (pad 1) in five blocks of 64, 128, 256, 512, 512 channels, each
@@ -154,7 +174,8 @@ def vgg16() -> Workload:
                                  pool=pool)
     specs += ([{"kind": "flatten", "name": "flatten"}] + _fc_block("fc1", 4096)
               + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
-    return build_workload("vgg16", [3, 224, 224], specs, samples_per_epoch=1_281_167,
+    return build_workload(_named("vgg16", layout), [3, 224, 224], _laid_out(specs, layout),
+                          samples_per_epoch=1_281_167,
                           description=vgg16.__doc__ or "")
 
 
@@ -194,7 +215,7 @@ def _bottleneck(name: str, block_input: tuple[int, int, int], width: int,
 
 
 @register_workload("resnet50")
-def resnet50() -> Workload:
+def resnet50(layout: str = "nhwc") -> Workload:
     """ResNet-50 v1.5 (He et al. 2016, Table 1's 50-layer network, with the stride-2 of each
     downsampling bottleneck on its 3x3 convolution instead of the first 1x1: NVIDIA
     DeepLearningExamples' resnet50v1.5 README, torchvision's resnet50).
@@ -223,7 +244,7 @@ def resnet50() -> Workload:
             specs += block_specs
     specs += [{"kind": "avgpool2d", "name": "avgpool", "kernel": shape[1]},
               {"kind": "flatten", "name": "flatten"}] + _fc_block("fc", 1000, last=True)
-    return build_workload("resnet50", [3, 224, 224], specs,
+    return build_workload(_named("resnet50", layout), [3, 224, 224], _laid_out(specs, layout),
                           samples_per_epoch=IMAGENET_TRAIN_IMAGES,
                           description=resnet50.__doc__ or "")
 
@@ -262,6 +283,12 @@ def zoo_workload(name: str) -> Workload:
                          f"nor an existing YAML file")
     if not argument:
         return ZOO[base]()
+    if base in CONV_ZOO:
+        key, equals, layout = argument.partition("=")
+        if key.strip() != "layout" or not equals or layout.strip() not in CONV_LAYOUTS:
+            raise InputError("workload", f"{base} takes layout=nhwc or layout=nchw after ':', "
+                             f"got {short_repr(name)}")
+        return ZOO[base](layout=layout.strip())
     if base != "mlp":
         raise InputError("workload", f"{base} takes no arguments, got {short_repr(name)}")
     try:
