@@ -397,3 +397,24 @@ def test_describe_without_torch_does_not_import_torch() -> None:
                             text=True, timeout=50)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_imported_convolutions_keep_the_models_memory_layout() -> None:
+    """PyTorch's default memory format is NCHW: an imported CNN's convolutions are `nchw`
+    (on Tensor Cores they pay cuDNN's transposes); after ``model.to(memory_format=
+    torch.channels_last)`` they are `nhwc`."""
+    def layouts(model: torch.nn.Module) -> set[object]:
+        w = from_torch(model, (3, 32, 32), loss="cross_entropy")
+        return {layer.hyper.get("layout") for layer in w.layers if layer.kind == "conv2d"}
+
+    assert layouts(tm.adam_cifar10()) == {"nchw"}
+    assert layouts(tm.adam_cifar10().to(memory_format=torch.channels_last)) == {"nhwc"}
+    # the layout is a cost fact: the same network costs more in NCHW on an A100 in TF32
+    from dnnscale import predict
+    plan = {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 64, "global_batch": 64,
+            "precision": "tf32"}
+    first = predict(from_torch(tm.adam_cifar10(), (3, 32, 32), loss="cross_entropy"),
+                    "dgx-a100-80g:1", plan)
+    last = predict(from_torch(tm.adam_cifar10().to(memory_format=torch.channels_last),
+                              (3, 32, 32), loss="cross_entropy"), "dgx-a100-80g:1", plan)
+    assert first.step_time_s > last.step_time_s

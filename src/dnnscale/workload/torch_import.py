@@ -8,7 +8,8 @@ under `torch_counting.CountingMode`, and turns the per-module counts into layers
   by its qualified name (ops run directly in the root's forward form a layer named after the
   root's class). A module called several times (a ReLU reused in a ResNet block) is one layer
   holding all its calls;
-* modules that match a zoo kind exactly (``nn.Conv2d`` -> conv2d, ``nn.Linear`` -> linear,
+* modules that match a zoo kind exactly (``nn.Conv2d`` -> conv2d, in the model's memory
+  layout: NCHW unless its convolutions' weights are channels_last, ``nn.Linear`` -> linear,
   ``nn.ReLU`` -> relu, ``nn.MaxPool2d`` -> maxpool2d, ``nn.AvgPool2d`` -> avgpool2d,
   ``nn.Flatten`` -> flatten, a cross-entropy loss on flat logits -> softmax_loss), are called
   once and whose input is the previous layer's output are built with the zoo's analytical
@@ -396,8 +397,24 @@ def _tracker_names(model: nn.Module) -> dict[str, str]:
     return names
 
 
-def _zoo_spec(mod: nn.Module, kind_input: tuple[int, ...]) -> tuple[str, dict[str, object]] | None:
-    """(kind, hyper) when `mod` is exactly a zoo kind, else None."""
+def memory_layout(model: nn.Module) -> str:
+    """The layout `model` keeps its convolutions' activations in: 'nhwc' where a Conv2d's
+    weight is in channels_last and not plain contiguous (``model.to(memory_format=
+    torch.channels_last)``; convolutions then return channels_last outputs), else PyTorch's
+    default, 'nchw'. A 1x1 filter is both, so it alone decides nothing."""
+    for mod in model.modules():
+        weight = getattr(mod, "weight", None)
+        if (isinstance(mod, nn.Conv2d) and isinstance(weight, torch.Tensor) and weight.dim() == 4
+                and weight.is_contiguous(memory_format=torch.channels_last)
+                and not weight.is_contiguous()):
+            return "nhwc"
+    return "nchw"
+
+
+def _zoo_spec(mod: nn.Module, kind_input: tuple[int, ...],
+              layout: str = "nchw") -> tuple[str, dict[str, object]] | None:
+    """(kind, hyper) when `mod` is exactly a zoo kind, else None; a convolution in the model's
+    `layout` (`memory_layout`)."""
     kind = type(mod)
     if kind is nn.Conv2d:
         if (mod.dilation != (1, 1) or isinstance(mod.padding, str)
@@ -405,7 +422,8 @@ def _zoo_spec(mod: nn.Module, kind_input: tuple[int, ...]) -> tuple[str, dict[st
             return None
         return "conv2d", {"out_channels": mod.out_channels, "kernel": list(mod.kernel_size),
                           "stride": list(mod.stride), "padding": list(mod.padding),
-                          "groups": mod.groups, "bias": mod.bias is not None}
+                          "groups": mod.groups, "bias": mod.bias is not None,
+                          "layout": layout}
     if kind is nn.Linear:
         return "linear", {"out_features": mod.out_features, "bias": mod.bias is not None}
     if kind is nn.ReLU:
@@ -561,6 +579,7 @@ def _build_workload(model: nn.Module, traces: list[_Trace], shapes: list[tuple[i
                          "batch-dependent control flow is not supported")
     order = _layer_order(small, large)
     step = large.batch - small.batch
+    layout = memory_layout(model)
 
     def per_sample(layer: str, table: str, phase: str) -> float:
         a = getattr(small.counts[layer], table)[phase]
@@ -613,7 +632,7 @@ def _build_workload(model: nn.Module, traces: list[_Trace], shapes: list[tuple[i
                 continue
         candidates = None
         if once:
-            zoo = _zoo_spec(mod, chain_shape) if in_shape == chain_shape else None
+            zoo = _zoo_spec(mod, chain_shape, layout) if in_shape == chain_shape else None
             specs = ([(layer_name, zoo[0], zoo[1])] if zoo is not None else transformer_specs(
                 mod, layer_name, chain_shape, in_shape, small.attention.get(layer_name, []),
                 flash_attention))
