@@ -60,6 +60,7 @@ from dnnscale.model.collectives import held_pull_convoy_s
 from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
                                           optimizer_step_bytes, overlapped_traffic_s,
                                           zero_traffic)
+from dnnscale.model.gpu_compute import memory_pass_s
 from dnnscale.model.mesh_split import MeshSplit
 from dnnscale.model.network import (exposed_with_contention_s, overlapped_time_s,
                                     transfer_time_s)
@@ -310,8 +311,7 @@ class StepContext:
             shard_params = (params - experts) / dense_shard + experts / expert_shard
             moved = optimizer_step_bytes(shard_params, self.grad_bytes_per_value,
                                          self.param_bytes_per_value, self.state_bytes_per_param)
-            eta = device.memory_efficiency.at(moved) if device.memory_efficiency else 1.0
-            seconds = max(seconds, moved / (device.memory_bandwidth_bytes_per_s * eta))
+            seconds = max(seconds, memory_pass_s(device, moved))
         return seconds
 
     def data_parallel_spans(self, replicas: int) -> tuple[GroupSpan, GroupSpan]:

@@ -51,6 +51,17 @@ def kernel_time_s(flops: float, bytes_moved: float, peak_flops_per_s: float,
     return max(compute_s, memory_s)
 
 
+def memory_pass_s(device: Device, bytes_moved: float) -> float:
+    """Seconds of one memory-bound kernel that moves `bytes_moved` bytes on `device`:
+    `kernel_time_s` without FLOPs, at the device's HBM efficiency for that size (1 without a
+    curve); 0 for none. Units: bytes -> s."""
+    if bytes_moved <= 0:
+        return 0.0
+    curve = device.memory_efficiency
+    return kernel_time_s(0.0, bytes_moved, 1.0, 1.0, device.memory_bandwidth_bytes_per_s,
+                         curve.at(bytes_moved) if curve else 1.0)
+
+
 def peak_flops_per_s(device: Device, precision: str) -> float:
     """The device's dense peak for `precision`; InputError when it has no such unit."""
     peak = device.peak_flops_per_s.get(precision)
@@ -167,7 +178,7 @@ def conv_transpose_s(layer: Layer, fraction: float, minibatch: int, device: Devi
     tensor (forward X in and Y back; input gradient dY in and dX back; weight gradient X and
     dY in), each a memory-bound kernel reading and writing it once.
 
-    Formula: t = Σ over the two tensors of kernel_time_s(0, 2·v·m·f·b), v the tensor's values
+    Formula: t = Σ over the two tensors of memory_pass_s(2·v·m·f·b), v the tensor's values
     per sample (`conv_operand_values`), b the activation bytes per value (the conv's forward
     bytes over its in + out values, times `bytes_scale`). The filter's own transpose (its
     parameters, once per call) is left out: under 1 % of the activations' at ResNet-50's
@@ -179,13 +190,8 @@ def conv_transpose_s(layer: Layer, fraction: float, minibatch: int, device: Devi
     """
     inputs, outputs = conv_operand_values(layer)
     bytes_per_value = layer.fwd_bytes / (inputs + outputs) * bytes_scale
-    curve = device.memory_efficiency
-    total = 0.0
-    for values in (inputs, outputs):
-        moved = 2.0 * values * minibatch * fraction * bytes_per_value
-        total += kernel_time_s(0.0, moved, 1.0, 1.0, device.memory_bandwidth_bytes_per_s,
-                               curve.at(moved) if curve else 1.0)
-    return total
+    return sum(memory_pass_s(device, 2.0 * values * minibatch * fraction * bytes_per_value)
+               for values in (inputs, outputs))
 
 
 def flash_efficiency(device: Device, layer: Layer,
@@ -219,8 +225,9 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     micro-batch of `minibatch` samples, each phase one kernel (`kernel_time_s`), in the
     precision `kernel_precision` gives; an FP8 GEMM adds its casts (`fp8_cast_bytes`, memory
     bound) to its forward and input-gradient phases, and an NCHW convolution on Tensor Cores
-    its layout transposes to each phase that runs (`conv_transpose_s`). A flash_attention layer's η is its
-    kernel's published speed (`flash_efficiency`) where the device has no measured curve.
+    its layout transposes to each phase that runs (`conv_transpose_s`). A flash_attention
+    layer's η is its kernel's published speed (`flash_efficiency`) where the device has no
+    measured curve.
 
     `bytes_scale`: the plan's activation width over the workload's (bf16 workload, fp32 plan: 2).
     `calls`: GEMMs of equal size a phase runs (a member's local experts,
@@ -238,9 +245,7 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     memory_curve = device.memory_efficiency
     casts = (fp8_cast_bytes(layer, fraction, minibatch, weight_fraction) if runs_in == "fp8"
              else (0.0, 0.0))
-    cast_s = tuple(kernel_time_s(0.0, q, peak, 1.0, device.memory_bandwidth_bytes_per_s,
-                                 memory_curve.at(q) if memory_curve else 1.0) if q > 0 else 0.0
-                   for q in casts)
+    cast_s = tuple(memory_pass_s(device, q) for q in casts)
     times = []
     for phase, flops, bytes_moved in (
             ("forward", layer.fwd_flops, layer.fwd_bytes),
