@@ -30,6 +30,7 @@ from dnnscale.system.attention_kernels import kernel_figures
 from dnnscale.system.device import Device
 from dnnscale.system.gpu_profile import curve_key
 from dnnscale.workload.kind_record import KernelClass, record_of
+from dnnscale.workload.kinds import CONV_KINDS
 from dnnscale.workload.layer import Layer
 
 
@@ -136,9 +137,6 @@ def fp8_cast_bytes(layer: Layer, fraction: float, minibatch: int,
     backward = fraction * minibatch * layer.activation_values * FP8_CAST_BYTES_PER_VALUE
     return float(forward), float(backward)
 
-
-CONV_KINDS = ("conv2d", "shortcut_conv2d")
-"""The kinds cuDNN runs as convolutions (workload/kinds.py)."""
 
 TRANSPOSES_PER_CALL = 2
 """Layout transposes one NCHW convolution call on Tensor Cores runs: its activation operand in

@@ -164,6 +164,8 @@ def _need_3d(input_shape: tuple[int, ...], kind: str, name: str) -> tuple[int, i
 
 CONV_LAYOUTS = ("nhwc", "nchw")
 """Activation layouts a convolution may be run in (conv2d's `layout`)."""
+CONV_KINDS = ("conv2d", "shortcut_conv2d")
+"""The kinds that are convolutions (cuDNN's convolution calls on a GPU), and take `layout`."""
 
 
 def _layout(value: object, field: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
-from dnnscale.workload.kinds import CONV_LAYOUTS
+from dnnscale.workload.kinds import CONV_KINDS, CONV_LAYOUTS
 from dnnscale.workload.transformer_zoo import TRANSFORMER_ZOO, gpt_from_name
 from dnnscale.workload.workload import Workload, build_workload
 
@@ -61,8 +61,8 @@ def _laid_out(specs: list[dict[str, object]], layout: str) -> list[dict[str, obj
     """`specs` with every convolution in `layout` (the default, nhwc, is left unwritten)."""
     if layout == "nhwc":
         return specs
-    return [{**spec, "layout": layout} if spec["kind"] in ("conv2d", "shortcut_conv2d")
-            else spec for spec in specs]
+    return [{**spec, "layout": layout} if spec["kind"] in CONV_KINDS else spec
+            for spec in specs]
 
 
 def _named(base: str, layout: str) -> str:
