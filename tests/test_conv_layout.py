@@ -133,7 +133,7 @@ def test_zoo_layout_argument() -> None:
     plain = load_workload("resnet50")
     assert nchw.params == plain.params and math.isclose(nchw.fwd_flops, plain.fwd_flops)
     for bad in ("resnet50:layout=nhcw", "resnet50:channels=last", "alexnet:layout"):
-        with pytest.raises(InputError, match="layout=nhwc or layout=nchw"):
+        with pytest.raises(InputError, match=r"layout=nhwc\|nchw"):
             load_workload(bad)
 
 
@@ -144,14 +144,16 @@ def test_a_bad_layout_names_its_field() -> None:
     assert raised.value.field == "layers.c1.layout" and "nhwc, nchw" in str(raised.value)
 
 
-def test_cli_rejects_a_bad_layout_in_one_line() -> None:
-    done = subprocess.run([sys.executable, "-m", "dnnscale", "predict", "-w",
-                           "resnet50:layout=bogus", "-c", "dgx-a100-80g:1", "--dp", "1",
-                           "--micro-batch", "8", "--global-batch", "8"],
+@pytest.mark.parametrize("name, usage", [("resnet50:layout=bogus", "layout=nhwc|nchw"),
+                                         ("resnet50:fuse_bn=bogus", "fuse_bn=none|relu|all")])
+def test_cli_rejects_a_bad_zoo_argument_in_one_line(name: str, usage: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "dnnscale", "predict", "-w", name, "-c",
+                           "dgx-a100-80g:1", "--dp", "1", "--micro-batch", "8",
+                           "--global-batch", "8"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    assert "layout=nhwc or layout=nchw" in done.stderr
+    assert usage in done.stderr
 
 
 def test_published_dev_runs_dle_resnet_as_its_scripts_do() -> None:
@@ -161,10 +163,11 @@ def test_published_dev_runs_dle_resnet_as_its_scripts_do() -> None:
     assert resnet50_layout("tf32") == resnet50_layout("fp32") == "nchw"
     row = {"id": "X1", "source": "NVIDIA DeepLearningExamples MXNet RN50v1.5 README",
            "url_or_repo_path": "", "model": "ResNet-50 v1.5", "device": "NVIDIA A100 SXM4 80GB",
+           "framework": "MXNet (mxnet-22.10-py3), Horovod/DALI",
            "inter_node_network": "n/a", "num_nodes": "1", "num_devices": "8",
            "global_batch": "4096", "micro_batch": "512 per GPU", "precision": "TF32",
            "measured_value": "8000", "measured_unit": "images/sec (total)", "notes": ""}
     case = case_of(row)
     assert case.workload == "resnet50:layout=nchw"  # type: ignore[union-attr]
     case = case_of({**row, "precision": "mixed precision (FP16)"})
-    assert case.workload == "resnet50"  # type: ignore[union-attr]
+    assert case.workload == "resnet50:fuse_bn=all"  # type: ignore[union-attr]

@@ -36,8 +36,9 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
 - ResNet-50 v1.5 (MXNet + Horovod, PyTorch DDP): the zoo's ``resnet50``, dp = the GPUs,
   ZeRO-0, the row's per-GPU batch and global batch. The input pipeline is not modelled: the
   MXNet figures include data loading and augmentation (DALI, on the GPU), the PyTorch ones
-  load with DALI too; neither is priced (no factor stands in for it), nor are the fused
-  batch-norm + ReLU (+ add) kernels of MXNet's AMP runs. The AMP runs keep their activations
+  load with DALI too; neither is priced (no factor stands in for it). MXNet's AMP runs fuse
+  each batch norm with the ReLU after it and each block's last norm with the add and ReLU
+  (``resnet50:fuse_bn=all``, `resnet50_bn_fusion`). The AMP runs keep their activations
   channels last (``resnet50``); the others run NCHW (``resnet50:layout=nchw``), whose Tensor
   Core convolutions (TF32 on A100) pay cuDNN's layout transposes (`resnet50_layout`).
 - Systems: A100 40 GB -> dgx-a100-40g (8 x 200 Gb/s, the "1600 Gbps" of llm-foundry's
@@ -61,6 +62,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dnnscale.workload.zoo import zoo_name
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "published-dev" / "measurements.csv"
 BERT_VOCAB = 30522
@@ -261,11 +264,20 @@ def resnet50_layout(precision: str) -> str:
     return "nhwc" if precision == "fp16" else "nchw"
 
 
+def resnet50_bn_fusion(framework: str, precision: str) -> str:
+    """The batch-norm fusions DeepLearningExamples' ResNet-50 runs with (the zoo's
+    ``fuse_bn``): MXNet's `runner` passes --fuse-bn-relu 1 --fuse-bn-add-relu 1 for float16
+    only ('all'); its float32 runs and PyTorch's (eager batch norm, then ReLU and add as
+    kernels of their own) fuse nothing ('none')."""
+    return "all" if framework.startswith("MXNet") and precision == "fp16" else "none"
+
+
 def _resnet50(row: dict[str, str], node: str, closest: bool) -> Case:
-    """One sample is one 224x224 image (Case.seq 1); the layout is `resnet50_layout`'s."""
+    """One sample is one 224x224 image (Case.seq 1); the layout is `resnet50_layout`'s, the
+    batch-norm fusions `resnet50_bn_fusion`'s."""
     precision = _precision(row["precision"])
-    layout = resnet50_layout(precision)
-    workload = "resnet50" if layout == "nhwc" else f"resnet50:layout={layout}"
+    workload = zoo_name("resnet50", layout=resnet50_layout(precision),
+                        fuse_bn=resnet50_bn_fusion(row["framework"], precision))
     return Case(row["id"], "dle", row["model"], workload, _system(row, node),
                 _data_parallel(row, precision), 1, _samples_per_s(row, 1), precision,
                 int(row["num_devices"]), closest, RESNET_NOTE)

@@ -352,37 +352,70 @@ def relu(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     return _elementwise("relu", name, input_shape, input_shape, bytes_per_value, needs_input_grad)
 
 
+BN_FUSIONS = ("none", "relu", "add_relu")
+"""What a batch norm may run in its own kernels (batchnorm2d's `fuse`): nothing more, the ReLU
+after it, or a residual block's add and the ReLU after that."""
+
+BN_BYTES_PER_VALUE = {"none": (3, 5), "relu": (3, 7), "add_relu": (4, 8)}
+"""Values of the norm's size a training batch norm reads and writes per value of its input,
+(forward, input gradient), by `fuse`:
+  none      forward: a statistics pass reads x, a pass reads x and writes y (3); input
+            gradient: a reduction reads dy and x, a pass reads dy and x and writes dx (5).
+  relu      forward as none, the ReLU applied as y is written (3); input gradient: both
+            passes also read y, from which the ReLU's gradient is taken (3 + 4 = 7).
+  add_relu  forward also reads the addend z (4); input gradient as relu, and the pass also
+            writes dz, the addend's gradient (3 + 5 = 8).
+Source: cuDNN's cudnnBatchNormalizationForwardTrainingEx / BackwardEx with bnOps
+CUDNN_BATCHNORM_OPS_BN_ACTIVATION and _BN_ADD_ACTIVATION (forward takes x and the addend z and
+writes y; backward takes x, y and dy and writes dx and dz), which MXNet's BatchNorm with
+act_type relu and BatchNormAddRelu run on NHWC data."""
+
+
+def _bn_fusion(value: object, field: str) -> str:
+    """A batch norm's `fuse`, one of BN_FUSIONS."""
+    if value not in BN_FUSIONS:
+        raise InputError(field, f"must be one of {', '.join(BN_FUSIONS)}, got "
+                         f"{short_repr(value)}")
+    return str(value)
+
+
 @register_kind("batchnorm2d", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def batchnorm2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-                needs_input_grad: bool) -> Layer:
+                needs_input_grad: bool, fuse: str = "none") -> Layer:
     """Batch normalization in training (Ioffe & Szegedy 2015) over each of C channels of a
     (C, H, W) input: the batch's mean and variance per channel, then y = γ·x̂ + β.
 
     Formula: 0 FLOP (memory bound; torch.utils.flop_counter counts none). Params 2·C (γ, β;
-    the running statistics are buffers). Bytes per sample, v = C·H·W values: forward 3·v·b (a
-    statistics pass reads x, then a pass reads x and writes y); input gradient 5·v·b (a
-    reduction reads dy and x for Σdy and Σdy·x̂, then a pass reads dy and x and writes dx),
-    which also yields γ's and β's gradients (weight gradient 0); where nothing upstream needs
-    an input gradient, only the reduction runs, 2·v·b, as the weight gradient.
-    Units: bytes per sample. Source: PyTorch's CUDA batch norm, two kernels a phase
+    the running statistics are buffers). Bytes per sample, v = C·H·W values, two kernels a
+    phase: BN_BYTES_PER_VALUE[fuse] · v · b for the forward and the input gradient, which also
+    yields γ's and β's gradients (weight gradient 0); where nothing upstream needs an input
+    gradient, only the reduction runs (2·v·b, 3·v·b fused, which also reads y) as the weight
+    gradient. Units: bytes per sample. Source: PyTorch's CUDA batch norm, two kernels a phase
     (aten/src/ATen/native/cuda/Normalization.cu{,h}: batch_norm_stats then batch_norm_elemt
-    forward, batch_norm_backward_reduce then batch_norm_backward_elemt backward). Fusions of
-    the norm with the ReLU or the residual add that follow it (cuDNN's, MXNet's NHWC kernels)
-    are not modelled: each layer moves its own bytes.
+    forward, batch_norm_backward_reduce then batch_norm_backward_elemt backward).
+
+    `fuse`: 'none' (default; the ReLU and the residual add after it are layers of their own),
+    'relu' (the ReLU after it runs in its kernels: write no `relu` layer after it) or
+    'add_relu' (a residual block's add and the ReLU after it run in its kernels: the block's
+    `shortcut_add` takes `fused: true`, and no `relu` follows), as MXNet runs ResNet with
+    --fuse-bn-relu and --fuse-bn-add-relu (BN_BYTES_PER_VALUE).
     """
     c, h, w = _need_3d(input_shape, "batchnorm2d", name)
+    fused = _bn_fusion(fuse, f"layers.{name}.fuse")
     values, b = c * h * w, bytes_per_value
+    forward, backward = BN_BYTES_PER_VALUE[fused]
+    reduction = 2 if fused == "none" else 3
     return Layer(name=name, kind="batchnorm2d", input_shape=(c, h, w), output_shape=(c, h, w),
                  params=2 * c, fwd_flops=0.0, input_grad_flops=0.0, weight_grad_flops=0.0,
-                 fwd_bytes=3.0 * values * b,
-                 input_grad_bytes=5.0 * values * b if needs_input_grad else 0.0,
-                 weight_grad_bytes=0.0 if needs_input_grad else 2.0 * values * b,
+                 fwd_bytes=float(forward * values * b),
+                 input_grad_bytes=float(backward * values * b) if needs_input_grad else 0.0,
+                 weight_grad_bytes=0.0 if needs_input_grad else float(reduction * values * b),
                  in_channels=c, out_channels=c)
 
 
 @register_kind("shortcut_add", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def shortcut_add(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-                 needs_input_grad: bool, identity: bool = True) -> Layer:
+                 needs_input_grad: bool, identity: bool = True, fused: bool = False) -> Layer:
     """A residual block's add (He et al. 2016): the chain's value plus the other branch, of
     the same (C, H, W) shape, from outside the chain: the block's input itself (`identity`,
     an identity shortcut) or, after a projection (`shortcut_conv2d` and its norm in the
@@ -395,13 +428,18 @@ def shortcut_add(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     write 1, 3·v·b, counted here; 0 after a projection, whose conv counts its fork. Units:
     bytes per sample. Source: autograd's AddBackward returns the gradient as it is and
     accumulates the gradients of a tensor used twice with one add kernel.
+
+    `fused`: the add (and the ReLU after it) runs in the block's last batch norm
+    (batchnorm2d's fuse: add_relu, which counts its bytes): forward 0 here; the identity
+    fork's sum remains.
     """
     c, h, w = _need_3d(input_shape, "shortcut_add", name)
     values, b = c * h * w, bytes_per_value
     fork = 3.0 * values * b if _flag(identity, f"layers.{name}.identity") else 0.0
+    forward = 0.0 if _flag(fused, f"layers.{name}.fused") else 3.0 * values * b
     return Layer(name=name, kind="shortcut_add", input_shape=(c, h, w), output_shape=(c, h, w),
                  params=0, fwd_flops=0.0, input_grad_flops=0.0, weight_grad_flops=0.0,
-                 fwd_bytes=3.0 * values * b, input_grad_bytes=fork if needs_input_grad else 0.0,
+                 fwd_bytes=forward, input_grad_bytes=fork if needs_input_grad else 0.0,
                  weight_grad_bytes=0.0, in_channels=c, out_channels=c)
 
 

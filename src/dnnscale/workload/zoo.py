@@ -4,7 +4,8 @@ Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, resnet50, mlp
 workload/transformer_zoo.py (gpt3-*, llama2-*, llama3-*, bert-large, and the mixtures of experts
 mixtral-8x7b, mixtral-8x22b, deepseek-v3-like). alexnet, vgg16 and resnet50 take their
 activations' layout: ``resnet50:layout=nchw`` (default nhwc, channels last; conv2d's
-`layout`). `mlp` takes widths in its name:
+`layout`); resnet50 also the batch-norm fusions its framework runs: ``resnet50:fuse_bn=all``
+(RESNET_BN_FUSIONS; several arguments joined by commas). `mlp` takes widths in its name:
 ``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
 ``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200`` (``experts=8,top_k=2`` more for a
 mixture of experts).
@@ -56,6 +57,18 @@ def _fc_block(name: str, out_features: int, last: bool = False) -> list[dict[str
 CONV_ZOO = ("alexnet", "vgg16", "resnet50")
 """Zoo networks that take a `layout` (``resnet50:layout=nchw``)."""
 
+RESNET_BN_FUSIONS = ("none", "relu", "all")
+"""What resnet50's batch norms run in their own kernels (its `fuse_bn` argument): nothing more
+(the default: PyTorch eager, TensorFlow without XLA), the ReLU after each norm that has one
+('relu': MXNet's --fuse-bn-relu), or that and each block's add and final ReLU in the block's
+last norm ('all': --fuse-bn-relu and --fuse-bn-add-relu, which DeepLearningExamples' MXNet
+runner passes for float16). batchnorm2d's `fuse` prices it (workload/kinds.py)."""
+
+ZOO_ARGUMENTS = {"alexnet": {"layout": CONV_LAYOUTS}, "vgg16": {"layout": CONV_LAYOUTS},
+                 "resnet50": {"layout": CONV_LAYOUTS, "fuse_bn": RESNET_BN_FUSIONS}}
+"""The key=value arguments each network of CONV_ZOO takes after ':', with their values; the
+first value of each is the default."""
+
 
 def _laid_out(specs: list[dict[str, object]], layout: str) -> list[dict[str, object]]:
     """`specs` with every convolution in `layout` (the default, nhwc, is left unwritten)."""
@@ -65,8 +78,28 @@ def _laid_out(specs: list[dict[str, object]], layout: str) -> list[dict[str, obj
             for spec in specs]
 
 
-def _named(base: str, layout: str) -> str:
-    return base if layout == "nhwc" else f"{base}:layout={layout}"
+def zoo_name(base: str, **arguments: str) -> str:
+    """The zoo name of CONV_ZOO network `base` built with `arguments`: `base` with those
+    that are not their defaults, in ZOO_ARGUMENTS' order (``resnet50:layout=nchw,fuse_bn=all``);
+    `zoo_workload` reads it back."""
+    written = [f"{key}={arguments[key]}" for key, values in ZOO_ARGUMENTS[base].items()
+               if arguments.get(key, values[0]) != values[0]]
+    return f"{base}:{','.join(written)}" if written else base
+
+
+def _zoo_arguments(base: str, name: str, argument: str) -> dict[str, str]:
+    """The key=value arguments of a CONV_ZOO network's name, each checked against
+    ZOO_ARGUMENTS; InputError naming the name otherwise."""
+    allowed = ZOO_ARGUMENTS[base]
+    usage = " and ".join(f"{key}={'|'.join(values)}" for key, values in allowed.items())
+    parsed: dict[str, str] = {}
+    for part in argument.split(","):
+        key, equals, value = (text.strip() for text in part.partition("="))
+        if not equals or key not in allowed or value not in allowed[key] or key in parsed:
+            raise InputError("workload", f"{base} takes {usage} after ':' (comma-separated), "
+                             f"got {short_repr(name)}")
+        parsed[key] = value
+    return parsed
 
 
 @register_workload("adam-mnist")
@@ -153,7 +186,8 @@ def alexnet(layout: str = "nhwc") -> Workload:
              + _conv_block("conv5", 256, 3, padding=1, pool=("maxpool2d", 3, 2))
              + [{"kind": "flatten", "name": "flatten"}]
              + _fc_block("fc1", 4096) + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
-    return build_workload(_named("alexnet", layout), [3, 224, 224], _laid_out(specs, layout),
+    return build_workload(zoo_name("alexnet", layout=layout), [3, 224, 224],
+                          _laid_out(specs, layout),
                           samples_per_epoch=1_281_167,
                           description=alexnet.__doc__ or "")
 
@@ -174,7 +208,8 @@ def vgg16(layout: str = "nhwc") -> Workload:
                                  pool=pool)
     specs += ([{"kind": "flatten", "name": "flatten"}] + _fc_block("fc1", 4096)
               + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
-    return build_workload(_named("vgg16", layout), [3, 224, 224], _laid_out(specs, layout),
+    return build_workload(zoo_name("vgg16", layout=layout), [3, 224, 224],
+                          _laid_out(specs, layout),
                           samples_per_epoch=1_281_167,
                           description=vgg16.__doc__ or "")
 
@@ -186,36 +221,47 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 
 
 def _conv_bn(name: str, out_channels: int, kernel: int, stride: int = 1,
-             relu: bool = True) -> list[dict[str, object]]:
-    """A bias-free convolution (padding kernel // 2), its batch norm, and a ReLU unless not."""
+             relu: bool = True, fuse_bn: str = "none") -> list[dict[str, object]]:
+    """A bias-free convolution (padding kernel // 2), its batch norm, and a ReLU unless not:
+    a layer of its own, or run by the norm where `fuse_bn` fuses it (RESNET_BN_FUSIONS)."""
+    fused = relu and fuse_bn != "none"
     specs: list[dict[str, object]] = [
         {"kind": "conv2d", "name": name, "out_channels": out_channels, "kernel": kernel,
          "stride": stride, "padding": kernel // 2, "bias": False},
-        {"kind": "batchnorm2d", "name": f"{name}_bn"}]
-    return specs + ([{"kind": "relu", "name": f"{name}_relu"}] if relu else [])
+        {"kind": "batchnorm2d", "name": f"{name}_bn", **({"fuse": "relu"} if fused else {})}]
+    return specs + ([{"kind": "relu", "name": f"{name}_relu"}] if relu and not fused else [])
 
 
 def _bottleneck(name: str, block_input: tuple[int, int, int], width: int,
-                stride: int) -> tuple[list[dict[str, object]], tuple[int, int, int]]:
+                stride: int, fuse_bn: str = "none"
+                ) -> tuple[list[dict[str, object]], tuple[int, int, int]]:
     """One v1.5 bottleneck on `block_input` (C, H, W): 1x1 to `width`, 3x3 with the stride,
     1x1 to 4·width, each with batch norm; a projection shortcut (1x1 with the stride, batch
-    norm) where the shape changes; the add; ReLU. Returns its specs and its output shape."""
+    norm) where the shape changes; the add; ReLU. With `fuse_bn` 'all' the last norm runs the
+    add and the ReLU (fuse: add_relu; MXNet's BatchNormAddRelu on the main branch, the
+    shortcut's norm apart). Returns its specs and its output shape."""
     channels, height, width_px = block_input
     out = (4 * width, (height - 1) // stride + 1, (width_px - 1) // stride + 1)
-    specs = (_conv_bn(f"{name}.conv1", width, 1) + _conv_bn(f"{name}.conv2", width, 3, stride)
+    add_relu = fuse_bn == "all"
+    specs = (_conv_bn(f"{name}.conv1", width, 1, fuse_bn=fuse_bn)
+             + _conv_bn(f"{name}.conv2", width, 3, stride, fuse_bn=fuse_bn)
              + _conv_bn(f"{name}.conv3", 4 * width, 1, relu=False))
+    if add_relu:
+        specs[-1] = {**specs[-1], "fuse": "add_relu"}
     projection = out[0] != channels or stride != 1
     if projection:
         specs += [{"kind": "shortcut_conv2d", "name": f"{name}.shortcut",
                    "block_input": list(block_input), "stride": stride},
                   {"kind": "batchnorm2d", "name": f"{name}.shortcut_bn"}]
-    specs += [{"kind": "shortcut_add", "name": f"{name}.add", "identity": not projection},
-              {"kind": "relu", "name": f"{name}.relu"}]
+    specs.append({"kind": "shortcut_add", "name": f"{name}.add", "identity": not projection,
+                  **({"fused": True} if add_relu else {})})
+    if not add_relu:
+        specs.append({"kind": "relu", "name": f"{name}.relu"})
     return specs, out
 
 
 @register_workload("resnet50")
-def resnet50(layout: str = "nhwc") -> Workload:
+def resnet50(layout: str = "nhwc", fuse_bn: str = "none") -> Workload:
     """ResNet-50 v1.5 (He et al. 2016, Table 1's 50-layer network, with the stride-2 of each
     downsampling bottleneck on its 3x3 convolution instead of the first 1x1: NVIDIA
     DeepLearningExamples' resnet50v1.5 README, torchvision's resnet50).
@@ -232,19 +278,26 @@ def resnet50(layout: str = "nhwc") -> Workload:
     resnet50; 4.09 G forward multiply-adds per image (conv and FC), torchvision's "GFLOPS 4.09"
     for it (a multiply-add counted once). He et al.'s 3.8 G is v1's (stride on the 1x1).
     ImageNet-1k: 1,281,167 training images.
+
+    `fuse_bn` (RESNET_BN_FUSIONS): which ReLUs and adds run inside the batch norms' kernels;
+    the parameters and FLOPs do not change, only the bytes moved and the kernels launched.
     """
-    specs = (_conv_bn("conv1", 64, 7, 2)
+    if fuse_bn not in RESNET_BN_FUSIONS:
+        raise InputError("workload", f"resnet50's fuse_bn must be one of "
+                         f"{', '.join(RESNET_BN_FUSIONS)}, got {short_repr(fuse_bn)}")
+    specs = (_conv_bn("conv1", 64, 7, 2, fuse_bn=fuse_bn)
              + [{"kind": "maxpool2d", "name": "maxpool", "kernel": 3, "stride": 2,
                  "padding": 1}])
     shape = (64, 56, 56)
     for stage, (width, blocks, stride) in enumerate(RESNET50_STAGES, start=1):
         for block in range(blocks):
             block_specs, shape = _bottleneck(f"layer{stage}.{block}", shape, width,
-                                             stride if block == 0 else 1)
+                                             stride if block == 0 else 1, fuse_bn)
             specs += block_specs
     specs += [{"kind": "avgpool2d", "name": "avgpool", "kernel": shape[1]},
               {"kind": "flatten", "name": "flatten"}] + _fc_block("fc", 1000, last=True)
-    return build_workload(_named("resnet50", layout), [3, 224, 224], _laid_out(specs, layout),
+    return build_workload(zoo_name("resnet50", layout=layout, fuse_bn=fuse_bn), [3, 224, 224],
+                          _laid_out(specs, layout),
                           samples_per_epoch=IMAGENET_TRAIN_IMAGES,
                           description=resnet50.__doc__ or "")
 
@@ -284,11 +337,7 @@ def zoo_workload(name: str) -> Workload:
     if not argument:
         return ZOO[base]()
     if base in CONV_ZOO:
-        key, equals, layout = argument.partition("=")
-        if key.strip() != "layout" or not equals or layout.strip() not in CONV_LAYOUTS:
-            raise InputError("workload", f"{base} takes layout=nhwc or layout=nchw after ':', "
-                             f"got {short_repr(name)}")
-        return ZOO[base](layout=layout.strip())
+        return ZOO[base](**_zoo_arguments(base, name, argument))
     if base != "mlp":
         raise InputError("workload", f"{base} takes no arguments, got {short_repr(name)}")
     try:
