@@ -326,7 +326,8 @@ def test_copied_blocks_equal_a_full_build_and_yaml_round_trips(name: str, tmp_pa
 
 
 def test_every_transformer_kind_is_registered_and_used() -> None:
-    used = {l.kind for name in ("gpt3-125m", "llama2-7b") for l in zoo_workload(name).layers}
+    used = {l.kind for name in ("gpt3-125m", "llama2-7b", "bert-large")
+            for l in zoo_workload(name).layers}
     used |= {l.kind for l in _tiny(flash_attention=True).layers}
     assert used == set(TRANSFORMER_KINDS)
 

@@ -73,7 +73,8 @@ class Kernel:
 def _dims(layer: Layer, micro_batch: int) -> dict[str, Any]:
     hyper = layer.hyper
     hidden, heads = hyper["hidden"], hyper["heads"]
-    return {"b": micro_batch, "s": hyper["seq"], "h": hidden, "a": heads,
+    return {"b": micro_batch, "s": hyper["seq"], "p": hyper.get("predictions") or hyper["seq"],
+            "h": hidden, "a": heads,
             "k": hyper.get("kv_heads") or heads, "d": hidden // heads if heads else 0,
             "f": hyper.get("ffn"), "V": hyper.get("vocab"), "gated": bool(hyper.get("gated")),
             "bias": bool(hyper.get("bias")), "causal": bool(hyper.get("causal", True)),
@@ -81,8 +82,9 @@ def _dims(layer: Layer, micro_batch: int) -> dict[str, Any]:
 
 
 def _linear(layer: Layer, phase: str, micro_batch: int) -> Make:
-    """A linear layer's three products on (tokens, features) matrices, as autograd runs them."""
-    tokens = micro_batch * int(layer.hyper["seq"])
+    """A linear layer's three products on (tokens, features) matrices, as autograd runs them
+    (its rows per sample: the first of its output shape, the LM head's gathered positions)."""
+    tokens = micro_batch * int(layer.output_shape[0])
     n_in, n_out = int(layer.in_features or 0), int(layer.out_features or 0)
     bias = bool(layer.hyper.get("bias"))
 
@@ -200,8 +202,17 @@ def _act_inputs(f: Factory, d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _loss_inputs(f: Factory, d: dict[str, Any]) -> dict[str, Any]:
-    return {"logits": f.tensor((d["b"], d["s"], d["V"]), True),
-            "targets": f.tokens(d["V"], (d["b"], d["s"]))}
+    return {"logits": f.tensor((d["b"], d["p"], d["V"]), True),
+            "targets": f.tokens(d["V"], (d["b"], d["p"]))}
+
+
+def _positions_inputs(f: Factory, d: dict[str, Any]) -> dict[str, Any]:
+    return {"x": f.tensor((d["b"], d["s"], d["h"]), True)}
+
+
+def _positions(t: dict[str, Any], d: dict[str, Any]) -> Any:
+    positions = gpt_model.prediction_positions(d["s"], d["p"], t["x"].device)
+    return gpt_model.gather_positions(t["x"], positions)
 
 
 def _softmax_inputs(f: Factory, d: dict[str, Any]) -> dict[str, Any]:
@@ -235,6 +246,7 @@ BUILDERS: dict[str, Callable[[Layer, str, int], Make]] = {
                            {"input_grad": ("branch",)}, extra_grad=True),
     "mlp_act": _graph(_act_inputs, lambda t, d: gpt_model.mlp_activation(t["x"], d["gated"]),
                       {"input_grad": ("x",)}),
+    "lm_positions": _graph(_positions_inputs, _positions, {"input_grad": ("x",)}),
     "cross_entropy": _graph(_loss_inputs,
                             lambda t, d: gpt_model.lm_loss(t["logits"], t["targets"]),
                             {"input_grad": ("logits",)}),

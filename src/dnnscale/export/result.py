@@ -133,6 +133,10 @@ def check_exportable(plan: ParallelPlan, shape: TransformerShape | None, workloa
         raise InputError("workload", f"{short_repr(workload)} is an encoder (bidirectional or "
                          f"post-norm); the export writes {engine}'s decoder (GPT/Llama) "
                          f"configuration")
+    if shape.predictions:
+        raise InputError("workload", f"{short_repr(workload)} runs its LM head on "
+                         f"{shape.predictions} of {shape.seq} positions (predictions); "
+                         f"{engine}'s decoder computes the loss on every token")
     check_plan_shape(plan, shape)
     if plan.workers > MAX_WORLD:
         raise InputError("plan.dp", f"{mesh_product(plan).rsplit(' = ', 1)[0]} = "

@@ -37,9 +37,14 @@ def _activation_bytes(layer: Layer, context: SplitContext) -> float:
     the member's s / cp tokens under context parallelism); b·s·k·h·bytes for a routed expert's
     linear, whose rows are the s·k token copies (Megatron-Core's AlltoAll dispatcher gathers
     the copies the expert-parallel exchange brought over the tensor group, AG(TP), and
-    reduce-scatters the experts' outputs, RS(TP): transformer/moe/token_dispatcher.py)."""
+    reduce-scatters the experts' outputs, RS(TP): transformer/moe/token_dispatcher.py). An LM
+    head on the p positions of `predictions` exchanges b·p·h·bytes; with sequence parallelism
+    the whole sequence is all-gathered before the positions are, b·s·h·bytes."""
     hidden = layer.hyper.get("hidden")
     seq = layer.hyper.get("seq")
+    predictions = layer.hyper.get("predictions")
+    if isinstance(predictions, int) and predictions and not context.sequence_parallel:
+        seq = predictions
     values = (int(hidden) * int(seq) if isinstance(hidden, int) and isinstance(seq, int)
               else layer.activation_values)
     top_k = layer.hyper.get("top_k")
@@ -117,8 +122,9 @@ def local_split(layer: Layer, degree: int, context: SplitContext) -> Shard:
 @sharding_rule("megatron", "vocab_loss", TENSOR)
 def vocab_parallel_loss(layer: Layer, degree: int, context: SplitContext) -> Shard:
     """Vocabulary-parallel cross-entropy: 1/t of the logits, 3 all-reduces of b·s fp32 values
-    (max logit, sum of exponentials, target logit) forward."""
-    seq = layer.hyper.get("seq")
+    (max logit, sum of exponentials, target logit) forward (b·p over the p positions of
+    `predictions`)."""
+    seq = layer.hyper.get("predictions") or layer.hyper.get("seq")
     tokens = (int(seq) if isinstance(seq, int) else 1) * context.minibatch * context.token_fraction
     events = tuple(CommEvent("allreduce", tokens * LOSS_STATISTIC_BYTES, degree,
                              PHASE_FORWARD) for _ in range(3)) if degree > 1 else ()

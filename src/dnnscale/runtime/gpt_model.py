@@ -106,6 +106,18 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def prediction_positions(seq: int, predictions: int, device: torch.device) -> torch.Tensor:
+    """The positions the LM head runs on in a run on synthetic tokens (TransformerShape's
+    `predictions`): `predictions` of the `seq`, evenly spaced; which ones does not change the
+    cost."""
+    return torch.arange(predictions, device=device) * (seq // predictions)
+
+
+def gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The rows of (…, s, h) hidden states at `positions` (the `lm_positions` kind)."""
+    return x.index_select(-2, positions)
+
+
 def residual(stream: torch.Tensor, branch: torch.Tensor, dropout_p: float) -> torch.Tensor:
     """stream + dropout(branch) (the `residual_add` kind)."""
     return stream + (F.dropout(branch, dropout_p) if dropout_p > 0 else branch)
@@ -212,8 +224,6 @@ class GptModel(nn.Module):
         return F.dropout(x, self.dropout_p) if self.dropout_p > 0 else x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
-        if self.final_norm is not None:
-            x = self.final_norm(x)
         if self.head is not None:
             return self.head(x)
         return F.linear(x, self.token_table.weight)
@@ -228,6 +238,11 @@ class GptModel(nn.Module):
                 x = checkpoint(block, x, rope, use_reentrant=False)
             else:
                 x = block(x, rope)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        if self.shape.predictions:  # the LM head on the masked positions only
+            positions = prediction_positions(tokens.shape[-1], self.shape.predictions, x.device)
+            x, targets = gather_positions(x, positions), targets.index_select(-1, positions)
         return lm_loss(self.logits(x), targets)
 
 

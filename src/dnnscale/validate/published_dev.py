@@ -18,7 +18,9 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
   before it computes, in forward and backward (FSDP's prefetch; Composer's default
   ``backward_prefetch`` is BACKWARD_POST), its reduce-scatter beside the next unit's backward.
 - BERT-Large: ``gpt:`` 24 x 1024, 16 heads, the row's sequence (128 or 512), vocab 30,522,
-  bidirectional, learned positions (512), tied decoder; dp = the GPUs, ZeRO-0, the row's
+  bidirectional, learned positions (512), tied decoder, its masked-LM head on the masked
+  positions only (`bert_predictions`: TensorFlow's 20 / 80 max_predictions_per_seq, PyTorch's
+  15 % of the priced tokens, LDDL's static masking); dp = the GPUs, ZeRO-0, the row's
   per-GPU batch as the micro-batch, its global batch (the accumulation in between), fp16 for
   AMP, else tf32 or fp32. PyTorch's phase 2 (sequence 512) runs LDDL's sequence binning,
   which pads each micro-batch only to its bin: it is priced at the mean padded length the
@@ -224,13 +226,37 @@ def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
                 _samples_per_s(row, seq), precision, devices, closest)
 
 
+TF_BERT_MAX_PREDICTIONS = {128: 20, 512: 80}
+"""max_predictions_per_seq of DeepLearningExamples' TensorFlow BERT by sequence length
+(scripts/run_pretraining_lamb_phase1.sh and _phase2.sh: max_pred_per_seq=20 and 80; its
+tfrecords pad every sequence's masked positions to that many, which gather_indexes gathers)."""
+LDDL_MASKED_LM_RATIO = 0.15
+"""The share of a sequence's tokens LDDL's static masking labels for the masked-LM loss
+(lddl/dask/bert/pretrain.py: masked_lm_ratio=0.15, num_to_predict = max(1, round(tokens x
+ratio))), which DeepLearningExamples' PyTorch BERT runs (scripts/run_pretraining.sh:
+masking=static)."""
+
+
+def bert_predictions(framework: str, seq: int, priced_seq: int) -> int:
+    """The positions per sequence DeepLearningExamples' BERT runs its masked-LM head on: the
+    TensorFlow one gathers max_predictions_per_seq (TF_BERT_MAX_PREDICTIONS); the PyTorch one
+    (dense sequence output, its default) index-selects the labelled positions, LDDL's
+    max(1, round(0.15 x tokens)) of the priced tokens (under sequence binning the padded
+    length stands in for the tokens, which counts the padding's share too)."""
+    if framework.startswith("TensorFlow"):
+        return TF_BERT_MAX_PREDICTIONS[seq]
+    return max(1, round(priced_seq * LDDL_MASKED_LM_RATIO))
+
+
 def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
     rid = row["id"]
     seq = int(_find(r"seq len (\d+)", row["model_details"], rid, "the sequence").group(1))
     binned = seq == 512 and row["framework"].startswith("PyTorch")
     priced = lddl_padded_seq(seq) if binned else seq
+    predictions = bert_predictions(row["framework"], seq, priced)
     workload = (f"gpt:layers=24,hidden=1024,heads=16,seq={priced},vocab={BERT_VOCAB},"
-                "causal=false,positional=learned,positions=512,tied=true")
+                "causal=false,positional=learned,positions=512,tied=true,"
+                f"predictions={predictions}")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
                 _data_parallel(row, precision), seq, _samples_per_s(row, seq), precision,

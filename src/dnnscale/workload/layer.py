@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 
 COST_HYPER_KEYS = ("hidden", "seq", "heads", "kv_heads", "ffn", "vocab", "attention_kernel",
-                   "experts", "top_k", "capacity_factor", "memory", "relative", "layout")
+                   "experts", "top_k", "capacity_factor", "memory", "relative", "layout",
+                   "predictions")
 """Hyper-parameters (besides shapes and counts) that cost rules read."""
 
 

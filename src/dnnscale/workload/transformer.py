@@ -15,6 +15,7 @@ Layers, in order (pre-norm; kinds in workload/transformer_kinds.py):
       then the shared experts (mlp_up/act/down kinds, roles shared_up/act/down) if any
     block{i}.mlp_residual   residual_add
     final_norm              layernorm | rmsnorm    (pre-norm only)
+    lm_positions                                   (with `predictions`: the head's positions)
     logits
     cross_entropy
 
@@ -57,7 +58,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
                          shared_ffn: int = 0, capacity_factor: float | None = None,
                          dense_blocks: tuple[int, ...] = (), memory: int = 0,
-                         bytes_per_value: int = 2, description: str = "") -> Workload:
+                         predictions: int = 0, bytes_per_value: int = 2,
+                         description: str = "") -> Workload:
     """A transformer as a `Workload` whose `transformer` field summarises its shape.
 
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
@@ -66,6 +68,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
     `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape), except the
     blocks listed in `dense_blocks`. `memory` > 0 (with `positional="relative"`) makes it a
     Transformer-XL (TransformerShape): each block attends over its cached memory too.
+    `predictions` > 0 runs the LM head on that many positions per sequence (a masked language
+    model's masked positions, gathered by an `lm_positions` layer; TransformerShape).
     One sample is one sequence of `seq` tokens; `bytes_per_value` 2 (bf16 activations; the
     model rescales for other precisions). Bad values raise `InputError` naming
     ``transformer.<field>``.
@@ -80,7 +84,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
         rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
         top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn,
-        capacity_factor=capacity_factor, dense_blocks=dense_blocks, memory=memory)
+        capacity_factor=capacity_factor, dense_blocks=dense_blocks, memory=memory,
+        predictions=predictions)
     # Blocks of one kind (MoE or dense MLP) differ only in their names and `block` index: build
     # the chain with the first block of each kind once (through build_workload, as a YAML file
     # of it would be) and copy its layers for the rest.
@@ -189,6 +194,9 @@ def _moe_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
 
 def _suffix_specs(shape: TransformerShape) -> list[dict[str, object]]:
     specs = [] if shape.norm_position == "post" else [_norm(shape, "final_norm", None)]
+    head: dict[str, object] = {"predictions": shape.predictions} if shape.predictions else {}
+    if shape.predictions:
+        specs.append(_spec(shape, "lm_positions", "lm_positions", None, **head))
     return specs + [_spec(shape, "logits", "logits", None, tied=shape.tied_embeddings,
-                          bias=False),
-                    _spec(shape, "cross_entropy", "cross_entropy", None)]
+                          bias=False, **head),
+                    _spec(shape, "cross_entropy", "cross_entropy", None, **head)]

@@ -28,7 +28,7 @@ PyTorch know only their own module's sizes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dnnscale.errors import MAX_COUNT, InputError, short_repr
 from dnnscale.workload.kind_record import LAYER_KINDS, KernelClass, Recompute
@@ -41,8 +41,9 @@ MASK_BYTES = 1         # a dropout mask value
 STAT_BYTES = 4         # FlashAttention's per-row log-sum-exp is kept in fp32
 SHAPE_KEYS = ("block", "role", "hidden", "heads", "kv_heads", "seq", "ffn", "vocab", "gated")
 """The shape keys every transformer layer's `hyper` holds."""
-OPTIONAL_SHAPE_KEYS = ("memory",)
-"""Shape keys a layer's `hyper` holds only where they are not 0 (a Transformer-XL's memory)."""
+OPTIONAL_SHAPE_KEYS = ("memory", "predictions")
+"""Shape keys a layer's `hyper` holds only where they are not 0 (a Transformer-XL's memory; the
+positions the LM head runs on, TransformerShape.predictions)."""
 
 
 # --- the formulas, one place each --------------------------------------------------------------
@@ -103,11 +104,17 @@ class _Dims:
     V: int | None
     gated: bool
     m: int = 0
+    p: int = 0
 
     @property
     def keys(self) -> int:
         """s_k = s + m."""
         return self.s + self.m
+
+    @property
+    def predicted(self) -> int:
+        """The positions per sequence the LM head runs on: p, or all s."""
+        return self.p or self.s
 
     @property
     def h_kv(self) -> int:
@@ -152,6 +159,11 @@ def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
     if isinstance(memory, bool) or not isinstance(memory, int) or not 0 <= memory <= MAX_COUNT:
         raise InputError(f"layers.{name}.memory", f"must be an integer in [0, {MAX_COUNT:,}], "
                          f"got {short_repr(memory)}")
+    predictions = shape.get("predictions", 0)
+    if (isinstance(predictions, bool) or not isinstance(predictions, int)
+            or not 0 <= predictions <= (s or 0)):
+        raise InputError(f"layers.{name}.predictions", f"must be an integer in [0, seq = {s}], "
+                         f"got {short_repr(predictions)}")
     block = shape.get("block")
     if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block < 0):
         raise InputError(f"layers.{name}.block", f"must be an integer >= 0 or null, got {short_repr(block)}")
@@ -160,8 +172,10 @@ def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
                                 "vocab": V, "gated": gated}
     if memory:
         hyper["memory"] = memory
+    if predictions:
+        hyper["predictions"] = predictions
     assert s is not None
-    return _Dims(s=s, h=h, a=a, k=k, f=f, V=V, gated=gated, m=memory), hyper
+    return _Dims(s=s, h=h, a=a, k=k, f=f, V=V, gated=gated, m=memory, p=predictions), hyper
 
 
 def _flag(name: str, key: str, value: object) -> bool:
@@ -572,13 +586,42 @@ def mlp_down(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                          hyper, dims.f, dims.h, bias)
 
 
+@register_kind("lm_positions", kernel=KernelClass.MEMORY, splits=megatron("replicated"))
+def lm_positions(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
+                 needs_input_grad: bool, **shape: object) -> Layer:
+    """The p positions of each sequence the LM head runs on (`predictions`, a masked language
+    model's masked tokens), gathered from the s hidden states: (s, h) -> (p, h). No weights,
+    0 FLOP.
+
+    Bytes: forward reads the p rows and their indices and writes them, 2·p·h·b + p·8; input
+    gradient writes zeros over the s rows and adds the p rows' gradients into theirs (reads
+    them, reads and writes the rows they land on), (s·h + 3·p·h)·b + p·8. Source: PyTorch's
+    index_select and its backward (index_add_ into zeros), as DeepLearningExamples' BERT
+    gathers its labelled positions; TensorFlow's gather_indexes in BERT's reference code moves
+    the same.
+    """
+    dims, hyper = _dims("lm_positions", name, shape, ("hidden",))
+    s, h, p = dims.s, dims.h, dims.p
+    assert h is not None
+    if not p:
+        raise InputError(f"layers.{name}.predictions", "missing: the positions per sequence "
+                         "the LM head runs on (1 to seq)")
+    _expect("lm_positions", name, input_shape, (s, h), "(seq, hidden)")
+    b = bytes_per_value
+    forward = float(2 * p * h * b + p * TOKEN_ID_BYTES)
+    backward = float((s * h + 3 * p * h) * b + p * TOKEN_ID_BYTES)
+    return _layer("lm_positions", name, (s, h), (p, h), 0, (0.0, 0.0, 0.0),
+                  (forward, backward, 0.0), needs_input_grad, hyper)
+
+
 @register_kind("logits", kernel=KernelClass.GEMM, splits=megatron("column"))
 def logits(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
            needs_input_grad: bool, tied: bool = True, bias: bool = False,
            **shape: object) -> Layer:
     """The output projection h -> V (the "LM head"); Megatron splits it by vocabulary.
 
-    FLOPs per phase 2·s·h·V. Params: V·h when untied; with `tied: true` the weight is the
+    FLOPs per phase 2·s·h·V, or 2·p·h·V on the p positions of `predictions` (its input is
+    then `lm_positions`' (p, h)). Params: V·h when untied; with `tied: true` the weight is the
     embedding's table (Press & Wolf 2017; GPT-2/3, BERT), counted once, at the embedding, so
     this layer holds 0 (its weight gradient is still computed, and summed into the table's).
     Optional bias V (BERT's decoder).
@@ -586,22 +629,24 @@ def logits(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     dims, hyper = _dims("logits", name, shape, ("hidden", "vocab"))
     assert dims.h is not None and dims.V is not None
     hyper["tied"] = _flag(name, "tied", tied)
-    return _token_linear("logits", name, input_shape, bytes_per_value, needs_input_grad, dims,
+    rows = replace(dims, s=dims.predicted, m=0) if dims.p else dims
+    return _token_linear("logits", name, input_shape, bytes_per_value, needs_input_grad, rows,
                          hyper, dims.h, dims.V, bias, weights=not tied)
 
 
 @register_kind("cross_entropy", kernel=KernelClass.MEMORY, splits=megatron("vocab_loss"))
 def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                   needs_input_grad: bool, **shape: object) -> Layer:
-    """Softmax + cross-entropy loss over V logits for each of s tokens: (s, V) -> (s, V), the
-    log-probabilities kept for backward (as `softmax_loss`). Memory bound, 0 FLOP.
+    """Softmax + cross-entropy loss over V logits for each of s tokens (or the p positions of
+    `predictions`): (s, V) -> (s, V), the log-probabilities kept for backward (as
+    `softmax_loss`). Memory bound, 0 FLOP.
 
     Bytes: forward reads the logits and the s targets and writes the log-probabilities,
     2·s·V·b + s·8; input gradient reads them and the targets and writes grad_logits,
-    2·s·V·b + s·8.
+    2·s·V·b + s·8 (p for s with `predictions`).
     """
     dims, hyper = _dims("cross_entropy", name, shape, ("vocab",))
-    s, V = dims.s, dims.V
+    s, V = dims.predicted, dims.V
     assert V is not None
     _expect("cross_entropy", name, input_shape, (s, V), "(seq, vocab) logit")
     moved = float(2 * s * V * bytes_per_value + s * TOKEN_ID_BYTES)

@@ -65,6 +65,13 @@ class TransformerShape:
     `dense_blocks` lists the blocks (counted from 0, ascending) whose MLP is instead the dense
     MLP of width `ffn`: DeepSeek-V3's first three (first_k_dense_replace), Qwen-MoE's
     mlp_only_layers, the dense half of an interleaved stack (Megatron's --moe-layer-freq).
+
+    `predictions` (0: every position) is the number of positions per sequence the LM head
+    (the output projection and the loss) runs on: a masked language model's pretraining
+    gathers its masked positions before the head, as BERT's reference code does
+    (`gather_indexes` over max_predictions_per_seq positions, 20 at seq 128 and 80 at 512 in
+    DeepLearningExamples' scripts) and DeepLearningExamples' PyTorch BERT (its dense sequence
+    output, the default, index-selects the labelled positions).
     """
 
     layers: int
@@ -94,6 +101,7 @@ class TransformerShape:
     capacity_factor: float | None = None
     dense_blocks: tuple[int, ...] = ()
     memory: int = 0
+    predictions: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.dense_blocks, list):  # YAML and JSON give a list
@@ -101,8 +109,11 @@ class TransformerShape:
         for name in REQUIRED_FIELDS:
             _require_int(name, getattr(self, name), 1)
         for name in ("positions", "token_types", "experts", "top_k", "expert_ffn", "shared_ffn",
-                     "memory"):
+                     "memory", "predictions"):
             _require_int(name, getattr(self, name), 0)
+        if self.predictions > self.seq:
+            raise InputError("transformer.predictions", f"the LM head runs on at most the seq = "
+                             f"{self.seq} positions of a sequence, got {self.predictions}")
         for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias", "dropout"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"transformer.{name}", f"must be true or false, got "
@@ -174,6 +185,11 @@ class TransformerShape:
         if self.positional == "relative" and self.flash_attention:
             raise InputError("transformer.flash_attention", "no fused attention kernel computes "
                              "relative positions' second score term: give flash_attention false")
+
+    @property
+    def predicted(self) -> int:
+        """The positions per sequence the LM head runs on: `predictions`, or every one."""
+        return self.predictions or self.seq
 
     @property
     def keys(self) -> int:

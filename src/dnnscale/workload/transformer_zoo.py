@@ -96,6 +96,11 @@ def _llama(name: str) -> Callable[[], Workload]:
     return build
 
 
+BERT_PREDICTIONS_AT_512 = 80
+"""max_predictions_per_seq of BERT's sequence-512 pretraining: the masked positions its LM head
+runs on (DeepLearningExamples' TensorFlow phase-2 script, max_pred_per_seq=80)."""
+
+
 def bert_large() -> Workload:
     """BERT-Large (Devlin et al. 2019, §3: L = 24, H = 1024, A = 16, "340M" parameters).
 
@@ -104,12 +109,15 @@ def bert_large() -> Workload:
     of 30,522 (uncased), decoder tied to the embedding. Not modelled: the pooler (1.05 M
     parameters) and the MLM head's transform and decoder bias (1.08 M); with them the encoder's
     334.09 M parameters become Hugging Face's 335.1 M (BertModel + pooler) and 336.2 M
-    (BertForPreTraining). The masked-LM loss is costed over all 512 positions, as the decoder
-    is applied to every position in the reference implementation. Pre-training: 1 M steps of
-    256 sequences = 256,000,000 sequences per epoch (§A.2; the 128-token phase is ignored).
+    (BertForPreTraining). The masked-LM head runs on 80 positions of each sequence
+    (`predictions`): the reference implementation gathers the max_predictions_per_seq masked
+    positions before the head (run_pretraining.py's gather_indexes), 80 at sequence 512 in
+    DeepLearningExamples' phase-2 scripts (20 at 128). Pre-training: 1 M steps of 256 sequences
+    = 256,000,000 sequences per epoch (§A.2; the 128-token phase is ignored).
     """
     return transformer_workload("bert-large", 24, 1024, 16, 512, 30522, causal=False,
                                 positional="learned", token_types=2, norm_position="post",
+                                predictions=BERT_PREDICTIONS_AT_512,
                                 samples_per_epoch=256_000_000,
                                 description="BERT-Large (Devlin et al. 2019): 24 layers x 1024, "
                                             "16 heads, seq 512, vocab 30522, bidirectional")
@@ -225,7 +233,7 @@ TRANSFORMER_ZOO: dict[str, Callable[[], Workload]] = {
 # The parametric name: gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200[,...]
 _GPT_INTS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads", "positions",
              "samples", "rope_theta", "experts", "top_k", "expert_ffn", "shared_ffn",
-             "first_dense", "memory")
+             "first_dense", "memory", "predictions")
 _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
@@ -289,7 +297,8 @@ def gpt_from_name(argument: str) -> Workload:
     (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout
     (true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
     attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), memory (Transformer-XL's cached memory
-    length, with positional=relative; default 0). A mixture of experts: experts (routed experts per block;
+    length, with positional=relative; default 0), predictions (the positions per sequence the
+    LM head runs on, a masked language model's masked tokens; default 0, every position). A mixture of experts: experts (routed experts per block;
     0, the default, is a dense MLP), top_k (experts per token, needed with experts),
     expert_ffn (each routed expert's inner width; default ffn), shared_ffn (the shared
     experts' total inner width; default none), capacity (the capacity factor, a number;
