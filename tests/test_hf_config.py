@@ -190,3 +190,18 @@ def test_bad_rope_base_is_named(tmp_path: Path, value: object) -> None:
     with pytest.raises(InputError) as info:
         load_hf_config(_write(tmp_path, {**LLAMA3_8B, "rope_theta": value}))
     assert info.value.field == "hf_config.rope_theta"
+
+
+def test_bert_config_with_its_head_on_the_masked_positions(tmp_path: Path) -> None:
+    """hf:PATH:predictions=K runs the LM head on K positions per sequence (BERT's reference
+    pretraining); Hugging Face's own BertForPreTraining runs it on all, the default."""
+    path = _write(tmp_path, BERT_LARGE)
+    every = load_workload(f"hf:{path}")
+    masked = load_workload(f"hf:{path}:seq=128,predictions=20")
+    assert every.transformer.predictions == 0 and every.layers[-2].kind == "logits"
+    assert masked.transformer.predictions == 20 and masked.layers[-3].kind == "lm_positions"
+    assert masked.layers[-2].fwd_flops == 2 * 20 * 1024 * 30522
+    assert masked.params == every.params
+    with pytest.raises(InputError) as raised:
+        load_workload(f"hf:{path}:seq=128,predictions=129")
+    assert raised.value.field == "transformer.predictions"

@@ -50,7 +50,9 @@ Attention is fused (flash attention) by default, as Hugging Face transformers ru
 families: its attn_implementation defaults to "sdpa", PyTorch's scaled_dot_product_attention,
 which dispatches to a fused flash or memory-efficient kernel on A100/H100-class GPUs in 16-bit
 (transformers' modeling_utils, PyTorch's SDPA backends); ``hf:PATH:flash=false`` prices the
-unfused kernels ("eager").
+unfused kernels ("eager"). Hugging Face's BertForPreTraining runs its LM head on every
+position (the loss ignores the unmasked ones), the default here; ``hf:PATH:predictions=20``
+prices a head on 20 positions per sequence, as BERT's reference code runs it.
 
 Every key read is type-checked (counts are integers in [1, MAX_COUNT], never true/false, 2.0 or
 "2"; flags real booleans; dropouts numbers in [0, 1); model_type a known name; mlp_only_layers
@@ -171,8 +173,10 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
 
 def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None = None,
                             flash_attention: bool = True,
-                            samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH) -> Workload:
-    """A transformer workload from a parsed ``config.json`` (see the module docstring)."""
+                            samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH,
+                            predictions: int = 0) -> Workload:
+    """A transformer workload from a parsed ``config.json`` (see the module docstring);
+    `predictions` > 0 runs the LM head on that many positions per sequence (TransformerShape)."""
     model_type = config.get("model_type")
     if model_type is None:
         raise InputError(_field("model_type"), f"missing (known: {', '.join(FAMILIES)})")
@@ -231,7 +235,7 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
         name, layers, hidden, heads, seq, vocab, ffn=ffn, kv_heads=kv_heads,
         flash_attention=flash_attention, samples_per_epoch=samples_per_epoch,
         positions=positions, token_types=token_types, dropout=any(dropouts),
-        rope_theta=rope_theta,
+        rope_theta=rope_theta, predictions=predictions,
         description=f"from Hugging Face config ({model_type}): {layers} layers x {hidden}, "
                     f"{heads} heads ({kv_heads} key/value), ffn {ffn}, vocab {vocab}, seq {seq}"
                     f"{experts_text}"
@@ -331,22 +335,25 @@ def _name(path: Path) -> str:
 
 
 def load_hf_config(path: str | Path, seq: int | None = None, flash_attention: bool = True,
-                   samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH) -> Workload:
+                   samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH,
+                   predictions: int = 0) -> Workload:
     """Read ``config.json`` at `path` as a workload named ``hf:<its folder>``."""
     path = Path(path)
     return workload_from_hf_config(read_hf_config(path), _name(path), seq=seq,
                                    flash_attention=flash_attention,
-                                   samples_per_epoch=samples_per_epoch)
+                                   samples_per_epoch=samples_per_epoch,
+                                   predictions=predictions)
 
 
 def load_hf_source(source: str) -> Workload:
-    """``hf:PATH`` or ``hf:PATH:seq=N,flash=true,samples=M`` (the `load_workload` form)."""
+    """``hf:PATH`` or ``hf:PATH:seq=N,flash=true,samples=M,predictions=K`` (the
+    `load_workload` form)."""
     body = source.removeprefix("hf:")
     head, sep, tail = body.rpartition(":")
     options: dict[str, object] = {}
     if sep and "=" in tail and not Path(body).is_file():
         body = head
-        options = parse_options(tail, "workload.hf", ("seq", "samples"),
+        options = parse_options(tail, "workload.hf", ("seq", "samples", "predictions"),
                                 {"flash": "flash_attention"}, {})
     if not body:
         raise InputError("workload", "hf: needs the path of a config.json, e.g. "
@@ -354,4 +361,5 @@ def load_hf_source(source: str) -> Workload:
     return load_hf_config(body, seq=options.get("seq"),  # type: ignore[arg-type]
                           flash_attention=bool(options.get("flash_attention", True)),
                           samples_per_epoch=options.get("samples",  # type: ignore[arg-type]
-                                                        DEFAULT_SAMPLES_PER_EPOCH))
+                                                        DEFAULT_SAMPLES_PER_EPOCH),
+                          predictions=options.get("predictions", 0))  # type: ignore[arg-type]
