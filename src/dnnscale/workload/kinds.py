@@ -352,10 +352,6 @@ def relu(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     return _elementwise("relu", name, input_shape, input_shape, bytes_per_value, needs_input_grad)
 
 
-BN_FUSIONS = ("none", "relu", "add_relu")
-"""What a batch norm may run in its own kernels (batchnorm2d's `fuse`): nothing more, the ReLU
-after it, or a residual block's add and the ReLU after that."""
-
 BN_BYTES_PER_VALUE = {"none": (3, 5), "relu": (3, 7), "add_relu": (4, 8)}
 """Values of the norm's size a training batch norm reads and writes per value of its input,
 (forward, input gradient), by `fuse`:
@@ -369,6 +365,9 @@ Source: cuDNN's cudnnBatchNormalizationForwardTrainingEx / BackwardEx with bnOps
 CUDNN_BATCHNORM_OPS_BN_ACTIVATION and _BN_ADD_ACTIVATION (forward takes x and the addend z and
 writes y; backward takes x, y and dy and writes dx and dz), which MXNet's BatchNorm with
 act_type relu and BatchNormAddRelu run on NHWC data."""
+BN_FUSIONS = tuple(BN_BYTES_PER_VALUE)
+"""What a batch norm may run in its own kernels (batchnorm2d's `fuse`): nothing more, the ReLU
+after it, or a residual block's add and the ReLU after that."""
 
 
 def _bn_fusion(value: object, field: str) -> str:

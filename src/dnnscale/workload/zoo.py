@@ -54,9 +54,6 @@ def _fc_block(name: str, out_features: int, last: bool = False) -> list[dict[str
             {"kind": "relu", "name": f"{name}_relu"}]
 
 
-CONV_ZOO = ("alexnet", "vgg16", "resnet50")
-"""Zoo networks that take a `layout` (``resnet50:layout=nchw``)."""
-
 RESNET_BN_FUSIONS = ("none", "relu", "all")
 """What resnet50's batch norms run in their own kernels (its `fuse_bn` argument): nothing more
 (the default: PyTorch eager, TensorFlow without XLA), the ReLU after each norm that has one
@@ -66,8 +63,9 @@ runner passes for float16). batchnorm2d's `fuse` prices it (workload/kinds.py)."
 
 ZOO_ARGUMENTS = {"alexnet": {"layout": CONV_LAYOUTS}, "vgg16": {"layout": CONV_LAYOUTS},
                  "resnet50": {"layout": CONV_LAYOUTS, "fuse_bn": RESNET_BN_FUSIONS}}
-"""The key=value arguments each network of CONV_ZOO takes after ':', with their values; the
-first value of each is the default."""
+"""The zoo's convolutional networks and the key=value arguments each takes after ':'
+(``resnet50:layout=nchw,fuse_bn=all``), with their values; the first value of each is the
+default."""
 
 
 def _laid_out(specs: list[dict[str, object]], layout: str) -> list[dict[str, object]]:
@@ -79,7 +77,7 @@ def _laid_out(specs: list[dict[str, object]], layout: str) -> list[dict[str, obj
 
 
 def zoo_name(base: str, **arguments: str) -> str:
-    """The zoo name of CONV_ZOO network `base` built with `arguments`: `base` with those
+    """The zoo name of ZOO_ARGUMENTS' network `base` built with `arguments`: `base` with those
     that are not their defaults, in ZOO_ARGUMENTS' order (``resnet50:layout=nchw,fuse_bn=all``);
     `zoo_workload` reads it back."""
     written = [f"{key}={arguments[key]}" for key, values in ZOO_ARGUMENTS[base].items()
@@ -88,7 +86,7 @@ def zoo_name(base: str, **arguments: str) -> str:
 
 
 def _zoo_arguments(base: str, name: str, argument: str) -> dict[str, str]:
-    """The key=value arguments of a CONV_ZOO network's name, each checked against
+    """The key=value arguments of a convolutional network's name, each checked against
     ZOO_ARGUMENTS; InputError naming the name otherwise."""
     allowed = ZOO_ARGUMENTS[base]
     usage = " and ".join(f"{key}={'|'.join(values)}" for key, values in allowed.items())
@@ -336,7 +334,7 @@ def zoo_workload(name: str) -> Workload:
                          f"nor an existing YAML file")
     if not argument:
         return ZOO[base]()
-    if base in CONV_ZOO:
+    if base in ZOO_ARGUMENTS:
         return ZOO[base](**_zoo_arguments(base, name, argument))
     if base != "mlp":
         raise InputError("workload", f"{base} takes no arguments, got {short_repr(name)}")
