@@ -71,9 +71,11 @@ class Kernel:
 
 
 def _dims(layer: Layer, micro_batch: int) -> dict[str, Any]:
+    """The kernel's sizes from the layer's shape keys; "p", the rows of its output, is the
+    positions the LM head runs on for `lm_positions` and `cross_entropy`."""
     hyper = layer.hyper
     hidden, heads = hyper["hidden"], hyper["heads"]
-    return {"b": micro_batch, "s": hyper["seq"], "p": hyper.get("predictions") or hyper["seq"],
+    return {"b": micro_batch, "s": hyper["seq"], "p": layer.output_shape[0],
             "h": hidden, "a": heads,
             "k": hyper.get("kv_heads") or heads, "d": hidden // heads if heads else 0,
             "f": hyper.get("ffn"), "V": hyper.get("vocab"), "gated": bool(hyper.get("gated")),
