@@ -105,7 +105,8 @@ def test_predict_without_plan_flags_on_accelerators_prices_the_gpu_defaults() ->
     plan = json.loads(gpu.stdout)["plan"]
     assert (plan["tensor"]["degree"], plan["data"]["replicas"]) == (1, 1)
     assert plan["data"]["aggregation"]["kind"] == "Collective"
-    assert plan["batch"] == {"micro_batch": 1, "accumulation": 1}
+    assert plan["batch"] == {"micro_batch": 1, "accumulation": 1,
+                             "grad_accumulation": "fused"}
     cpu = runner.invoke(app, ["predict", "-w", "adam-mnist", "-c", "adam-2014", "--json"])
     assert cpu.exit_code == 0, cpu.stderr
     assert json.loads(cpu.stdout)["config"]["sync"] == "ps-async"

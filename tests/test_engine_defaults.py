@@ -117,6 +117,8 @@ def test_export_lists_what_the_price_assumed(tmp_path: Path) -> None:
     assumptions = json.loads(result.stdout)["assumptions"]
     assert assumptions == [
         "gradients accumulated and reduced in fp32 (4 bytes per value)",
+        "128 micro-batches' weight gradients accumulated inside the weight-gradient GEMMs "
+        "(gradient-accumulation fusion), the norms' and embeddings' added by a hook",
         "attention unfused (scores, softmax and context kernels, the s x s scores in memory)",
         "1.13 GB per GPU held back for the CUDA context, cuBLAS's workspace and NCCL's buffers "
         "of 3 parallel groups; allocator fragmentation not counted"]

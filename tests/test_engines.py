@@ -93,16 +93,23 @@ def test_what_each_engine_runs(engine: str, change: dict[str, object]) -> None:
 
 def test_torchtitan_runs_some_plans_otherwise_than_priced() -> None:
     notes = engine_differences("torchtitan", facts(zero=2, grad_bytes=2))
-    assert [n.field for n in notes] == ["grad_bytes", "overlap_dp", "sequence_parallel"]
+    # the plans here run several micro-batches, priced with Megatron's fused accumulation
+    assert [n.field for n in notes] == ["grad_bytes", "overlap_dp", "sequence_parallel",
+                                        "grad_accumulation"]
     assert "2x the data-parallel bytes" in notes[0].message   # 4 bytes reduced / 2 priced
     # bf16 plans price fp32 gradients by default (Megatron's), as torchtitan reduces them
     assert [n.field for n in engine_differences("torchtitan", facts(zero=2))] == \
-        ["overlap_dp", "sequence_parallel"]
+        ["overlap_dp", "sequence_parallel", "grad_accumulation"]
     assert engine_differences("torchtitan", facts(zero=2, grad_bytes=4, overlap_dp=True,
-                                                  sequence_parallel=True)) == ()
+                                                  sequence_parallel=True,
+                                                  grad_accumulation="add")) == ()
     # one replica reduces nothing; tp = 1 has no norms to shard
-    assert engine_differences("torchtitan", facts(tp=1, dp=1, global_batch=4, zero=2)) == ()
-    assert all(engine_differences(e, facts(zero=1)) == () for e in ("megatron", "deepspeed"))
+    assert engine_differences("torchtitan", facts(tp=1, dp=1, global_batch=4, zero=2,
+                                                  grad_accumulation="add")) == ()
+    assert engine_differences("megatron", facts(zero=1)) == ()
+    assert engine_differences("deepspeed", facts(zero=1, grad_accumulation="add")) == ()
+    assert [n.field for n in engine_differences("deepspeed", facts(zero=1))] == \
+        ["grad_accumulation"]
     # the search leaves out what an engine cannot run, then what it runs otherwise
     assert search_violation("torchtitan", facts(zero=1)).field == "zero"
     assert search_violation("torchtitan", facts(zero=2, grad_bytes=2)).field == "grad_bytes"

@@ -32,7 +32,7 @@ def test_an_mpt_row_by_hand(rows) -> None:
     assert case.system == "dgx-a100-40g:16"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 128, "zero": 3, "micro_batch": 26,
                          "global_batch": 3328, "recompute": "none", "precision": "bf16",
-                         "grad_bytes": 2, "overlap_dp": True}
+                         "grad_bytes": 2, "overlap_dp": True, "grad_accumulation": "add"}
     assert case.measured_samples_per_s == pytest.approx(15_863_837 / 2048)
     # PM0262: MPT-70b on 64 H100, DEFAULT mixed precision (fp32 reduction), checkpointing on
     h100 = case_of(rows["PM0262"])
@@ -47,7 +47,9 @@ def test_a_bert_row_by_hand(rows) -> None:
     assert isinstance(case, Case) and case.source == "dle" and case.seq == 128
     assert case.system == "dgx-a100-80g:1" and not case.closest_preset
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 256,
-                         "global_batch": 65536, "precision": "fp16"}
+                         "global_batch": 65536, "precision": "fp16", "grad_accumulation": "add"}
+    # TensorFlow 1's BERT clips each micro-batch into fp32 accumulators (optimization.py)
+    assert case_of(rows["PM0130"]).plan["grad_accumulation"] == "clip_add"
     assert case.measured_samples_per_s == 4553
     # the V100 SXM3 rows run on the DGX-2H the table names (4 nodes of 16 GPUs: dgx-2h:4), and
     # its single-node rows, which its notes say are the README's DGX-2 values, on dgx-2
@@ -101,7 +103,7 @@ def test_a_transformer_xl_row_by_hand(rows) -> None:
                              "vocab=267735,positional=relative,norm_position=post,tied=true")
     assert case.system == "dgx-a100-40g:1"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 32,
-                         "global_batch": 256, "precision": "fp16"}
+                         "global_batch": 256, "precision": "fp16", "grad_accumulation": "add"}
     assert case.measured_samples_per_s == pytest.approx(449_890 / 192)
     assert "full softmax" in case.notes
     # large on 128 V100 SXM3 (8 DGX-2H): tgt_len and mem_len 384, 4 per GPU, 512 segments
@@ -117,7 +119,7 @@ def test_a_resnet_row_by_hand(rows) -> None:
     assert isinstance(case, Case) and case.workload == "resnet50" and case.seq == 1
     assert case.system == "dgx-a100-80g:1"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 256,
-                         "global_batch": 2048, "precision": "fp16"}
+                         "global_batch": 2048, "precision": "fp16", "grad_accumulation": "add"}
     assert case.measured_samples_per_s == 16_621 and "not modelled" in case.notes
     # MXNet on one A100, TF32, 512 per GPU
     mxnet = case_of(rows["PM0179"])

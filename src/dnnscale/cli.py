@@ -211,6 +211,11 @@ def predict(workload: Optional[str] = typer.Option(
                 None, "--zero3-fetch", help="GPU, --zero 3: blocks (FSDP: one all-gather and "
                 "reduce-scatter per transformer block, the default) | buckets (DeepSpeed's "
                 "stage 3: prefetch and reduce buckets)"),
+            grad_accumulation: Optional[str] = typer.Option(
+                None, "--grad-accumulation", help="GPU: how micro-batches' gradients "
+                "accumulate: fused (Megatron's gradient-accumulation fusion, the default) | "
+                "add (autograd: DDP, FSDP, DeepSpeed, torchtitan) | clip_add (TensorFlow 1 "
+                "BERT: each micro-batch clipped, then added in fp32)"),
             ep: Optional[int] = typer.Option(
                 None, "--ep", help="GPU: expert-parallel degree (MoE workloads: experts split "
                 "over ep devices; the mesh is pp × dp × ep × cp × tp)"),
@@ -274,7 +279,8 @@ def predict(workload: Optional[str] = typer.Option(
              precision=precision, grad_bytes=grad_bytes, sequence_parallel=sequence_parallel,
              overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
              expert_imbalance=expert_imbalance, etp=etp, overlap_tp=overlap_tp,
-             overlap_pp=overlap_pp, zero3_fetch=zero3_fetch))
+             overlap_pp=overlap_pp, zero3_fetch=zero3_fetch,
+             grad_accumulation=grad_accumulation))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,

@@ -14,6 +14,16 @@ from dnnscale.units import format_si
 from dnnscale.workload.transformer_shape import TransformerShape
 
 
+ACCUMULATION_TEXT = {
+    "fused": "{m} micro-batches' weight gradients accumulated inside the weight-gradient GEMMs "
+             "(gradient-accumulation fusion), the norms' and embeddings' added by a hook",
+    "add": "{m} micro-batches' gradients added into the ones held, each after the first (3 "
+           "passes over the gradients per micro-batch)",
+    "clip_add": "{m} micro-batches' gradients each norm-clipped and added into fp32 "
+                "accumulators"}
+"""The assumption line of each Batch.grad_accumulation (model/accumulation.py prices it)."""
+
+
 def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tuple[str, ...]:
     """The priced assumptions of `plan` on the workload of `shape`, one sentence each."""
     grad = plan.precision.grad_bytes
@@ -21,6 +31,9 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
     if grad is not None:
         width = {4: "fp32", 2: "16-bit", 1: "8-bit"}.get(grad, f"{grad}-byte")
         out.append(f"gradients accumulated and reduced in {width} ({grad} bytes per value)")
+    if plan.batch.accumulation > 1:
+        out.append(ACCUMULATION_TEXT[plan.batch.grad_accumulation].format(
+            m=plan.batch.accumulation))
     if shape is not None:
         out.append(f"attention fused ({shape.attention_kernel}, priced by its published speed, "
                    "or on a GPU with none by an estimate derived from another's)"

@@ -9,7 +9,9 @@ docs/export.md lists each with its source line):
   --num-layers-per-virtual-pipeline-stage (interleaved 1F1B), --sequence-parallel. The
   data-parallel size is not an option: Megatron derives it as world size / (TP · PP).
 - batch: --micro-batch-size, --global-batch-size (micro-batches per step = global /
-  (micro · DP)).
+  (micro · DP)); --no-gradient-accumulation-fusion for a plan priced with grad_accumulation
+  'add' (autograd adds each micro-batch's weight gradients instead of the GEMM: Megatron's
+  default fuses them, 'fused').
 - data parallelism: --use-distributed-optimizer (ZeRO-1: optimizer state and fp32 master
   weights sharded over DP); ZeRO-2/3 are Megatron-FSDP's --use-megatron-fsdp with
   --data-parallel-sharding-strategy optim_grads / optim_grads_params (it needs
@@ -263,7 +265,9 @@ def megatron_flags(plan: ParallelPlan, shape: TransformerShape) -> list[Flag]:
     if sequence_parallel(plan):
         flags.append(("--sequence-parallel", None))
     flags += overlap_flags(plan)
-    return (flags + _expert_context_flags(plan, shape) + batch_flags(plan)
+    accumulation = ([("--no-gradient-accumulation-fusion", None)]
+                    if plan.batch.grad_accumulation == "add" else [])
+    return (flags + _expert_context_flags(plan, shape) + batch_flags(plan) + accumulation
             + _data_parallel_flags(plan) + _recompute_flags(plan) + _precision_flags(plan)
             + _megatron_model_flags(shape) + _moe_flags(shape))
 

@@ -55,6 +55,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from dnnscale.model.accumulation import accumulation_bytes_per_step
 from dnnscale.model.bookkeeping import worker_bookkeeping_s
 from dnnscale.model.collectives import held_pull_convoy_s
 from dnnscale.model.data_parallel import (buckets_for, deferred_gradient_sync,
@@ -205,6 +206,7 @@ class StepContext:
         self.work_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
         """Each stage's compute and recompute per micro-batch on a median device."""
         self.comm_s = tuple(per_stage[id(stage)][1] for stage in self.stages)
+        self.accumulation_s = self._accumulation_seconds(members)
         self.slowest_device_s = self._slowest_device_s(plan.data.replicas)
         self.device_s = self._device_s(self.slowest_device_s)
         self.launches = tuple(per_stage[id(stage)][2] for stage in self.stages)
@@ -218,6 +220,32 @@ class StepContext:
         self.params_on_worker = self.member_params[0]
         self.ring_bytes = self.params_on_worker * self.grad_bytes_per_value
         self.update_s = self.update_time_s(1)
+
+    def _accumulation_seconds(self, members: MemberState) -> tuple[float, ...]:
+        """Each stage's gradient accumulation per micro-batch on an accelerator: the step's
+        passes over the member's gradients (model/accumulation.py, by the plan's
+        Batch.grad_accumulation) over its m micro-batches, memory bound; under ZeRO-2/3 the
+        member accumulates its reduce-scattered shard (its dense parameters over the dense
+        group, its experts' over theirs). The hooked share is the stage's non-GEMM parameters'
+        (StageCosts.hooked_params) of the member's. A CPU worker's passes are
+        model/bookkeeping.py's."""
+        device, plan, m = self.system.machine, self.plan, self.micro_batches
+        if not device.is_accelerator:
+            return (0.0,) * len(self.stages)
+        sharded = self.collective.zero_stage >= 2
+        replicas = plan.data.replicas
+        dense_shard = plan.dense_group(replicas) if sharded else 1
+        expert_shard = plan.expert_group(replicas) if sharded else 1
+        out = []
+        for stage, params, experts in zip(self.stages, members.member_params,
+                                          members.member_expert_params):
+            held = (params - experts) / dense_shard + experts / expert_shard
+            hooked = held * stage.hooked_params / max(1, stage.params or self.workload.params)
+            moved = accumulation_bytes_per_step(
+                plan.batch.grad_accumulation, m, held, hooked, members.grad_bytes_per_value,
+                members.param_bytes_per_value, plan.precision.compute == "fp16")
+            out.append(memory_pass_s(device, moved) / m)
+        return tuple(out)
 
     def _launch_s(self, replicas: int) -> float:
         """One kernel launch's host time with the node's devices busy: `replicas` replicas of
@@ -269,9 +297,10 @@ class StepContext:
 
     def _device_s(self, slowest_s: tuple[float, ...]) -> tuple[float, ...]:
         """Each stage's kernels per micro-batch: its compute and recompute, the wait for the
-        slowest device, and its exposed tp, ep and cp communication."""
-        return tuple(work + slowest + comm
-                     for work, slowest, comm in zip(self.work_s, slowest_s, self.comm_s))
+        slowest device, its exposed tp, ep and cp communication, and its gradient
+        accumulation (`_accumulation_seconds`)."""
+        return tuple(work + slowest + comm + accumulate for work, slowest, comm, accumulate
+                     in zip(self.work_s, slowest_s, self.comm_s, self.accumulation_s))
 
     def _p2p_seconds(self) -> tuple[float, ...]:
         """Each stage's pipeline sends per micro-batch: its activation forward to the next
@@ -701,7 +730,7 @@ def _stage_record(ctx: StepContext, index: int, stage: StageCosts) -> StageRecor
                        ctx.stage_seconds[index],
                        stage.layers, stage.expert_comm_s, stage.context_comm_s,
                        stage.totals.expert_forward_s, stage.totals.context_forward_s,
-                       ctx.slowest_device_s[index])
+                       ctx.slowest_device_s[index], ctx.accumulation_s[index])
 
 
 def step_record(ctx: StepContext, busy_s: float,
@@ -821,6 +850,7 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
     ep_s, cp_s = m * stage.ep_comm_s, m * stage.cp_comm_s
     launch_s = m * stage.launch_wait_s
     slowest_s = m * stage.slowest_device_s
+    accumulation_s = m * stage.grad_accumulation_s
     bubble_s = record.bubble_s
     record = replace(record, collectives=(CollectiveTime(Part.TP_COMM, MeshDim.TP, tp_s),
                                           CollectiveTime(Part.EP_COMM, MeshDim.EP, ep_s),
@@ -830,6 +860,8 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
     parts = [StepPart(name, seconds, PartKind.COMPUTE) for name, seconds in phases.items()]
     parts += [StepPart(Part.COMPUTE, compute_s, PartKind.SUM, tuple(phases)),
               StepPart(Part.RECOMPUTE, recompute_s, PartKind.COMPUTE),
+              *([StepPart(Part.GRAD_ACCUMULATION, accumulation_s, PartKind.COMPUTE)]
+                if accumulation_s else []),
               StepPart(Part.TP_COMM, tp_s, PartKind.COMMUNICATION),
               *([StepPart(Part.EP_COMM, ep_s, PartKind.COMMUNICATION)]
                 if ctx.split.ep > 1 else []),
@@ -842,7 +874,8 @@ def _modern_composition(ctx: StepContext, x: float, step_s: float, dp_s: float, 
               StepPart(Part.DP_COMM, dp_s, PartKind.COMMUNICATION),
               StepPart(Part.OPTIMIZER_STEP, update_s, PartKind.UPDATE),
               StepPart(Part.STEP, step_s, PartKind.TOTAL)]
-    bottleneck = _largest({Bottleneck.COMPUTE: compute_s + recompute_s + slowest_s,
+    bottleneck = _largest({Bottleneck.COMPUTE: compute_s + recompute_s + slowest_s
+                           + accumulation_s,
                            Bottleneck.TP_COMM: tp_s,
                            Bottleneck.EP_COMM: ep_s, Bottleneck.CP_COMM: cp_s,
                            Bottleneck.PP_COMM: pp_s, Bottleneck.BUBBLE: bubble_s,

@@ -35,6 +35,7 @@ class Part(StrEnum):
     WEIGHT_GRAD = "weight_grad"
     COMPUTE = "compute"
     RECOMPUTE = "recompute"
+    GRAD_ACCUMULATION = "grad_accumulation"
     PARTITION_COMM = "partition_comm"
     TP_COMM = "tp_comm"
     EP_COMM = "ep_comm"
@@ -93,7 +94,7 @@ class StageRecord:
     """One pipeline stage, per micro-batch, on its most loaded device (seconds).
 
     device_s = forward + input_grad + weight_grad + tp_comm + ep_comm + cp_comm + recompute
-    + slowest_device (the kernels); slowest_device_s: the wait for the group's slowest device,
+    + slowest_device + grad_accumulation (the kernels); slowest_device_s: the wait for the group's slowest device,
     (g − 1) · (compute + recompute) (model/stragglers.slowest_device_factor); ep_comm_s: expert parallelism's all-to-alls, cp_comm_s: context
     parallelism's exposed exchange (ring attention's sends past its compute, or Ulysses'
     all-to-alls);
@@ -124,6 +125,9 @@ class StageRecord:
     """The part of cp_comm_s in the forward phase."""
     slowest_device_s: float = 0.0
     """The wait for the slowest device of the synchronous step, per micro-batch."""
+    grad_accumulation_s: float = 0.0
+    """The step's gradient accumulation over its micro-batches, per micro-batch
+    (model/accumulation.py)."""
 
     @property
     def compute_s(self) -> float:

@@ -185,6 +185,10 @@ class StageCosts:
     tensors: TensorRun = TensorRun()
     """The stage's parameter tensors in forward order, for DeepSpeed's bucketed ZeRO-3
     (model/zero3_fetch.py)."""
+    hooked_params: int = 0
+    """The part of `params` in layers whose kind is not a GEMM (norms, embeddings): the weights
+    whose gradients Megatron's fused gradient accumulation still adds by a hook
+    (`hooked_params_of`, model/accumulation.py)."""
 
     @property
     def forward_s(self) -> float:
@@ -482,7 +486,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     depends on the split only through `mesh_split_key`).
     """
     b = workload.bytes_per_value * bytes_scale
-    params = expert_params = 0
+    params = expert_params = hooked = 0
     units: dict[int | None, int] = {}  # an FSDP unit's parameters: each block, the rest together
     tensors: list[int] = []  # each layer's parameters, in order (model/zero3_fetch.py)
     chosen = set(layer_indices) if layer_indices is not None else None
@@ -502,6 +506,7 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
         params += layer.params
         if record_of(layer).expert:
             expert_params += layer.params
+        hooked += hooked_params_of(layer)
         block = layer.hyper.get("block")
         block_id = block if isinstance(block, int) else None
         units[block_id] = units.get(block_id, 0) + layer.params
@@ -538,7 +543,15 @@ def stage_costs(workload: Workload, system: System, partitions: int, minibatch: 
     return StageCosts(partitions, minibatch, tuple(costs), params, StageTotals.of(costs),
                       boundary_values=last.activation_values, expert_params=expert_params,
                       unit_params=largest_unit_params(units.values()),
-                      units=unit_count(units.values()), tensors=TensorRun(tuple(tensors)))
+                      units=unit_count(units.values()), tensors=TensorRun(tuple(tensors)),
+                      hooked_params=hooked)
+
+
+def hooked_params_of(layer: Layer) -> int:
+    """The layer's parameters whose gradients are not formed by a GEMM (its kind's kernel is not
+    KernelClass.GEMM): the ones Megatron's gradient-accumulation fusion leaves to a hook
+    (model/accumulation.py); 0 for a GEMM layer."""
+    return 0 if record_of(layer).kernel is KernelClass.GEMM else layer.params
 
 
 def unit_count(units: Iterable[int]) -> int:
@@ -642,6 +655,8 @@ class BlockTemplate:
     expert_params: int = 0
     tensors: tuple[int, ...] = ()
     """Each of the block's layers' parameters, in order (model/zero3_fetch.py)."""
+    hooked_params: int = 0
+    """Its layers' `hooked_params_of`."""
 
 
 @dataclass(frozen=True)
@@ -674,7 +689,8 @@ def stage_template(workload: Workload, system: System, partitions: int, minibatc
         BlockTemplate(StageTotals.of([cost_of[i] for i in block]),
                       sum(layers[i].params for i in block),
                       sum(layers[i].params for i in block if record_of(layers[i]).expert),
-                      tuple(layers[i].params for i in block))
+                      tuple(layers[i].params for i in block),
+                      sum(hooked_params_of(layers[i]) for i in block))
         for block in kinds), {i: cost_of[i] for i in outside})
 
 
@@ -692,12 +708,14 @@ def stages_from_template(workload: Workload, template: StageTemplate,
         if stage is None:
             totals = StageTotals.of([template.outside[i] for i in others])
             params = root = sum(workload.layers[i].params for i in others)
+            hooked = sum(hooked_params_of(workload.layers[i]) for i in others)
             expert_params = 0
             for kind, count in zip(template.kinds, blocks):
                 if count:
                     totals = totals.plus(kind.totals, count)
                     params += kind.params * count
                     expert_params += kind.expert_params * count
+                    hooked += kind.hooked_params * count
             unit_sizes = [root] + [kind.params for kind, count in zip(template.kinds, blocks)
                                    for _ in range(count)]
             run = TensorRun(
@@ -708,6 +726,6 @@ def stages_from_template(workload: Workload, template: StageTemplate,
             stage = made[key] = StageCosts(template.partitions, template.minibatch, (), params,
                                            totals, boundary, expert_params,
                                            largest_unit_params(unit_sizes),
-                                           unit_count(unit_sizes), run)
+                                           unit_count(unit_sizes), run, hooked)
         stages.append(stage)
     return tuple(stages)

@@ -47,7 +47,8 @@ from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost
 from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
 from dnnscale.plan.engines import (EngineFacts, check_engine, priced_grad_bytes,
-                                   priced_zero3_fetch, search_violation)
+                                   priced_grad_accumulation, priced_zero3_fetch,
+                                   search_violation)
 from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, Pipeline, Precision, TensorSplit)
@@ -115,6 +116,10 @@ class ModernSpace:
     zero3_fetch: str = "blocks"
     """ZeRO-3's gather granularity for the plans with zero 3: the engine's where one is named
     (plan/engines.priced_zero3_fetch), else FSDP's blocks."""
+    grad_accumulation: str = "fused"
+    """How every plan's micro-batches accumulate their gradients: the engine's where one is
+    named (plan/engines.priced_grad_accumulation: DeepSpeed and torchtitan add), else
+    Megatron's fused default."""
 
     def precision_of(self) -> Precision:
         """The plans' precision: the preset, with the engine's gradient width if it fixes one."""
@@ -165,7 +170,8 @@ class Group(NamedTuple):
             pipeline=self.pipeline_part(),
             data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp,
                                                    self.fetch(space))),
-            batch=Batch(self.micro_batch, self.micro_batches(space, replicas)),
+            batch=Batch(self.micro_batch, self.micro_batches(space, replicas),
+                        space.grad_accumulation),
             memory=MemoryPolicy(self.recompute), precision=space.precision_of(),
             optimizer="adam", expert=ExpertParallel(self.ep, space.expert_imbalance, self.etp),
             context=ContextParallel(self.cp, self.cp_algorithm))
@@ -178,7 +184,8 @@ class Group(NamedTuple):
                            cp_algorithm=self.cp_algorithm, etp=self.etp,
                            overlap_tp=self.overlap_tp,
                            overlap_pp=self.pipeline_part().overlaps_p2p,
-                           zero3_fetch=self.fetch(space))
+                           zero3_fetch=self.fetch(space),
+                           grad_accumulation=space.grad_accumulation)
 
     def fetch(self, space: ModernSpace) -> str:
         """The group's ZeRO-3 granularity: the space's under zero 3, else 'blocks'."""
@@ -340,7 +347,7 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                         precision, overlap, engine, priced_grad_bytes(engine), ep, cp,
                         tuple(dict.fromkeys(algorithms)), imbalance,
                         shape if engine is not None else None, etp, tp_overlap, pp_overlap,
-                        priced_zero3_fetch(engine))
+                        priced_zero3_fetch(engine), priced_grad_accumulation(engine))
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space

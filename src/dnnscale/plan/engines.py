@@ -69,6 +69,14 @@ and pytorch/torchtitan v0.2.2 (73a0e697); docs/export.md gives the option lines:
   ParallelDims.seq_len_divisor). Its MoE (models/moe/moe.py) is dropless token choice, no
   capacity factor, with shared experts as wide as a multiple of one routed expert.
 
+Gradient accumulation (plan/plan.py GRAD_ACCUMULATION, priced by model/accumulation.py):
+Megatron-LM fuses it into the weight-gradient GEMMs by default (--gradient-accumulation-fusion,
+megatron/core/tensor_parallel/layers.py) and adds through autograd with
+--no-gradient-accumulation-fusion; DeepSpeed (its engine's backward leaves the micro-batches'
+gradients to autograd's .grad accumulation, or to its ZeRO optimizers' gradient partitions) and
+torchtitan (DDP or FSDP2 under autograd) always add; TensorFlow 1 BERT's per-micro-batch
+clipping ('clip_add') is no engine's.
+
 `workload_violation` holds the limits that read the workload's shape too (MoE or not).
 """
 
@@ -117,6 +125,10 @@ class EngineFacts:
     """The pipeline's sends overlap compute (Pipeline.overlaps_p2p)."""
     zero3_fetch: str = "blocks"
     """ZeRO-3's gather granularity (Collective.fetch, plan/plan.py ZERO3_FETCH)."""
+    grad_accumulation: str = "fused"
+    """How the micro-batches' gradients accumulate (Batch.grad_accumulation)."""
+    micro_batches: int = 1
+    """Micro-batches per step (Batch.accumulation)."""
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
@@ -130,7 +142,9 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        plan.precision.grad_bytes, ep=plan.expert.degree,
                        cp=plan.context.degree, cp_algorithm=plan.context.algorithm,
                        etp=plan.expert.tensor, overlap_tp=plan.tensor.overlap,
-                       overlap_pp=plan.pipeline.overlaps_p2p, zero3_fetch=collective.fetch)
+                       overlap_pp=plan.pipeline.overlaps_p2p, zero3_fetch=collective.fetch,
+                       grad_accumulation=plan.batch.grad_accumulation,
+                       micro_batches=plan.batch.accumulation)
 
 
 def check_engine(engine: object, field: str = "engine") -> str:
@@ -245,6 +259,10 @@ def engine_violation(engine: str, facts: EngineFacts) -> Violation | None:
                          f"(gradients are reduced in 2 or 4 bytes)")
     if facts.compute == "tf32":
         return Violation("precision", f"{name} has no TF32 option ({NO_TF32[engine]})")
+    if facts.grad_accumulation == "clip_add":
+        return Violation("grad_accumulation", f"{name} has no per-micro-batch gradient "
+                         f"clipping (clip_add is TensorFlow 1 BERT's optimizer); use "
+                         f"{ENGINE_GRAD_ACCUMULATION[engine]}")
     if facts.etp not in (None, 1) and engine in ETP_OFF_OR_TP:
         return Violation("etp", f"{name}'s experts are split over the whole tensor group or not "
                          f"at all ({ETP_OFF_OR_TP[engine]}): etp is tp = {facts.tp} or 1, not "
@@ -346,6 +364,23 @@ def workload_differences(engine: str, facts: EngineFacts,
                       f"{factor:g})× the mean and the rest below it"),)
 
 
+ENGINE_GRAD_ACCUMULATION = {"megatron": "fused", "deepspeed": "add", "torchtitan": "add"}
+"""How each engine accumulates gradients by default (module docstring; Megatron-LM also runs
+'add' with --no-gradient-accumulation-fusion)."""
+
+
+def _grad_accumulation_difference(engine: str, facts: EngineFacts) -> Violation | None:
+    """Where `engine` accumulates a plan's micro-batches otherwise than it was priced: DeepSpeed
+    and torchtitan cannot fuse (Megatron runs 'add' too, with a flag)."""
+    runs = ENGINE_GRAD_ACCUMULATION[engine]
+    if facts.micro_batches <= 1 or facts.grad_accumulation == runs or engine == "megatron":
+        return None
+    return Violation("grad_accumulation", f"{ENGINE_NAMES[engine]} adds each micro-batch's "
+                     f"gradients into the ones held (autograd's accumulation: 3 x grad_bytes "
+                     f"per parameter per micro-batch); the plan priced grad_accumulation "
+                     f"{facts.grad_accumulation}: use grad_accumulation {runs}")
+
+
 ENGINE_ZERO3_FETCH = {"megatron": "blocks", "deepspeed": "buckets", "torchtitan": "blocks"}
 """How each engine's ZeRO-3 gathers (plan/plan.py ZERO3_FETCH): DeepSpeed's stage 3 in its
 prefetch and reduce buckets (deepspeed/runtime/zero/partitioned_param_coordinator.py,
@@ -371,9 +406,10 @@ def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]
     fixed behaviour, each engine's ZeRO-3 granularity); empty for the plans it runs as
     priced."""
     fetch = _zero3_fetch_difference(engine, facts)
-    if engine != "torchtitan":
-        return () if fetch is None else (fetch,)
+    accumulation = _grad_accumulation_difference(engine, facts)
     out = [] if fetch is None else [fetch]
+    if engine != "torchtitan":
+        return tuple(out) + (() if accumulation is None else (accumulation,))
     if facts.replicated and facts.grad_bytes is not None and \
             facts.grad_bytes != TORCHTITAN_GRAD_BYTES:
         out.append(Violation("grad_bytes", f"torchtitan reduces gradients in float32 "
@@ -392,6 +428,8 @@ def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]
         out.append(Violation("sequence_parallel", "torchtitan's tensor parallelism always "
                              "shards the norms over the sequence (SequenceParallel); the plan "
                              "priced it without"))
+    if accumulation is not None:
+        out.append(accumulation)
     return tuple(out)
 
 
@@ -399,6 +437,12 @@ def priced_zero3_fetch(engine: str | None) -> str:
     """The ZeRO-3 granularity `optimize --engine` prices: the engine's (ENGINE_ZERO3_FETCH),
     else FSDP's blocks."""
     return ENGINE_ZERO3_FETCH[engine] if engine is not None else "blocks"
+
+
+def priced_grad_accumulation(engine: str | None) -> str:
+    """The gradient accumulation `optimize --engine` prices: the engine's
+    (ENGINE_GRAD_ACCUMULATION), else Megatron's fused default."""
+    return ENGINE_GRAD_ACCUMULATION[engine] if engine is not None else "fused"
 
 
 def priced_grad_bytes(engine: str | None) -> int | None:

@@ -24,6 +24,9 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
                         # Megatron's overlap_p2p_comm)
     grad_bytes: 4       # bytes per gradient value accumulated and reduced (default: 4 under
                         # bf16/fp8, Megatron's fp32 main grads; 2 under fp16; 4 under fp32/tf32)
+    grad_accumulation: fused  # how micro-batches' gradients accumulate: fused (Megatron's
+                        # gradient-accumulation fusion, the default) | add (autograd: DDP,
+                        # FSDP, DeepSpeed, torchtitan) | clip_add (TensorFlow 1 BERT)
     ep: 8               # expert parallelism: experts split over ep devices (MoE workloads)
     cp: 2               # context parallelism: each sample's sequence split over cp devices
     cp_algorithm: ring  # ring (ring attention) | alltoall (DeepSpeed-Ulysses)
@@ -41,8 +44,8 @@ from typing import Any
 
 from dnnscale.boundary import require_bool, require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
-from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, OPTIMIZERS, RECOMPUTE, SCHEDULES,
-                                ZERO3_FETCH, Batch, Collective, ContextParallel, DataParallel,
+from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, GRAD_ACCUMULATION, OPTIMIZERS,
+                                RECOMPUTE, SCHEDULES, ZERO3_FETCH, Batch, Collective, ContextParallel, DataParallel,
                                 ExpertParallel, MemoryPolicy, ParallelPlan, ParameterServer,
                                 Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
@@ -72,7 +75,7 @@ grad_bytes (predict --grad-bytes) overrides the width."""
 MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
                  "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp",
-                 "overlap_tp", "overlap_pp", "zero3_fetch")
+                 "overlap_tp", "overlap_pp", "zero3_fetch", "grad_accumulation")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -161,6 +164,7 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
     require(batch_divides(global_batch, dp * ep, micro), where)
     micro_batches = global_batch // (dp * ep * micro)
     schedule = _choice(values, "schedule", SCHEDULES, "1f1b", where)
+    accumulate = _choice(values, "grad_accumulation", GRAD_ACCUMULATION, "fused", where)
     virtual = require_int(f"{where}.virtual_stages", values.get("virtual_stages", 1),
                           maximum=MAX_VIRTUAL_STAGES)
     zero = require_int(f"{where}.zero", values.get("zero", 0), minimum=0, maximum=3)
@@ -181,7 +185,7 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where),
                                          _choice(values, "zero3_fetch", ZERO3_FETCH, "blocks",
                                                  where))),
-        batch=Batch(micro, micro_batches), memory=MemoryPolicy(recompute), precision=precision,
+        batch=Batch(micro, micro_batches, accumulate), memory=MemoryPolicy(recompute), precision=precision,
         optimizer="adam", expert=ExpertParallel(ep, imbalance, None if etp == tp else etp),
         context=ContextParallel(cp, cp_algorithm)), where)
 
@@ -243,6 +247,7 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
                          f"{short_repr(aggregation)}")
     require_int(f"{where}.micro_batch", plan.batch.micro_batch)
     require_int(f"{where}.batch.accumulation", plan.batch.accumulation)
+    _one_of(f"{where}.grad_accumulation", plan.batch.grad_accumulation, GRAD_ACCUMULATION)
     require_int(f"{where}.global_batch", plan.samples_per_step)
     _one_of(f"{where}.recompute", plan.memory.recompute, RECOMPUTE)
     precision = plan.precision
@@ -274,7 +279,8 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
             "recompute": plan.memory.recompute,
             "precision": plan.precision.compute,
             "sequence_parallel": plan.tensor.sequence_parallel, "overlap_dp": overlap,
-            "grad_bytes": plan.precision.grad_bytes, "ep": plan.expert.degree,
+            "grad_bytes": plan.precision.grad_bytes,
+            "grad_accumulation": plan.batch.grad_accumulation, "ep": plan.expert.degree,
             "cp": plan.context.degree, "cp_algorithm": plan.context.algorithm,
             "expert_imbalance": plan.expert.imbalance,
             **({"etp": plan.expert.tensor} if plan.expert.tensor is not None else {}),
@@ -292,6 +298,7 @@ def plan_label(plan: ParallelPlan) -> str:
               f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
               "overlap" if d["overlap_dp"] and d["dp"] > 1 else "",
               "tp-overlap" if d["overlap_tp"] else "",
+              f"grad-{d['grad_accumulation']}" if d["grad_accumulation"] != "fused" else "",
               "no-pp-overlap" if d["schedule"] == "interleaved"
               and not plan.pipeline.overlaps_p2p else ""]
     mesh = (f" EP{d['ep']}" if d["ep"] > 1 else "") + (

@@ -33,6 +33,16 @@ ZERO3_FETCH = ("blocks", "buckets")
 reduce-scatter per transformer block (PyTorch FSDP/FSDP2 wrapped per block, as llm-foundry and
 torchtitan wrap it); 'buckets', DeepSpeed's stage 3: all-gathers of the parameters in prefetch
 buckets, gradients reduce-scattered in reduce buckets (model/zero3_fetch.py)."""
+GRAD_ACCUMULATION = ("fused", "add", "clip_add")
+"""How each micro-batch's weight gradients join the step's (model/accumulation.py prices each):
+'fused', Megatron-LM's gradient-accumulation fusion (its default): the GEMM layers' weight
+gradients accumulate inside the weight-gradient GEMM, and a hook adds the other parameters'
+(norms, embeddings) into the fp32 main gradients every micro-batch; 'add', autograd's
+accumulation (PyTorch DDP, FSDP, DeepSpeed, torchtitan; Megatron with
+--no-gradient-accumulation-fusion): every micro-batch after the first adds each gradient into
+the one held; 'clip_add', DeepLearningExamples' TensorFlow 1 BERT optimizer (optimization.py):
+each micro-batch's gradients are norm-clipped (checked for overflow under fp16 loss scaling)
+and added into fp32 accumulators."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +138,8 @@ class Batch:
 
     micro_batch: int = 32
     accumulation: int = 1
+    grad_accumulation: str = "fused"
+    """How the micro-batches' gradients accumulate on an accelerator (GRAD_ACCUMULATION)."""
 
     @property
     def per_replica(self) -> int:

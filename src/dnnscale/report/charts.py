@@ -18,7 +18,7 @@ from dnnscale.units import format_seconds, format_si
 
 COLORS: dict[str, str] = {
     Part.FORWARD: "#4c78a8", "backward": "#3f8f8a", Part.INPUT_GRAD: "#72b7b2",
-    Part.WEIGHT_GRAD: "#54a24b", Part.RECOMPUTE: "#9d755d",
+    Part.WEIGHT_GRAD: "#54a24b", Part.RECOMPUTE: "#9d755d", Part.GRAD_ACCUMULATION: "#8cd17d",
     Part.PARTITION_COMM: "#f58518", Part.TP_COMM: "#f58518", Part.PP_COMM: "#e45756",
     Part.EP_COMM: "#17becf", Part.CP_COMM: "#bcbd22",
     Part.PS_PUSH: "#f58518", Part.PS_PULL: "#ff9d4d", Part.ALLREDUCE: "#e45756",

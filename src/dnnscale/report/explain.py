@@ -27,6 +27,9 @@ PART_TEXT: dict[Part, str] = {
     Part.COMPUTE: "the sum of forward, input_grad and weight_grad (not a separate activity)",
     Part.RECOMPUTE: "forward work done again in the backward pass because activation "
                     "recomputation dropped those activations (--recompute selective or full)",
+    Part.GRAD_ACCUMULATION: "joining each micro-batch's weight gradients to the step's: the "
+                            "passes over the gradients that the plan's grad_accumulation "
+                            "(fused, add or clip_add) streams through memory",
     # communication
     Part.PARTITION_COMM: "traffic between the P workers of one replica caused by splitting the "
                          "layers across them (activations gathered, input gradients reduced; "

@@ -144,7 +144,7 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
         backward = (stage.input_grad_s + stage.weight_grad_s + stage.tp_comm_s - tp_forward
                     + stage.ep_comm_s - ep_forward + stage.cp_comm_s - cp_forward)
         redo = stage.recompute_s
-        device = forward + backward + redo
+        device = forward + backward + redo + stage.grad_accumulation_s
         launch = stage.launch_wait_s
         slowest = stage.slowest_device_s
         share = forward / device if device > 0 else 0.5
@@ -157,6 +157,7 @@ def _pipeline_timeline(prediction: Prediction, record: StepRecord) -> Timeline:
         pieces_b.append(tuple((name, seconds / v) for name, seconds in (
             (Part.RECOMPUTE, redo), (Part.INPUT_GRAD, stage.input_grad_s),
             (Part.WEIGHT_GRAD, stage.weight_grad_s),
+            (Part.GRAD_ACCUMULATION, stage.grad_accumulation_s),
             (Part.TP_COMM, stage.tp_comm_s - tp_forward),
             (Part.EP_COMM, stage.ep_comm_s - ep_forward),
             (Part.CP_COMM, stage.cp_comm_s - cp_forward),

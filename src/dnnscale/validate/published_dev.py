@@ -197,13 +197,23 @@ def _precision(text: str) -> str:
     return "tf32" if "TF32" in text else "fp32"
 
 
+def grad_accumulation_of(framework: str) -> str:
+    """How the row's code accumulates its micro-batches' gradients (plan/plan.py
+    GRAD_ACCUMULATION): DeepLearningExamples' TensorFlow 1 BERT clips each micro-batch and adds
+    it into fp32 accumulators (optimization.py: 'clip_add'); the PyTorch codes (DDP under
+    no_sync, Composer's FSDP) and MXNet add through their autograd ('add')."""
+    return "clip_add" if framework.startswith("TensorFlow") else "add"
+
+
 def _data_parallel(row: dict[str, str], precision: str) -> dict[str, Any]:
-    """dp = the row's GPUs, ZeRO-0, its per-GPU batch as the micro-batch, its global batch."""
+    """dp = the row's GPUs, ZeRO-0, its per-GPU batch as the micro-batch, its global batch,
+    its code's gradient accumulation (`grad_accumulation_of`)."""
     rid = row["id"]
     return {"tp": 1, "pp": 1, "dp": int(row["num_devices"]), "zero": 0,
             "micro_batch": _first_int(row["micro_batch"], "micro_batch", rid),
             "global_batch": _first_int(row["global_batch"], "global_batch", rid),
-            "precision": precision}
+            "precision": precision,
+            "grad_accumulation": grad_accumulation_of(row["framework"])}
 
 
 def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
@@ -221,7 +231,8 @@ def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
             "micro_batch": _first_int(row["micro_batch"], "micro_batch", rid),
             "global_batch": _first_int(row["global_batch"], "global_batch", rid),
             "recompute": "full" if checkpointing else "none", "precision": precision,
-            "grad_bytes": 2 if pure else 4, "overlap_dp": True}
+            "grad_bytes": 2 if pure else 4, "overlap_dp": True,
+            "grad_accumulation": grad_accumulation_of(row["framework"])}
     return Case(rid, "llm-foundry", row["model"], workload, _system(row, node), plan, seq,
                 _samples_per_s(row, seq), precision, devices, closest)
 
