@@ -194,3 +194,18 @@ def test_cli_predict_gpu_plan_json_and_errors() -> None:
 def test_vtrain_rows_load() -> None:
     assert len(load_rows("single")) == 1440 and len(load_rows("multi")) == 109
     assert padded_vocab(1) == 50304 and padded_vocab(8) == 51200
+
+
+
+def test_vtrain_rows_accumulate_through_autograd() -> None:
+    """Megatron-DeepSpeed's weight gradients are plain matmuls that autograd adds into .grad
+    (validate/vtrain.py VTRAIN_GRAD_ACCUMULATION): a row of m micro-batches pays m - 1 added
+    micro-batches of 3 passes over each member's 2-byte gradients."""
+    from dnnscale.model.accumulation import accumulation_bytes_per_step
+    from dnnscale.validate.vtrain import row_plan
+
+    row = next(r for r in load_rows("multi") if r.global_batch // (r.data * r.micro_batch) > 1)
+    plan = row_plan(row)
+    assert plan.batch.grad_accumulation == "add"
+    m = plan.batch.accumulation
+    assert accumulation_bytes_per_step("add", m, 1.0, 0.0, 2, 2, True) == (m - 1) * 3 * 2

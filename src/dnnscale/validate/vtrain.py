@@ -100,14 +100,24 @@ def row_workload(hidden: int, heads: int, layers: int, seq: int, tensor: int) ->
                                 heads=heads, seq=seq, vocab=padded_vocab(tensor))
 
 
+VTRAIN_GRAD_ACCUMULATION = "add"
+"""How Megatron-DeepSpeed accumulates the rows' micro-batches: through autograd. Under the
+DeepSpeed engine the weights have no main_grad for Megatron's fused accumulation to write into
+(its ColumnParallelLinear's fused path writes weight.main_grad, which only Megatron's own DDP
+creates), and since July 2023 (deepspeedai/Megatron-DeepSpeed 9e72d571, core/tensor_parallel/
+layers.py: "TODO: temporary commented") the fused path is commented out and every weight
+gradient is a plain matmul that autograd adds into .grad."""
+
+
 def row_plan(row: Row) -> ParallelPlan:
     """The row's plan: Megatron TP, 1F1B PP, plain all-reduce DP without bucketing, full
-    recompute, fp16 mixed precision with Adam."""
+    recompute, fp16 mixed precision with Adam, gradients accumulated by autograd
+    (VTRAIN_GRAD_ACCUMULATION)."""
     micro_batches = row.global_batch // (row.data * row.micro_batch)
     return ParallelPlan(tensor=TensorSplit(row.tensor, "megatron"),
                         pipeline=Pipeline(row.pipeline, "1f1b"),
                         data=DataParallel(row.data, Collective("ring", 0, overlap=False)),
-                        batch=Batch(row.micro_batch, micro_batches),
+                        batch=Batch(row.micro_batch, micro_batches, VTRAIN_GRAD_ACCUMULATION),
                         memory=MemoryPolicy("full"), precision=FP16_MIXED, optimizer="adam")
 
 
