@@ -56,6 +56,11 @@ def test_bytes_per_step_by_hand() -> None:
     assert accumulation_bytes_per_step("add", 1, 1000, 100, 4, 2, False) == 0
     assert accumulation_bytes_per_step("clip_add", 1, 1000, 100, 4, 2, False) == 0
     assert accumulation_bytes_per_step("fused", 1, 1000, 100, 4, 2, False) == 100 * 10
+    # gradients reduce-scattered every micro-batch over 4 members: the shard accumulates;
+    # Megatron's hook still adds the whole hooked gradients first
+    assert accumulation_bytes_per_step("add", 4, 1000, 100, 2, 2, True, 4) == 3 * 250 * 6
+    assert accumulation_bytes_per_step("fused", 4, 1000, 100, 2, 2, True, 4) == \
+        4 * 100 * 6 + 3 * 250 * 6
 
 
 def test_a_step_prices_the_passes_at_the_memory_bandwidth() -> None:
@@ -76,6 +81,8 @@ def test_sharded_gradients_accumulate_the_members_shard() -> None:
     assert _accumulation_s("add", zero=2) == pytest.approx(
         memory_pass_s(device, 3 * PARAMS / 8 * 3 * 2))
     assert _accumulation_s("add", zero=1) == _accumulation_s("add")
+    assert _accumulation_s("fused", zero=2) == pytest.approx(
+        memory_pass_s(device, 4 * HOOKED * 6 + 3 * PARAMS / 8 * 3 * 2))
 
 
 def test_the_part_is_in_the_step_and_the_stage() -> None:

@@ -30,7 +30,11 @@ do not include (their weight-gradient GEMM writes its own output once):
   accumulates nothing.
 
 Under ZeRO-2 and ZeRO-3 each micro-batch's gradients are reduce-scattered before they
-accumulate, so a member accumulates its shard only.
+accumulate, so a member accumulates its shard (Ψ / d) in the step's gradients: autograd's
+sharded .grad (PyTorch FSDP) or the ZeRO optimizer's gradient partition (DeepSpeed), added
+into after the first micro-batch. Megatron's fused GEMMs and hook still write the whole
+gradients of each micro-batch first, into the buffer the reduce-scatter reads, so under 'fused'
+the hook's passes stay whole and the shard's accumulation comes on top.
 """
 
 from __future__ import annotations
@@ -42,26 +46,31 @@ CLIP_ADD_BYTES_PER_VALUE = 4
 
 def accumulation_bytes_per_step(mode: str, micro_batches: int, params: float,
                                 hooked_params: float, grad_bytes: float, param_bytes: float,
-                                loss_scaled: bool) -> float:
+                                loss_scaled: bool, shard: float = 1.0) -> float:
     """Bytes a member reads and writes per step to accumulate its gradients over
     `micro_batches` micro-batches (module docstring).
 
-    Formula, m micro-batches, Ψ the member's accumulated parameters, Ψ_h its hooked ones:
-      fused:    m · Ψ_h · (2 · grad_bytes + param_bytes)
-      add:      (m − 1) · Ψ · 3 · grad_bytes
-      clip_add: Ψ · 4 · (first + (m − 1) · later), first = c + 1 + 2 + 2, later = c + 1 + 2 + 3,
-                c = 1 under fp16 loss scaling, else 0; 0 when m = 1.
-    Units: micro-batches, parameters, bytes per value -> bytes per step.
+    Formula, m micro-batches, Ψ the member's parameters, Ψ_h its hooked ones, d the shard
+    count (1 unless its gradients are reduce-scattered every micro-batch, ZeRO-2/3):
+      fused:    m · Ψ_h · (2 · grad_bytes + param_bytes), + (m − 1) · (Ψ / d) · 3 · grad_bytes
+                when d > 1
+      add:      (m − 1) · (Ψ / d) · 3 · grad_bytes
+      clip_add: (Ψ / d) · 4 · (first + (m − 1) · later), first = c + 1 + 2 + 2,
+                later = c + 1 + 2 + 3, c = 1 under fp16 loss scaling, else 0; 0 when m = 1.
+    Units: micro-batches, parameters, bytes per value, members -> bytes per step.
     Source: module docstring (Megatron-LM, PyTorch autograd, DeepLearningExamples' TF BERT).
     """
+    held = params / shard
+    added = (micro_batches - 1) * held * 3 * grad_bytes
     if mode == "fused":
-        return micro_batches * hooked_params * (2 * grad_bytes + param_bytes)
+        hook = micro_batches * hooked_params * (2 * grad_bytes + param_bytes)
+        return hook + (added if shard > 1 else 0.0)
     if micro_batches <= 1:
         return 0.0
     if mode == "add":
-        return (micro_batches - 1) * params * 3 * grad_bytes
+        return added
     if mode == "clip_add":
         check = 1 if loss_scaled else 0
         first, later = check + 1 + 2 + 2, check + 1 + 2 + 3
-        return params * CLIP_ADD_BYTES_PER_VALUE * (first + (micro_batches - 1) * later)
+        return held * CLIP_ADD_BYTES_PER_VALUE * (first + (micro_batches - 1) * later)
     raise ValueError(f"unknown gradient accumulation {mode!r}")

@@ -225,10 +225,10 @@ class StepContext:
         """Each stage's gradient accumulation per micro-batch on an accelerator: the step's
         passes over the member's gradients (model/accumulation.py, by the plan's
         Batch.grad_accumulation) over its m micro-batches, memory bound; under ZeRO-2/3 the
-        member accumulates its reduce-scattered shard (its dense parameters over the dense
-        group, its experts' over theirs). The hooked share is the stage's non-GEMM parameters'
-        (StageCosts.hooked_params) of the member's. A CPU worker's passes are
-        model/bookkeeping.py's."""
+        member accumulates its reduce-scattered shard, its dense parameters over the dense
+        group and its experts' over theirs (one shard count d = Ψ / Σ shards for the
+        formula). The hooked share is the stage's non-GEMM parameters' (StageCosts.
+        hooked_params) of the member's. A CPU worker's passes are model/bookkeeping.py's."""
         device, plan, m = self.system.machine, self.plan, self.micro_batches
         if not device.is_accelerator:
             return (0.0,) * len(self.stages)
@@ -240,10 +240,11 @@ class StepContext:
         for stage, params, experts in zip(self.stages, members.member_params,
                                           members.member_expert_params):
             held = (params - experts) / dense_shard + experts / expert_shard
-            hooked = held * stage.hooked_params / max(1, stage.params or self.workload.params)
+            hooked = params * stage.hooked_params / max(1, stage.params or self.workload.params)
             moved = accumulation_bytes_per_step(
-                plan.batch.grad_accumulation, m, held, hooked, members.grad_bytes_per_value,
-                members.param_bytes_per_value, plan.precision.compute == "fp16")
+                plan.batch.grad_accumulation, m, params, hooked, members.grad_bytes_per_value,
+                members.param_bytes_per_value, plan.precision.compute == "fp16",
+                params / held if held > 0 else 1.0)
             out.append(memory_pass_s(device, moved) / m)
         return tuple(out)
 
