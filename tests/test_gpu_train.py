@@ -213,6 +213,24 @@ def test_gpu_spec_reads_the_plan_file(tmp_path):
         (4, 8, "full", "bf16")
 
 
+
+def test_the_run_records_and_requires_autograd_accumulation(tmp_path):
+    """The run adds its micro-batches' gradients through autograd in the weights' width: the
+    plan it records (and a calibration fit prices) says so; a plan file asking for Megatron's
+    fused accumulation is refused, naming the field."""
+    from dnnscale.runtime.gpu_commands import gpu_spec
+    from dnnscale.runtime.gpu_train import single_gpu_plan
+
+    plan = single_gpu_plan(2, 8, "none", "bf16")
+    assert (plan["grad_accumulation"], plan["grad_bytes"]) == ("add", 2)
+    assert single_gpu_plan(2, 8, "none", "fp32")["grad_bytes"] == 4
+    path = tmp_path / "plan.yaml"
+    path.write_text("micro_batch: 2\nglobal_batch: 8\ngrad_accumulation: fused\n")
+    with pytest.raises(InputError) as raised:
+        gpu_spec(TINY, path, {})
+    assert raised.value.field == "plan.grad_accumulation"
+
+
 # --- on a real GPU -------------------------------------------------------------------------------
 
 
@@ -253,5 +271,6 @@ def test_run_gpu_command_with_the_device_faked(tmp_path, monkeypatch):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["type"] for r in lines] == ["start", "step", "step", "step", "summary"]
     assert lines[-1]["config"] == {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 2,
-                                   "global_batch": 4, "recompute": "none", "precision": "fp32"}
+                                   "global_batch": 4, "recompute": "none", "precision": "fp32",
+                                   "grad_bytes": 4, "grad_accumulation": "add"}
     assert lines[-1]["spec"]["lr"] == 0.01

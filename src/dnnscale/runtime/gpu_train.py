@@ -91,12 +91,21 @@ class GpuTrainSpec:
                                self.precision)
 
 
+RUN_GRAD_ACCUMULATION = "add"
+"""How the run accumulates its micro-batches (plan/plan.py GRAD_ACCUMULATION): each
+micro-batch's backward adds into .grad through autograd, the first after zero_grad's None
+taking the new gradient as it is."""
+
+
 def single_gpu_plan(micro_batch: int, global_batch: int, recompute: str, precision: str
                     ) -> dict[str, Any]:
     """The plan fields of one-GPU training (tp = pp = dp = 1), as `modern_plan_from_dict`
-    reads them."""
+    reads them: the run's gradient width (GRAD_BYTES) and its accumulation
+    (RUN_GRAD_ACCUMULATION) too, so that a prediction of the plan prices what the run does."""
     return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": micro_batch, "global_batch": global_batch,
-            "recompute": recompute, "precision": precision}
+            "recompute": recompute, "precision": precision,
+            **({"grad_bytes": GRAD_BYTES[precision]} if precision in GRAD_BYTES else {}),
+            "grad_accumulation": RUN_GRAD_ACCUMULATION}
 
 
 def check_step_data(spec: GpuTrainSpec, shape: Any) -> None:
