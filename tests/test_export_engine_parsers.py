@@ -83,6 +83,7 @@ DEEPSPEED_READER = """
                         "dynamic_loss_scale": bool(c.float16_config.enabled
                                                    and c.float16_config.loss_scale == 0),
                         "communication": str(c.communication_data_type),
+                        "grad_accum": c.grad_accum_dtype,
                         "checkpointing": [a.partition_activations,
                                           a.contiguous_memory_optimization,
                                           a.cpu_checkpointing],
@@ -132,7 +133,7 @@ def test_deepspeed_reads_the_ds_config(tmp_path) -> None:
     assert llama70 == {"train_batch_size": 512, "micro": 1, "accumulation": 128, "zero_stage": 1,
                        "overlap_comm": False, "bf16": True, "fp16": False,
                        "dynamic_loss_scale": False, "communication": "torch.float32",
-                       "checkpointing": [False, False, False], "deepspeed": True,
+                       "grad_accum": "fp32", "checkpointing": [False, False, False], "deepspeed": True,
                        "deepspeed_config": str(tmp_path / "llama70.json")}
     # 128 = 4 · 2 · 16; fp16 with loss_scale 0 is dynamic loss scaling; 2-byte reduction.
     assert (zero3["accumulation"], zero3["zero_stage"], zero3["overlap_comm"]) == (2, 3, True)
@@ -141,6 +142,8 @@ def test_deepspeed_reads_the_ds_config(tmp_path) -> None:
     # ZeRO-2 without overlap is written out: 64 = 2 · 4 · 8.
     assert (zero2["accumulation"], zero2["zero_stage"], zero2["overlap_comm"]) == (4, 2, False)
     assert (zero2["bf16"], zero2["communication"]) == (True, "torch.bfloat16")
+    # 2-byte gradients: DeepSpeed's default, the model's dtype, accumulates them as priced
+    assert zero2["grad_accum"] is None
     # fp32, plain all-reduce: 64 = 8 · 2 · 4.
     assert (ddp["accumulation"], ddp["zero_stage"], ddp["bf16"], ddp["fp16"]) == \
         (2, 0, False, False)

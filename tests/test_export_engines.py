@@ -262,6 +262,7 @@ def test_deepspeed_llama70b_config_and_megatron_deepspeed_flags() -> None:
         "zero_optimization": {"stage": 1, "overlap_comm": False},
         "bf16": {"enabled": True},
         "communication_data_type": "fp32",         # grad_bytes 4
+        "data_types": {"grad_accum_dtype": "fp32"},  # accumulated as priced (ZeRO-1)
         "activation_checkpointing": {"partition_activations": False,
                                      "contiguous_memory_optimization": False,
                                      "cpu_checkpointing": False},

@@ -201,7 +201,7 @@ def test_deepspeed_mixtral_ep8_every_option() -> None:
         "train_batch_size": 64, "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 4,           # 64 / (1 · DP 16)
         "zero_optimization": {"stage": 1, "overlap_comm": True}, "bf16": {"enabled": True},
-        "communication_data_type": "fp32"}
+        "communication_data_type": "fp32", "data_types": {"grad_accum_dtype": "fp32"}}
     assert lines(result.files[1].text) == [
         "--deepspeed", "--deepspeed_config ds_config.json", "--zero-stage 1",
         "--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 1",

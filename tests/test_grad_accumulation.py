@@ -164,3 +164,29 @@ def test_published_dev_rows_name_their_codes_accumulation() -> None:
                       "Composer + PyTorch FSDP (llm-foundry, ~Oct 2023)",
                       "MXNet (mxnet-20.12-py3), Horovod/DALI"):
         assert grad_accumulation_of(framework) == "add"
+
+
+def test_deepspeed_is_told_to_accumulate_as_priced() -> None:
+    """A 16-bit model's plan priced with 4-byte gradients: under ZeRO the ds_config asks for
+    fp32 accumulation (DeepSpeed's default is the model's dtype); without ZeRO DeepSpeed refuses
+    that mix, so the export notes that it holds and accumulates them in 16 bits."""
+    from dnnscale.export.deepspeed import ds_config, export_deepspeed
+    from dnnscale.plan.engines import deepspeed_accumulation_width, engine_differences
+
+    def plan(**change: object):  # type: ignore[no-untyped-def]
+        return modern_plan_from_dict({**dict(dp=8, micro_batch=2, global_batch=64,
+                                             precision="bf16", grad_accumulation="add"),
+                                      **change})
+
+    assert ds_config(plan(zero=1))["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert ds_config(plan(zero=3))["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert "data_types" not in ds_config(plan(zero=1, grad_bytes=2))
+    assert "data_types" not in ds_config(plan(zero=0))
+    assert "data_types" not in ds_config(plan(zero=1, precision="fp32"))
+    shape = load_workload("gpt3-125m").transformer
+    notes = export_deepspeed(plan(zero=0), shape, "gpt3-125m").notes
+    assert any("refuses data_types.grad_accum_dtype fp32 outside ZeRO" in n for n in notes)
+    assert deepspeed_accumulation_width(plan_facts(plan(zero=0, grad_bytes=2))) is None
+    assert deepspeed_accumulation_width(plan_facts(plan(zero=1))) is None
+    # a note on export only: the search keeps DeepSpeed's ZeRO-0 (it has one gradient width)
+    assert engine_differences("deepspeed", plan_facts(plan(zero=0))) == ()

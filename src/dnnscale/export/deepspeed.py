@@ -11,7 +11,9 @@ ds_config keys (deepspeed/runtime/constants.py, zero/config.py, activation_check
 config.py; docs/export.md gives the lines): train_batch_size, train_micro_batch_size_per_gpu,
 gradient_accumulation_steps (DeepSpeed checks train = micro · accumulation · DP),
 zero_optimization.stage and .overlap_comm, bf16.enabled, fp16.enabled (+ loss_scale 0: dynamic),
-communication_data_type, activation_checkpointing; for a mixture of experts with pp and tp > 1,
+communication_data_type, data_types.grad_accum_dtype (fp32 where a 16-bit model's plan prices
+4-byte gradients under ZeRO, so that DeepSpeed accumulates them as priced: its default is the
+model's dtype), activation_checkpointing; for a mixture of experts with pp and tp > 1,
 pipeline.pipe_partitioned and .grad_partitioned false (Megatron-DeepSpeed's GPTModelPipe asserts
 them off for MoE; DeepSpeed's defaults are true). The launch needs
 CUDA_DEVICE_MAX_CONNECTIONS=1 with sequence parallelism (a note says so).
@@ -45,7 +47,8 @@ from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, c
 from dnnscale.jsonout import dumps
 from dnnscale.model.zero3_fetch import (DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET,
                                         DEEPSPEED_REDUCE_BUCKET)
-from dnnscale.plan.engines import (engine_differences, moe_interval, plan_facts, require_engine,
+from dnnscale.plan.engines import (deepspeed_accumulation_width, engine_differences,
+                                   moe_interval, plan_facts, require_engine, wide_accumulation,
                                    workload_differences)
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
@@ -87,6 +90,8 @@ def ds_config(plan: ParallelPlan, shape: TransformerShape | None = None) -> dict
         config["bf16"] = {"enabled": True}
     config["communication_data_type"] = ("fp16" if compute == "fp16" and grad == 2
                                          else COMMUNICATION_TYPE[grad])
+    if zero and wide_accumulation(compute, grad):
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
     if plan.memory.recompute == "full":
         config["activation_checkpointing"] = {"partition_activations": False,
                                               "contiguous_memory_optimization": False,
@@ -191,6 +196,8 @@ def export_deepspeed(plan: ParallelPlan, shape: TransformerShape | None, workloa
     notes += expert_notes(plan, shape, ENGINE, MOE_BALANCING)
     facts = plan_facts(plan)
     notes += [d.message for d in engine_differences("deepspeed", facts)]
+    width = deepspeed_accumulation_width(facts)
+    notes += [] if width is None else [width]
     notes += [d.message for d in workload_differences("deepspeed", facts, shape)]
     files = (ExportFile(config_name, dumps(config) + "\n"), ExportFile(ARGS_NAME, args_text(flags)))
     return EngineExport(ENGINE, files, tuple(notes), plan.workers)

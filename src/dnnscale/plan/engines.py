@@ -369,6 +369,31 @@ ENGINE_GRAD_ACCUMULATION = {"megatron": "fused", "deepspeed": "add", "torchtitan
 'add' with --no-gradient-accumulation-fusion)."""
 
 
+def wide_accumulation(compute: str, grad_bytes: int | None) -> bool:
+    """Whether a plan accumulates 4-byte gradients for a 16-bit model (bf16, fp8's bf16
+    weights, fp16): DeepSpeed does so only when told (data_types.grad_accum_dtype fp32; its
+    default is the model's dtype)."""
+    return compute in ("bf16", "fp8", "fp16") and grad_bytes == 4
+
+
+def deepspeed_accumulation_width(facts: EngineFacts) -> str | None:
+    """DeepSpeed without ZeRO cannot keep a 16-bit model's gradients in fp32: its engine raises
+    NotImplementedError ("unsupported mix of model_dtype and grad_accum_dtype") when
+    data_types.grad_accum_dtype differs from the model's dtype outside ZeRO
+    (deepspeed/runtime/engine.py, _do_optimizer_sanity_check), so a ZeRO-0 plan priced with
+    4-byte gradients holds and accumulates them at the model's width (the all-reduce still
+    runs in communication_data_type). An export note, not a search difference: the search has
+    one gradient width for all its ZeRO stages, and leaving DeepSpeed's ZeRO-0 out of it for
+    that would leave no way to search it."""
+    if facts.zero or not wide_accumulation(facts.compute, facts.grad_bytes):
+        return None
+    return (f"DeepSpeed without ZeRO holds and accumulates a {facts.compute} model's gradients "
+            f"in its 16-bit dtype (its engine refuses data_types.grad_accum_dtype fp32 outside "
+            f"ZeRO), where the plan priced 4-byte gradients; they are cast to fp32 for the "
+            f"all-reduce (communication_data_type fp32). Price it with grad_bytes 2, or use "
+            f"zero >= 1")
+
+
 def _grad_accumulation_difference(engine: str, facts: EngineFacts) -> Violation | None:
     """Where `engine` accumulates a plan's micro-batches otherwise than it was priced: DeepSpeed
     and torchtitan cannot fuse (Megatron runs 'add' too, with a flag)."""
