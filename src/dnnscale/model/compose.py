@@ -105,6 +105,17 @@ class MemberState(NamedTuple):
     grad_bytes_per_value: float
     state_bytes_per_param: float
 
+    def shard_params(self, plan: ParallelPlan, replicas: int, sharded: bool
+                     ) -> tuple[float, ...]:
+        """Per stage, a member's parameters, or where `sharded` its shard of them: the dense
+        ones over their data-parallel group (ParallelPlan.dense_group: d·ep·cp) and the
+        experts' over theirs (expert_group: d·cp·tp/etp), with `replicas` along dp."""
+        if not sharded:
+            return self.member_params
+        dense, expert = plan.dense_group(replicas), plan.expert_group(replicas)
+        return tuple((params - experts) / dense + experts / expert
+                     for params, experts in zip(self.member_params, self.member_expert_params))
+
 
 def member_state(workload: Workload, plan: ParallelPlan,
                  stages: tuple[StageCosts, ...]) -> MemberState:
@@ -232,14 +243,9 @@ class StepContext:
         device, plan, m = self.system.machine, self.plan, self.micro_batches
         if not device.is_accelerator:
             return (0.0,) * len(self.stages)
-        sharded = self.collective.zero_stage >= 2
-        replicas = plan.data.replicas
-        dense_shard = plan.dense_group(replicas) if sharded else 1
-        expert_shard = plan.expert_group(replicas) if sharded else 1
+        shards = members.shard_params(plan, plan.data.replicas, self.collective.zero_stage >= 2)
         out = []
-        for stage, params, experts in zip(self.stages, members.member_params,
-                                          members.member_expert_params):
-            held = (params - experts) / dense_shard + experts / expert_shard
+        for stage, params, held in zip(self.stages, members.member_params, shards):
             hooked = params * stage.hooked_params / max(1, stage.params or self.workload.params)
             moved = accumulation_bytes_per_step(
                 plan.batch.grad_accumulation, m, params, hooked, members.grad_bytes_per_value,
@@ -330,15 +336,12 @@ class StepContext:
         the optimizer's shard (under ZeRO the dense parameters 1/(d·ep·cp), the experts'
         1/(d·cp·tp/etp): their data-parallel groups, ParallelPlan.dense_group / expert_group)."""
         device = self.system.machine
-        zero = self.collective.zero_stage >= 1
-        dense_shard = self.plan.dense_group(replicas) if zero else 1
-        expert_shard = self.plan.expert_group(replicas) if zero else 1
         if not device.is_accelerator:
             return worker_bookkeeping_s(self.params_on_worker, self.workload.bytes_per_value,
                                         False, device)
         seconds = 0.0
-        for params, experts in zip(self.member_params, self.member_expert_params):
-            shard_params = (params - experts) / dense_shard + experts / expert_shard
+        for shard_params in self.members.shard_params(self.plan, replicas,
+                                                      self.collective.zero_stage >= 1):
             moved = optimizer_step_bytes(shard_params, self.grad_bytes_per_value,
                                          self.param_bytes_per_value, self.state_bytes_per_param)
             seconds = max(seconds, memory_pass_s(device, moved))

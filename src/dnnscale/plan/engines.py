@@ -430,11 +430,16 @@ def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]
     """How `engine` runs a plan it can run otherwise than the plan was priced (torchtitan's
     fixed behaviour, each engine's ZeRO-3 granularity); empty for the plans it runs as
     priced."""
-    fetch = _zero3_fetch_difference(engine, facts)
-    accumulation = _grad_accumulation_difference(engine, facts)
-    out = [] if fetch is None else [fetch]
-    if engine != "torchtitan":
-        return tuple(out) + (() if accumulation is None else (accumulation,))
+    fixed = _torchtitan_differences(facts) if engine == "torchtitan" else []
+    found = (_zero3_fetch_difference(engine, facts), *fixed,
+             _grad_accumulation_difference(engine, facts))
+    return tuple(violation for violation in found if violation is not None)
+
+
+def _torchtitan_differences(facts: EngineFacts) -> list[Violation]:
+    """torchtitan's fixed behaviour where the plan priced another: its float32 reduction,
+    its overlapped data parallelism and pipeline sends, its sequence-sharded norms."""
+    out: list[Violation] = []
     if facts.replicated and facts.grad_bytes is not None and \
             facts.grad_bytes != TORCHTITAN_GRAD_BYTES:
         out.append(Violation("grad_bytes", f"torchtitan reduces gradients in float32 "
@@ -453,9 +458,7 @@ def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]
         out.append(Violation("sequence_parallel", "torchtitan's tensor parallelism always "
                              "shards the norms over the sequence (SequenceParallel); the plan "
                              "priced it without"))
-    if accumulation is not None:
-        out.append(accumulation)
-    return tuple(out)
+    return out
 
 
 def priced_zero3_fetch(engine: str | None) -> str:
