@@ -117,6 +117,42 @@ def test_torchtitan_runs_some_plans_otherwise_than_priced() -> None:
     assert search_violation("megatron", facts(zero=1)) is None
 
 
+def test_deepspeed_without_zero_is_priced_with_16_bit_gradients() -> None:
+    """DeepSpeed keeps a 16-bit model's gradients in its own dtype without ZeRO (it refuses
+    fp32 accumulation there), so `optimize --engine deepspeed` prices its ZeRO-0 plans at
+    2 bytes a gradient; under ZeRO 1-3 the export asks for fp32 and the search keeps
+    Megatron's 4."""
+    import dnnscale
+    from dnnscale.plan.engines import priced_grad_bytes
+
+    for compute in ("bf16", "fp8", "fp16"):
+        assert priced_grad_bytes("deepspeed", 0, compute) == 2
+    assert priced_grad_bytes("deepspeed", 0, "fp32") is None
+    assert [priced_grad_bytes("deepspeed", zero, "bf16") for zero in (1, 2, 3)] == [None] * 3
+    assert [priced_grad_bytes("torchtitan", zero, "bf16") for zero in range(4)] == [4] * 4
+    assert priced_grad_bytes("megatron", 0, "bf16") is None
+    assert priced_grad_bytes(None, 0, "bf16") is None
+    # a ZeRO-0 plan priced at 4 bytes runs otherwise on DeepSpeed: the search leaves it out
+    assert search_violation("deepspeed", facts(tp=1, pp=1, dp=8, zero=0)).field == "grad_bytes"
+    assert search_violation("deepspeed", facts(tp=1, pp=1, dp=8, zero=0, grad_bytes=2,
+                                               grad_accumulation="add")) is None
+    result = dnnscale.optimize("gpt3-1.3b", "dgx-a100-80g:1", global_batch=64, tp=1, pp=1,
+                               zero=[0, 1], engine="deepspeed", curve=False, top=6)
+    widths = {(entry.plan.data.aggregation.zero_stage, entry.plan.precision.grad_bytes)
+              for entry in result.top}
+    assert widths == {(0, 2), (1, 4)}
+    for entry in result.top:
+        parts = {part.name: part.bytes for part in entry.memory}
+        # by hand: bf16 weights are 2 bytes a parameter; the whole gradient buffer of a ZeRO-0
+        # member 2 bytes too, of a ZeRO-1 member (whole gradients, sharded state) 4
+        width = entry.plan.precision.grad_bytes
+        assert parts["gradients"] == parts["weights"] * width / 2
+    # the Megatron search prices fp32 gradients at every stage
+    megatron = dnnscale.optimize("gpt3-1.3b", "dgx-a100-80g:1", global_batch=64, tp=1, pp=1,
+                                 zero=[0, 1], engine="megatron", curve=False, top=6)
+    assert {entry.plan.precision.grad_bytes for entry in megatron.top} == {4}
+
+
 def test_the_gpt3_plan_of_narayanan_runs_on_megatron_only() -> None:
     plan = modern_plan_from_dict(dict(tp=8, pp=8, dp=12, micro_batch=1, global_batch=1536,
                                       schedule="interleaved", virtual_stages=2, zero=1,

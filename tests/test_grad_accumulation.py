@@ -116,8 +116,9 @@ def test_engines_say_how_they_accumulate() -> None:
     assert search_violation("megatron", plan_facts(fused)) is None
     for engine in ("megatron", "deepspeed", "torchtitan"):
         assert engine_violation(engine, plan_facts(clipped)).field == "grad_accumulation"
-    one = modern_plan_from_dict(dict(dp=8, micro_batch=4, global_batch=32))
-    assert search_violation("deepspeed", plan_facts(one)) is None  # nothing accumulates
+    # nothing accumulates (2-byte gradients: DeepSpeed's width without ZeRO)
+    one = modern_plan_from_dict(dict(dp=8, micro_batch=4, global_batch=32, grad_bytes=2))
+    assert search_violation("deepspeed", plan_facts(one)) is None
     assert [priced_grad_accumulation(e) for e in (None, "megatron", "deepspeed", "torchtitan")] \
         == ["fused", "fused", "add", "add"]
     assert "grad-add" in plan_label(added) and "grad-" not in plan_label(fused)
@@ -169,9 +170,10 @@ def test_published_dev_rows_name_their_codes_accumulation() -> None:
 def test_deepspeed_is_told_to_accumulate_as_priced() -> None:
     """A 16-bit model's plan priced with 4-byte gradients: under ZeRO the ds_config asks for
     fp32 accumulation (DeepSpeed's default is the model's dtype); without ZeRO DeepSpeed refuses
-    that mix, so the export notes that it holds and accumulates them in 16 bits."""
+    that mix and holds them in 16 bits, which is a difference the export notes and the search
+    avoids by pricing DeepSpeed's ZeRO-0 at 2 bytes (tests/test_engines.py)."""
     from dnnscale.export.deepspeed import ds_config, export_deepspeed
-    from dnnscale.plan.engines import deepspeed_accumulation_width, engine_differences
+    from dnnscale.plan.engines import engine_differences
 
     def plan(**change: object):  # type: ignore[no-untyped-def]
         return modern_plan_from_dict({**dict(dp=8, micro_batch=2, global_batch=64,
@@ -185,8 +187,9 @@ def test_deepspeed_is_told_to_accumulate_as_priced() -> None:
     assert "data_types" not in ds_config(plan(zero=1, precision="fp32"))
     shape = load_workload("gpt3-125m").transformer
     notes = export_deepspeed(plan(zero=0), shape, "gpt3-125m").notes
-    assert any("refuses data_types.grad_accum_dtype fp32 outside ZeRO" in n for n in notes)
-    assert deepspeed_accumulation_width(plan_facts(plan(zero=0, grad_bytes=2))) is None
-    assert deepspeed_accumulation_width(plan_facts(plan(zero=1))) is None
-    # a note on export only: the search keeps DeepSpeed's ZeRO-0 (it has one gradient width)
-    assert engine_differences("deepspeed", plan_facts(plan(zero=0))) == ()
+    assert sum("refuses data_types.grad_accum_dtype fp32 outside ZeRO" in n for n in notes) == 1
+    (width,) = engine_differences("deepspeed", plan_facts(plan(zero=0)))
+    assert width.field == "grad_bytes" and "use grad_bytes 2, or zero >= 1" in width.message
+    assert engine_differences("deepspeed", plan_facts(plan(zero=0, grad_bytes=2))) == ()
+    assert engine_differences("deepspeed", plan_facts(plan(zero=1))) == ()
+    assert engine_differences("deepspeed", plan_facts(plan(zero=0, precision="fp32"))) == ()

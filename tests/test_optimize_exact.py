@@ -170,6 +170,6 @@ def test_gpu_search_per_engine_equals_exhaustive(engine) -> None:
         assert fast.engine == engine
         assert all(search_violation(engine, plan_facts(p.plan)) is None for p in fast.top)
     anywhere = optimize_modern(w, system, dataclasses.replace(space, engine=None,
-                                                              grad_bytes=None), top=1,
+                                                              grad_bytes=(None,) * 4), top=1,
                                curve=False).best
     assert (fast.best.label() == anywhere.label()) == (engine in (None, "megatron"))

@@ -87,8 +87,10 @@ class ModernSpace:
     overlap_dp: tuple[bool, ...] = (False, True)
     engine: str | None = None
     """The engine the plans must run on as priced (plan/engines.py), or None: any."""
-    grad_bytes: int | None = None
-    """Bytes per gradient value reduced, where the engine fixes it (None: the precision's)."""
+    grad_bytes: tuple[int | None, ...] = (None,) * 4
+    """Bytes per gradient value at ZeRO stage 0, 1, 2, 3, where the engine fixes it
+    (plan/engines.priced_grad_bytes: torchtitan's float32 reduction at every stage, DeepSpeed's
+    16-bit gradients without ZeRO); None: the precision's."""
     expert: tuple[int, ...] = (1,)
     """Expert-parallel degrees (1 only for a dense model)."""
     context: tuple[int, ...] = (1,)
@@ -121,9 +123,10 @@ class ModernSpace:
     named (plan/engines.priced_grad_accumulation: DeepSpeed and torchtitan add), else
     Megatron's fused default."""
 
-    def precision_of(self) -> Precision:
-        """The plans' precision: the preset, with the engine's gradient width if it fixes one."""
-        return _precision(self.precision, self.grad_bytes)
+    def precision_of(self, zero: int) -> Precision:
+        """The precision of the plans at ZeRO stage `zero`: the preset, with the engine's
+        gradient width at that stage where it fixes one (`grad_bytes`)."""
+        return _precision(self.precision, self.grad_bytes[zero])
 
 
 class Group(NamedTuple):
@@ -172,7 +175,7 @@ class Group(NamedTuple):
                                                    self.fetch(space))),
             batch=Batch(self.micro_batch, self.micro_batches(space, replicas),
                         space.grad_accumulation),
-            memory=MemoryPolicy(self.recompute), precision=space.precision_of(),
+            memory=MemoryPolicy(self.recompute), precision=space.precision_of(self.zero),
             optimizer="adam", expert=ExpertParallel(self.ep, space.expert_imbalance, self.etp),
             context=ContextParallel(self.cp, self.cp_algorithm))
 
@@ -180,7 +183,7 @@ class Group(NamedTuple):
         """What an engine's limits read of the group's plan, with one replica or several."""
         return EngineFacts(self.tensor, self.pipeline, replicated, self.schedule, self.zero,
                            self.overlap_dp, self.sequence_parallel, space.precision,
-                           space.precision_of().grad_bytes, ep=self.ep, cp=self.cp,
+                           space.precision_of(self.zero).grad_bytes, ep=self.ep, cp=self.cp,
                            cp_algorithm=self.cp_algorithm, etp=self.etp,
                            overlap_tp=self.overlap_tp,
                            overlap_pp=self.pipeline_part().overlaps_p2p,
@@ -344,7 +347,8 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
         raise InputError("etp", "the model has no experts to split (a dense model takes no "
                          "etp)")
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
-                        precision, overlap, engine, priced_grad_bytes(engine), ep, cp,
+                        precision, overlap, engine,
+                        tuple(priced_grad_bytes(engine, z, precision) for z in range(4)), ep, cp,
                         tuple(dict.fromkeys(algorithms)), imbalance,
                         shape if engine is not None else None, etp, tp_overlap, pp_overlap,
                         priced_zero3_fetch(engine), priced_grad_accumulation(engine))
@@ -631,7 +635,7 @@ class _Search:
         template = self.templates.get(split)
         if template is None:
             b = self.workload.bytes_per_value
-            precision = self.space.precision_of()
+            precision = PRECISION_PRESETS[self.space.precision]  # compute and activations only
             template = stage_template(self.workload, self.system, group.tensor,
                                       group.micro_batch, layout.kinds,
                                       precision=precision.compute,

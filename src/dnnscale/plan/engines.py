@@ -24,7 +24,11 @@ The facts and their sources (each engine's own code; docs/export.md gives the op
   turns the backward all-reduce off and reduces the gradients in a ReduceGrads step after the
   last micro-batch, so nothing overlaps the backward pass with pp > 1; without a pipeline the
   reduction overlaps the backward only in the ZeRO optimizers (zero_optimization.overlap_comm).
-  ds_config has bf16 and fp16 blocks, no TF32.
+  ds_config has bf16 and fp16 blocks, no TF32. Without ZeRO it holds, accumulates and reduces
+  a 16-bit model's gradients in the model's dtype: its engine refuses
+  data_types.grad_accum_dtype fp32 there (runtime/engine.py, _do_optimizer_sanity_check:
+  "unsupported mix of model_dtype and grad_accum_dtype"), and communication_data_type defaults
+  to the model's dtype; under ZeRO 1-3 ds_config can ask for fp32 (export/deepspeed.py does).
 - torchtitan 0.2 (pytorch/torchtitan v0.2.2, torchtitan/config/job_config.py,
   models/llama3/infra/parallelize.py): data parallelism is DDP (data_parallel_replicate_degree)
   or FSDP2 (data_parallel_shard_degree), which shards the weights too, so there is no ZeRO-1;
@@ -369,29 +373,33 @@ ENGINE_GRAD_ACCUMULATION = {"megatron": "fused", "deepspeed": "add", "torchtitan
 'add' with --no-gradient-accumulation-fusion)."""
 
 
+SIXTEEN_BIT_COMPUTE = ("bf16", "fp8", "fp16")
+"""Compute precisions whose model weights are 16-bit (fp8 trains bf16 weights)."""
+
+
 def wide_accumulation(compute: str, grad_bytes: int | None) -> bool:
     """Whether a plan accumulates 4-byte gradients for a 16-bit model (bf16, fp8's bf16
     weights, fp16): DeepSpeed does so only when told (data_types.grad_accum_dtype fp32; its
     default is the model's dtype)."""
-    return compute in ("bf16", "fp8", "fp16") and grad_bytes == 4
+    return compute in SIXTEEN_BIT_COMPUTE and grad_bytes == 4
 
 
-def deepspeed_accumulation_width(facts: EngineFacts) -> str | None:
-    """DeepSpeed without ZeRO cannot keep a 16-bit model's gradients in fp32: its engine raises
-    NotImplementedError ("unsupported mix of model_dtype and grad_accum_dtype") when
-    data_types.grad_accum_dtype differs from the model's dtype outside ZeRO
-    (deepspeed/runtime/engine.py, _do_optimizer_sanity_check), so a ZeRO-0 plan priced with
-    4-byte gradients holds and accumulates them at the model's width (the all-reduce still
-    runs in communication_data_type). An export note, not a search difference: the search has
-    one gradient width for all its ZeRO stages, and leaving DeepSpeed's ZeRO-0 out of it for
-    that would leave no way to search it."""
+DEEPSPEED_UNSHARDED_GRAD_BYTES = 2
+"""Bytes per gradient value DeepSpeed without ZeRO holds, accumulates and reduces for a 16-bit
+model: the model's dtype (module docstring, DeepSpeed)."""
+
+
+def _deepspeed_width_difference(facts: EngineFacts) -> Violation | None:
+    """DeepSpeed without ZeRO runs a 16-bit model's gradients at 2 bytes (it refuses fp32
+    accumulation outside ZeRO); a plan priced with 4-byte gradients there runs otherwise."""
     if facts.zero or not wide_accumulation(facts.compute, facts.grad_bytes):
         return None
-    return (f"DeepSpeed without ZeRO holds and accumulates a {facts.compute} model's gradients "
-            f"in its 16-bit dtype (its engine refuses data_types.grad_accum_dtype fp32 outside "
-            f"ZeRO), where the plan priced 4-byte gradients; they are cast to fp32 for the "
-            f"all-reduce (communication_data_type fp32). Price it with grad_bytes 2, or use "
-            f"zero >= 1")
+    return Violation("grad_bytes", f"DeepSpeed without ZeRO holds and accumulates a "
+                     f"{facts.compute} model's gradients in its 16-bit dtype (its engine refuses "
+                     f"data_types.grad_accum_dtype fp32 outside ZeRO), where the plan priced "
+                     f"4-byte gradients (communication_data_type fp32 casts them for the "
+                     f"all-reduce only): use grad_bytes {DEEPSPEED_UNSHARDED_GRAD_BYTES}, or "
+                     f"zero >= 1")
 
 
 def _grad_accumulation_difference(engine: str, facts: EngineFacts) -> Violation | None:
@@ -428,9 +436,11 @@ def _zero3_fetch_difference(engine: str, facts: EngineFacts) -> Violation | None
 
 def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]:
     """How `engine` runs a plan it can run otherwise than the plan was priced (torchtitan's
-    fixed behaviour, each engine's ZeRO-3 granularity); empty for the plans it runs as
-    priced."""
-    fixed = _torchtitan_differences(facts) if engine == "torchtitan" else []
+    fixed behaviour, DeepSpeed's gradient width without ZeRO, each engine's ZeRO-3
+    granularity and accumulation); empty for the plans it runs as priced."""
+    fixed: list[Violation | None] = (
+        list(_torchtitan_differences(facts)) if engine == "torchtitan" else
+        [_deepspeed_width_difference(facts)] if engine == "deepspeed" else [])
     found = (_zero3_fetch_difference(engine, facts), *fixed,
              _grad_accumulation_difference(engine, facts))
     return tuple(violation for violation in found if violation is not None)
@@ -473,10 +483,15 @@ def priced_grad_accumulation(engine: str | None) -> str:
     return ENGINE_GRAD_ACCUMULATION[engine] if engine is not None else "fused"
 
 
-def priced_grad_bytes(engine: str | None) -> int | None:
-    """The gradient width `optimize --engine` prices: the engine's where it fixes one
-    (torchtitan's float32 reduction), else None (the precision's)."""
-    return TORCHTITAN_GRAD_BYTES if engine == "torchtitan" else None
+def priced_grad_bytes(engine: str | None, zero: int, compute: str) -> int | None:
+    """The gradient width `optimize --engine` prices for a plan at ZeRO stage `zero` in
+    `compute`: the engine's where it fixes one (torchtitan's float32 reduction; DeepSpeed
+    without ZeRO, a 16-bit model's own dtype), else None (the precision's)."""
+    if engine == "torchtitan":
+        return TORCHTITAN_GRAD_BYTES
+    if engine == "deepspeed" and zero == 0 and compute in SIXTEEN_BIT_COMPUTE:
+        return DEEPSPEED_UNSHARDED_GRAD_BYTES
+    return None
 
 
 def search_violation(engine: str, facts: EngineFacts,

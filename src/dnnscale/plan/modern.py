@@ -298,6 +298,8 @@ def plan_label(plan: ParallelPlan) -> str:
               f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
               "overlap" if d["overlap_dp"] and d["dp"] > 1 else "",
               "tp-overlap" if d["overlap_tp"] else "",
+              f"grad{d['grad_bytes']}B" if d["grad_bytes"] is not None and
+              d["grad_bytes"] != PRECISION_PRESETS[d["precision"]].grad_bytes else "",
               f"grad-{d['grad_accumulation']}" if d["grad_accumulation"] != "fused" else "",
               "no-pp-overlap" if d["schedule"] == "interleaved"
               and not plan.pipeline.overlaps_p2p else ""]
