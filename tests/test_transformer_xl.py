@@ -45,7 +45,12 @@ def test_a_block_with_memory_and_relative_positions_by_hand() -> None:
     plain_bwd = (A * S * k + 2 * (S * H + k * H)) * b
     assert scores.input_grad_bytes == plain_bwd + (5 * A * S * k + 5 * S * H) * b
     assert qkv.fwd_bytes == (k * H + k * 3 * H) * b + 2 * k * H * b
-    assert softmax.fwd_bytes == 2 * A * S * k * b + (b + 1) * A * S * k
+    # the reference code's unfused chain (masked_fill_, F.softmax, nn.Dropout), per score:
+    # forward mask 2b + softmax 2b + dropout 2b + its 1-byte mask; backward dropout 2b + 1,
+    # softmax 3b, mask 2b
+    assert softmax.hyper["unfused"] is True
+    assert softmax.fwd_bytes == (2 * b + 2 * b + 2 * b + 1) * A * S * k == 7_667_712
+    assert softmax.input_grad_bytes == (2 * b + 1 + 3 * b + 2 * b) * A * S * k == 8_847_360
 
 
 def test_parameters_and_forward_flops_by_hand() -> None:
@@ -72,6 +77,15 @@ def test_without_memory_keys_are_the_segment_and_plain_shapes_are_unchanged() ->
     assert plain["block0.attn_scores"].fwd_flops == 2 * 16 * 16 * 64
     assert "memory" not in plain["block0.attn_qkv"].hyper
     assert "relative" not in plain["block0.attn_scores"].hyper
+    # only Transformer-XL's code runs the attention's mask, softmax and dropout unfused
+    assert "unfused" not in plain["block0.attn_softmax"].hyper
+    assert rel["block0.attn_softmax"].hyper["unfused"] is True
+    fused, unfused = plain["block0.attn_softmax"], rel["block0.attn_softmax"]
+    values = 4 * 16 * 16   # a · s · s_k, b = 2 (bf16)
+    assert fused.fwd_bytes == (2 * 2 + 2 + 1) * values      # 3b + 1
+    assert fused.input_grad_bytes == (3 * 2 + 1) * values   # 3b + 1
+    assert unfused.fwd_bytes - fused.fwd_bytes == 3 * 2 * values
+    assert unfused.input_grad_bytes - fused.input_grad_bytes == 4 * 2 * values
 
 
 @pytest.mark.parametrize("keys, field, words", [

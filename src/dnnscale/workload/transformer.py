@@ -154,10 +154,13 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
         specs.append(_spec(shape, "flash_attention", "flash_attention", i, causal=shape.causal,
                            attention_kernel=shape.attention_kernel))
     else:
-        relative = {"relative": True} if shape.positional == "relative" else {}
-        specs += [_spec(shape, "attn_scores", "attn_scores", i, causal=shape.causal, **relative),
+        # relative positions are Transformer-XL's, priced as its reference code runs them
+        # (transformer_kinds: attn_scores' relative terms, attn_softmax's unfused chain)
+        relative = shape.positional == "relative"
+        specs += [_spec(shape, "attn_scores", "attn_scores", i, causal=shape.causal,
+                        **({"relative": True} if relative else {})),
                   _spec(shape, "attn_softmax", "attn_softmax", i, causal=shape.causal,
-                        dropout=shape.dropout),
+                        dropout=shape.dropout, **({"unfused": True} if relative else {})),
                   _spec(shape, "attn_context", "attn_context", i)]
     specs += [_spec(shape, "attn_out", "attn_out", i, bias=shape.bias),
               _spec(shape, "residual_add", "attn_residual", i, dropout=shape.dropout),

@@ -413,7 +413,7 @@ def attn_scores(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                tensor_extent_key="heads", recompute=Recompute.ATTENTION_CORE)
 def attn_softmax(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                  needs_input_grad: bool, causal: bool = True, dropout: bool = True,
-                 **shape: object) -> Layer:
+                 unfused: bool = False, **shape: object) -> Layer:
     """Softmax over each of the a·s score rows, then attention dropout: (a, s, s_k) ->
     (a, s, s_k) (s_k = s without a memory). Memory bound, 0 FLOP (Megatron fuses mask, scale
     and softmax in one kernel).
@@ -422,6 +422,15 @@ def attn_softmax(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     dropped P and the mask, + (b + 1)·a·s·s_k. Input gradient reads dP' and P and writes dS,
     3·a·s·s_k·b, + a·s·s_k (the mask) with dropout. (Korthikanti et al. 2022 §4.1 keep P, the
     mask and the dropped P for backward: 5·a·s² bytes per block in bf16.)
+
+    `unfused`: the causal mask, the softmax and the dropout run as three kernels, as
+    Transformer-XL's reference code runs them (mem_transformer.py's
+    RelPartialLearnableMultiHeadAttn: attn_score.masked_fill_, F.softmax, nn.Dropout, eager):
+    the mask reads and writes S in place, 2·b, and its backward reads and writes dS, 2·b; the
+    dropout reads P again, b, and its backward writes dP for the softmax's backward to read,
+    2·b. Per score value: forward 2b (mask, if causal) + 2b + (2b + 1) (dropout) = 6b + 1,
+    input gradient (2b + 1) + 3b + 2b = 7b + 1, where the fused kernels move 3b + 1 and 3b + 1.
+    The saved tensors are the same (P and the mask), so its memory is.
     """
     dims, hyper = _dims("attn_softmax", name, shape, ("heads",))
     s, a = dims.s, dims.a
@@ -430,9 +439,16 @@ def attn_softmax(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
             "score")
     hyper["causal"] = _flag(name, "causal", causal)
     hyper["dropout"] = _flag(name, "dropout", dropout)
+    if _flag(name, "unfused", unfused):
+        hyper["unfused"] = True
     b, values = bytes_per_value, a * s * dims.keys
-    fwd = 2 * values * b + ((b + MASK_BYTES) * values if dropout else 0)
-    bwd = 3 * values * b + (MASK_BYTES * values if dropout else 0)
+    if unfused:
+        mask = 2 * b if causal else 0
+        fwd = (mask + 2 * b + (2 * b + MASK_BYTES if dropout else 0)) * values
+        bwd = ((2 * b + MASK_BYTES if dropout else 0) + 3 * b + mask) * values
+    else:
+        fwd = 2 * values * b + ((b + MASK_BYTES) * values if dropout else 0)
+        bwd = 3 * values * b + (MASK_BYTES * values if dropout else 0)
     return _layer("attn_softmax", name, input_shape, (a, s, dims.keys), 0, (0.0, 0.0, 0.0),
                   (float(fwd), float(bwd), 0.0), needs_input_grad, hyper)
 
