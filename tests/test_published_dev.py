@@ -28,7 +28,8 @@ def test_an_mpt_row_by_hand(rows) -> None:
     case = case_of(rows["PM0320"])
     assert isinstance(case, Case) and case.source == "llm-foundry"
     assert case.workload == ("gpt:layers=12,hidden=768,heads=12,seq=2048,vocab=50368,"
-                             "positional=none,flash=true,attention_kernel=triton,tied=true,bias=false")
+                             "positional=none,flash=true,attention_kernel=triton,tied=true,bias=false,"
+                             "metrics=2")
     assert case.system == "dgx-a100-40g:16"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 128, "zero": 3, "micro_batch": 26,
                          "global_batch": 3328, "recompute": "none", "precision": "bf16",

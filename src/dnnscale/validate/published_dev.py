@@ -16,7 +16,9 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
   ``mixed_precision=DEFAULT`` (llm-foundry's FSDP default reduces in float32) or bf16 under
   ``PURE``; ``overlap_dp`` on, as FSDP runs it: each unit's all-gather issued while the unit
   before it computes, in forward and backward (FSDP's prefetch; Composer's default
-  ``backward_prefetch`` is BACKWARD_POST), its reduce-scatter beside the next unit's backward.
+  ``backward_prefetch`` is BACKWARD_POST), its reduce-scatter beside the next unit's backward;
+  its two training metrics recompute the loss over the logits after every micro-batch
+  (``metrics=2``, LLM_FOUNDRY_TRAIN_METRICS).
 - BERT-Large: ``gpt:`` 24 x 1024, 16 heads, the row's sequence (128 or 512), vocab 30,522,
   bidirectional, learned positions (512), tied decoder, its masked-LM head on the masked
   positions only (`bert_predictions`: TensorFlow's 20 / 80 max_predictions_per_seq, PyTorch's
@@ -216,13 +218,23 @@ def _data_parallel(row: dict[str, str], precision: str) -> dict[str, Any]:
             "grad_accumulation": grad_accumulation_of(row["framework"])}
 
 
+LLM_FOUNDRY_TRAIN_METRICS = 2
+"""The training metrics llm-foundry's MPT recomputes the loss for after every micro-batch:
+ComposerMPTCausalLM's train_metrics, LanguageCrossEntropy and LanguagePerplexity (on by default,
+``use_train_metrics``; llmfoundry/models/mpt/modeling_mpt.py at the data's commit), which
+Composer's trainer updates from each micro-batch's logits (_train_microbatch ->
+_eval_train_metrics), each a torch CrossEntropyLoss over every logit under the run's amp_bf16
+autocast (TransformerShape.metrics)."""
+
+
 def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
     rid, details, config = row["id"], row["model_details"], row["parallel_config"]
     layers, hidden, heads, vocab, seq = (int(v) for v in _find(
         r"(\d+) layers, d_model (\d+), (\d+) heads, FFN 4x, vocab (\d+), seq len (\d+)",
         details, rid, "the MPT shape").groups())
     workload = (f"gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},"
-                "positional=none,flash=true,attention_kernel=triton,tied=true,bias=false")
+                "positional=none,flash=true,attention_kernel=triton,tied=true,bias=false,"
+                f"metrics={LLM_FOUNDRY_TRAIN_METRICS}")
     checkpointing = "activation checkpointing=True" in config
     pure = "mixed_precision=PURE" in config
     precision = "fp8" if "fp8" in row["precision"] else "bf16"

@@ -58,7 +58,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
                          shared_ffn: int = 0, capacity_factor: float | None = None,
                          dense_blocks: tuple[int, ...] = (), memory: int = 0,
-                         predictions: int = 0, bytes_per_value: int = 2,
+                         predictions: int = 0, metrics: int = 0, bytes_per_value: int = 2,
                          description: str = "") -> Workload:
     """A transformer as a `Workload` whose `transformer` field summarises its shape.
 
@@ -70,6 +70,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
     Transformer-XL (TransformerShape): each block attends over its cached memory too.
     `predictions` > 0 runs the LM head on that many positions per sequence (a masked language
     model's masked positions, gathered by an `lm_positions` layer; TransformerShape).
+    `metrics` > 0 recomputes the loss that many times per micro-batch for training metrics
+    (Composer's train metrics; TransformerShape).
     One sample is one sequence of `seq` tokens; `bytes_per_value` 2 (bf16 activations; the
     model rescales for other precisions). Bad values raise `InputError` naming
     ``transformer.<field>``.
@@ -85,7 +87,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
         top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn,
         capacity_factor=capacity_factor, dense_blocks=dense_blocks, memory=memory,
-        predictions=predictions)
+        predictions=predictions, metrics=metrics)
     # Blocks of one kind (MoE or dense MLP) differ only in their names and `block` index: build
     # the chain with the first block of each kind once (through build_workload, as a YAML file
     # of it would be) and copy its layers for the rest.
@@ -202,4 +204,5 @@ def _suffix_specs(shape: TransformerShape) -> list[dict[str, object]]:
         specs.append(_spec(shape, "lm_positions", "lm_positions", None, **head))
     return specs + [_spec(shape, "logits", "logits", None, tied=shape.tied_embeddings,
                           bias=False, **head),
-                    _spec(shape, "cross_entropy", "cross_entropy", None, **head)]
+                    _spec(shape, "cross_entropy", "cross_entropy", None, **head,
+                          **({"metrics": shape.metrics} if shape.metrics else {}))]

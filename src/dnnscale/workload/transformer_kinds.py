@@ -39,6 +39,7 @@ from dnnscale.workload.transformer_shape import ATTENTION_KERNELS, POSITIONALS
 TOKEN_ID_BYTES = 8     # int64 token ids and targets
 MASK_BYTES = 1         # a dropout mask value
 STAT_BYTES = 4         # FlashAttention's per-row log-sum-exp is kept in fp32
+FP32_BYTES = 4         # a float32 value (autocast's float32 ops)
 SHAPE_KEYS = ("block", "role", "hidden", "heads", "kv_heads", "seq", "ffn", "vocab", "gated")
 """The shape keys every transformer layer's `hyper` holds."""
 OPTIONAL_SHAPE_KEYS = ("memory", "predictions")
@@ -652,7 +653,7 @@ def logits(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 
 @register_kind("cross_entropy", kernel=KernelClass.MEMORY, splits=megatron("vocab_loss"))
 def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-                  needs_input_grad: bool, **shape: object) -> Layer:
+                  needs_input_grad: bool, metrics: int = 0, **shape: object) -> Layer:
     """Softmax + cross-entropy loss over V logits for each of s tokens (or the p positions of
     `predictions`): (s, V) -> (s, V), the log-probabilities kept for backward (as
     `softmax_loss`). Memory bound, 0 FLOP.
@@ -660,14 +661,30 @@ def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     Bytes: forward reads the logits and the s targets and writes the log-probabilities,
     2·s·V·b + s·8; input gradient reads them and the targets and writes grad_logits,
     2·s·V·b + s·8 (p for s with `predictions`).
+
+    `metrics`: training metrics that compute the loss again over the same logits after every
+    micro-batch, without gradients (TransformerShape.metrics; Composer's LanguageCrossEntropy
+    and LanguagePerplexity, each a torch CrossEntropyLoss with reduction 'sum'). Under
+    autocast cross_entropy runs in float32 (torch.amp's CUDA float32 list), so each casts the
+    b-byte logits to a float32 copy, b + 4, and takes their log-softmax, 4 + 4, and reads the
+    targets, 8 per row: + metrics · (s·V·(b + 12) + s·8) forward (s·V·8 with 4-byte logits,
+    which need no cast). Priced at the workload's activation width.
     """
     dims, hyper = _dims("cross_entropy", name, shape, ("vocab",))
     s, V = dims.predicted, dims.V
     assert V is not None
     _expect("cross_entropy", name, input_shape, (s, V), "(seq, vocab) logit")
+    metric = 0 if metrics == 0 and not isinstance(metrics, bool) else \
+        _positive(name, "metrics", metrics, required=True) or 0
+    if metric:
+        hyper["metrics"] = metric
     moved = float(2 * s * V * bytes_per_value + s * TOKEN_ID_BYTES)
+    # the cast's write, the log-softmax's read and write, in float32; 4-byte logits: no cast
+    per_logit = (bytes_per_value + 3 * FP32_BYTES if bytes_per_value < FP32_BYTES
+                 else 2 * FP32_BYTES)
+    metric_bytes = float(metric * (s * V * per_logit + s * TOKEN_ID_BYTES))
     return _layer("cross_entropy", name, (s, V), (s, V), 0, (0.0, 0.0, 0.0),
-                  (moved, moved, 0.0), needs_input_grad, hyper)
+                  (moved + metric_bytes, moved, 0.0), needs_input_grad, hyper)
 
 
 TRANSFORMER_KINDS = tuple(name for name, record in LAYER_KINDS.items()

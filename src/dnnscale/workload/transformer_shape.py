@@ -72,6 +72,13 @@ class TransformerShape:
     (`gather_indexes` over max_predictions_per_seq positions, 20 at seq 128 and 80 at 512 in
     DeepLearningExamples' scripts) and DeepLearningExamples' PyTorch BERT (its dense sequence
     output, the default, index-selects the labelled positions).
+
+    `metrics` (0: none) is the number of training metrics that recompute the loss over the
+    logits after every micro-batch, without gradients: Composer's trainer updates each train
+    metric from the micro-batch's outputs (trainer.py, `_train_microbatch` ->
+    `_eval_train_metrics`), and llm-foundry's MPT trains with two, LanguageCrossEntropy and
+    LanguagePerplexity, each a torch CrossEntropyLoss over every logit (the cross_entropy kind
+    prices them).
     """
 
     layers: int
@@ -102,6 +109,7 @@ class TransformerShape:
     dense_blocks: tuple[int, ...] = ()
     memory: int = 0
     predictions: int = 0
+    metrics: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.dense_blocks, list):  # YAML and JSON give a list
@@ -109,7 +117,7 @@ class TransformerShape:
         for name in REQUIRED_FIELDS:
             _require_int(name, getattr(self, name), 1)
         for name in ("positions", "token_types", "experts", "top_k", "expert_ffn", "shared_ffn",
-                     "memory", "predictions"):
+                     "memory", "predictions", "metrics"):
             _require_int(name, getattr(self, name), 0)
         if self.predictions > self.seq:
             raise InputError("transformer.predictions", f"the LM head runs on at most the seq = "

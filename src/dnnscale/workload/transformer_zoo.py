@@ -233,7 +233,7 @@ TRANSFORMER_ZOO: dict[str, Callable[[], Workload]] = {
 # The parametric name: gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200[,...]
 _GPT_INTS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads", "positions",
              "samples", "rope_theta", "experts", "top_k", "expert_ffn", "shared_ffn",
-             "first_dense", "memory", "predictions")
+             "first_dense", "memory", "predictions", "metrics")
 _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
@@ -298,7 +298,9 @@ def gpt_from_name(argument: str) -> Workload:
     (true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
     attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), memory (Transformer-XL's cached memory
     length, with positional=relative; default 0), predictions (the positions per sequence the
-    LM head runs on, a masked language model's masked tokens; default 0, every position). A mixture of experts: experts (routed experts per block;
+    LM head runs on, a masked language model's masked tokens; default 0, every position),
+    metrics (training metrics that recompute the loss over the logits every micro-batch, as
+    Composer's train metrics; default 0). A mixture of experts: experts (routed experts per block;
     0, the default, is a dense MLP), top_k (experts per token, needed with experts),
     expert_ffn (each routed expert's inner width; default ffn), shared_ffn (the shared
     experts' total inner width; default none), capacity (the capacity factor, a number;
