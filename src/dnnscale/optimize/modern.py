@@ -70,6 +70,10 @@ QUICK_SLACK = 1e-9
 """Relative slack of the quick bound (float sums in two orders differ by far less)."""
 
 
+ZERO_STAGES = (0, 1, 2, 3)
+"""The ZeRO stages a search may take: 0 (plain data parallelism) to 3 (FSDP)."""
+
+
 @dataclass(frozen=True)
 class ModernSpace:
     """What the search may choose (each a tuple of allowed values) and what is fixed."""
@@ -80,14 +84,14 @@ class ModernSpace:
     micro_batch: tuple[int, ...]
     schedules: tuple[str, ...] = ("1f1b", "interleaved")
     virtual_stages: tuple[int, ...] = DEFAULT_VIRTUAL_STAGES
-    zero: tuple[int, ...] = (0, 1, 2, 3)
+    zero: tuple[int, ...] = ZERO_STAGES
     recompute: tuple[str, ...] = ("none", "selective", "full")
     sequence_parallel: tuple[bool, ...] = (False, True)
     precision: str = "bf16"
     overlap_dp: tuple[bool, ...] = (False, True)
     engine: str | None = None
     """The engine the plans must run on as priced (plan/engines.py), or None: any."""
-    grad_bytes: tuple[int | None, ...] = (None,) * 4
+    grad_bytes: tuple[int | None, ...] = (None,) * len(ZERO_STAGES)
     """Bytes per gradient value at ZeRO stage 0, 1, 2, 3, where the engine fixes it
     (plan/engines.priced_grad_bytes: torchtitan's float32 reduction at every stage, DeepSpeed's
     16-bit gradients without ZeRO); None: the precision's."""
@@ -307,7 +311,7 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
         violation = batch_divides(global_batch, 1, b)
         if violation is not None:
             raise InputError("micro_batch", f"{b} can be in no plan: {violation.message}")
-    zeros = _choices(zero, (0, 1, 2, 3), "zero", minimum=0)
+    zeros = _choices(zero, ZERO_STAGES, "zero", minimum=0)
     if any(z > 3 for z in zeros):
         raise InputError("zero", "stages are 0-3")
     rec = tuple(recompute) if recompute is not None else RECOMPUTE
@@ -348,7 +352,7 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                          "etp)")
     space = ModernSpace(global_batch, tp, pp, mb, sched, DEFAULT_VIRTUAL_STAGES, zeros, rec, sp,
                         precision, overlap, engine,
-                        tuple(priced_grad_bytes(engine, z, precision) for z in range(4)), ep, cp,
+                        tuple(priced_grad_bytes(engine, z, precision) for z in ZERO_STAGES), ep, cp,
                         tuple(dict.fromkeys(algorithms)), imbalance,
                         shape if engine is not None else None, etp, tp_overlap, pp_overlap,
                         priced_zero3_fetch(engine), priced_grad_accumulation(engine))
