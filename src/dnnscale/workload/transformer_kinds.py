@@ -133,6 +133,14 @@ def _positive(name: str, key: str, value: object, required: bool) -> int | None:
     return value
 
 
+def _count(name: str, key: str, value: object) -> int:
+    """`value` as an integer in [0, MAX_COUNT] (0: none), else InputError naming the field."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise InputError(f"layers.{name}.{key}", f"must be an integer in [0, {MAX_COUNT:,}], "
+                         f"got {short_repr(value)}")
+    return value
+
+
 def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
           ) -> tuple[_Dims, dict[str, object]]:
     """Validate the shape keys of a `kind` layer; `needs` are the keys its formula uses.
@@ -156,10 +164,7 @@ def _dims(kind: str, name: str, shape: dict[str, object], needs: tuple[str, ...]
     if a is not None and k is not None and a % k:
         raise InputError(f"layers.{name}.kv_heads", f"{k} key/value heads do not divide {a} "
                          f"heads")
-    memory = shape.get("memory", 0)
-    if isinstance(memory, bool) or not isinstance(memory, int) or not 0 <= memory <= MAX_COUNT:
-        raise InputError(f"layers.{name}.memory", f"must be an integer in [0, {MAX_COUNT:,}], "
-                         f"got {short_repr(memory)}")
+    memory = _count(name, "memory", shape.get("memory", 0))
     predictions = shape.get("predictions", 0)
     if (isinstance(predictions, bool) or not isinstance(predictions, int)
             or not 0 <= predictions <= (s or 0)):
@@ -674,8 +679,7 @@ def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     s, V = dims.predicted, dims.V
     assert V is not None
     _expect("cross_entropy", name, input_shape, (s, V), "(seq, vocab) logit")
-    metric = 0 if metrics == 0 and not isinstance(metrics, bool) else \
-        _positive(name, "metrics", metrics, required=True) or 0
+    metric = _count(name, "metrics", metrics)
     if metric:
         hyper["metrics"] = metric
     moved = float(2 * s * V * bytes_per_value + s * TOKEN_ID_BYTES)
