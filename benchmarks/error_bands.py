@@ -17,6 +17,15 @@ class), each row's regime made by `regime_of`, the function the predictions use.
   data/vtrain-megatron-a100/ground_truth_multi.csv, whose columns give each row's TP, PP and DP):
   their plan (validate/vtrain.py: row_plan, fp16, ZeRO-0) on their system (row_system with the
   profile the predictions used, results/vtrain/profile-a100.yaml: calibrated A100-SXM4).
+- The public development measurements re-predicted at HEAD: results/published_dev/rows.json
+  (benchmarks/published_dev.py: DeepLearningExamples' BERT, Transformer-XL and ResNet-50 and
+  llm-foundry's MPT on A100, H100 and V100 presets) and results/moe_context/summary.json's rows
+  (benchmarks/moe_context.py: expert and context parallelism), each row with the `regime_key`
+  its prediction carried. The model was shaped on these rows, so their bands say so in their
+  name ('development data'); the held-out sets named in the data's README are not among them.
+
+Rows of one regime from several sources make one band (their errors pooled; the band's source
+and name list every source that contributed).
 
 Writes src/dnnscale/model/data/error_bands.json: per regime the median, 90th percentile and
 maximum relative error and the number of rows, also for regimes with fewer rows than a band
@@ -100,16 +109,48 @@ def vtrain_rows(folder: Path) -> tuple[list[tuple[Regime, float]], str]:
                   f"(Megatron-DeepSpeed on A100, 64-512 GPUs{', ' + date if date else ''})")
 
 
-def bands(rows: list[tuple[Regime, float]], source: str,
-          name: str) -> dict[str, dict]:  # type: ignore[type-arg]
-    """Per regime label: its key, error summary, rows, source and a short `name` of the
-    measurements (what a missing band's reason cites)."""
-    by_regime: dict[Regime, list[float]] = {}
-    for regime, error in rows:
-        by_regime.setdefault(regime, []).append(error)
+PUBLISHED_DEV_NAME = "the public development measurements (development data)"
+MOE_CONTEXT_NAME = "the public MoE and long-context measurements (development data)"
+
+
+def recorded_rows(path: Path, listed: str | None = None) -> list[tuple[Regime, float]]:
+    """(regime, relative error) of the predicted rows of a benchmark's JSON at `path` (a list
+    of rows, or the list under `listed`) that recorded their prediction's `regime_key`."""
+    data = json.loads(path.read_text())
+    rows = data[listed] if listed else data
+    return [(Regime.from_dict(r["regime_key"]), float(r["relative_error"])) for r in rows
+            if "relative_error" in r and r.get("regime_key")]
+
+
+def _dated(path: Path, text: str) -> str:
+    """`text` with the date of the summary.json beside (or at) `path`, when it has one."""
+    summary = path if path.name == "summary.json" else path.with_name("summary.json")
+    date = json.loads(summary.read_text()).get("date", "") if summary.exists() else ""
+    return f"{text}, {date}" if date else text
+
+
+Source = tuple[list[tuple[Regime, float]], str, str]
+"""A source's (regime, relative error) rows, its source text and its short name."""
+
+
+def bands(sources: list[Source]) -> dict[str, dict]:  # type: ignore[type-arg]
+    """Per regime label: its key, the error summary of every source's rows of that regime
+    pooled, the rows, and the sources' texts and short names (what a band and a missing
+    band's reason cite), each listed once, in the order given."""
+    by_regime: dict[Regime, tuple[list[float], list[str], list[str]]] = {}
+    for rows, source, name in sources:
+        for regime, error in rows:
+            errors, texts, names = by_regime.setdefault(regime, ([], [], []))
+            errors.append(error)
+            if source not in texts:
+                texts.append(source)
+            if name not in names:
+                names.append(name)
     return {regime.label: {"regime": regime.to_dict(), **error_summary(errors),
-                           "rows": len(errors), "source": source, "name": name}
-            for regime, errors in sorted(by_regime.items(), key=lambda item: item[0].label)}
+                           "rows": len(errors), "source": "; ".join(texts),
+                           "name": " and ".join(names)}
+            for regime, (errors, texts, names) in sorted(by_regime.items(),
+                                                         key=lambda item: item[0].label)}
 
 
 def main() -> None:
@@ -119,6 +160,11 @@ def main() -> None:
                         help="folder of benchmarks/vtrain.py's results (skipped when absent)")
     parser.add_argument("--corpus", help="rows.json of benchmarks/rescore.py: the measurement "
                         "corpus re-scored at HEAD (instead of FOLDER)")
+    parser.add_argument("--published-dev", default=str(ROOT / "results" / "published_dev"),
+                        help="folder of benchmarks/published_dev.py's results (skipped when "
+                        "absent)")
+    parser.add_argument("--moe-context", default=str(ROOT / "results" / "moe_context"),
+                        help="folder of benchmarks/moe_context.py's results (skipped when absent)")
     parser.add_argument("-o", "--output", default=str(DATA_FILE))
     args = parser.parse_args()
     folder = Path(args.folder)
@@ -130,13 +176,25 @@ def main() -> None:
         name = f"the testbed validation ({folder.name})"
     if not rows:
         raise SystemExit(f"no validated rows in {args.corpus or folder}")
-    data = {"format": FORMAT, "source": source, "settings": settings,
-            "regimes": bands(rows, source, name)}
+    sources: list[Source] = [(rows, source, name)]
     vtrain = Path(args.vtrain)
     if (vtrain / "multi_node_rows.json").exists():
         gpu, gpu_source = vtrain_rows(vtrain)
-        data["regimes"].update(bands(gpu, gpu_source, "vTrain's multi-node A100 rows"))
-        data["settings"].append(gpu_source)
+        sources.append((gpu, gpu_source, "vTrain's multi-node A100 rows (development data)"))
+        settings.append(gpu_source)
+    published = Path(args.published_dev) / "rows.json"
+    if published.exists():
+        text = _dated(published, f"{_shown(published)}: DeepLearningExamples' and llm-foundry's "
+                      "published training throughput (A100, H100, V100)")
+        sources.append((recorded_rows(published), text, PUBLISHED_DEV_NAME))
+        settings.append(text)
+    moe = Path(args.moe_context) / "summary.json"
+    if moe.exists():
+        text = _dated(moe, f"{_shown(moe)} rows: published MoE and long-context training "
+                      "throughput (expert and context parallelism)")
+        sources.append((recorded_rows(moe, "rows"), text, MOE_CONTEXT_NAME))
+        settings.append(text)
+    data = {"format": FORMAT, "source": source, "settings": settings, "regimes": bands(sources)}
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")

@@ -144,6 +144,8 @@ def predict_row(row: dict[str, Any]) -> dict[str, Any]:
         ratio=predicted / measured, relative_error=abs(predicted - measured) / measured,
         predicted_mfu=prediction.mfu, fits=bool(prediction.fits),
         bottleneck=str(prediction.bottleneck))
+    if prediction.error_band is not None and prediction.error_band.key is not None:
+        out["regime_key"] = prediction.error_band.key.to_dict()  # benchmarks/error_bands.py
     return out
 
 

@@ -55,6 +55,8 @@ def predict_case(case: Case) -> dict[str, Any]:
                / case.measured_samples_per_s,
                time_ratio=case.measured_samples_per_s / predicted,
                bottleneck=str(prediction.bottleneck))
+    if prediction.error_band is not None and prediction.error_band.key is not None:
+        out["regime_key"] = prediction.error_band.key.to_dict()  # benchmarks/error_bands.py
     return out
 
 

@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -99,7 +100,7 @@ ERRORS_B = [0.2, 0.1, 0.4]
 def _hand_bands() -> dict[str, object]:
     rows = [(A, e) for e in ERRORS_A] + [(B, e) for e in ERRORS_B]
     return {"format": FORMAT, "source": "hand", "regimes":
-            _benchmark().bands(rows, "hand-made rows", "the hand-made rows")}
+            _benchmark().bands([(rows, "hand-made rows", "the hand-made rows")])}
 
 
 def test_band_is_median_and_p90_of_exactly_its_rows() -> None:
@@ -116,8 +117,10 @@ def test_band_is_median_and_p90_of_exactly_its_rows() -> None:
     assert band.median_relative_error == pytest.approx(0.055)
     assert band.p90_relative_error == pytest.approx(0.091)
     assert band.text() == ("±6 % median, ±9 % p90 (10 validated rows, "
-                           "A100-SXM4 / fp16 / calibrated / allreduce / tp+pp+dp)")
+                           "A100-SXM4 / fp16 / calibrated / allreduce / tp+pp+dp; "
+                           "the hand-made rows)")
     data = band.to_dict()
+    assert data["name"] == "the hand-made rows"
     assert data["regime"] == A.label and data["regime_key"] == A.to_dict()
     assert data["validated"] is True and data["min_rows"] == MIN_ROWS and "reason" not in data
 
@@ -133,6 +136,23 @@ def test_too_few_rows_give_no_band_but_say_how_many() -> None:
     assert band.source == "hand-made rows"
     assert band.text().startswith("no validated band for this regime: only 3 validated rows")
     assert band.to_dict()["validated"] is False
+
+
+def test_rows_of_one_regime_from_two_sources_make_one_band() -> None:
+    """Pooled, not overwritten: 7 rows of A from one source and 3 from another are 10 rows, a
+    band, whose median and p90 are those of all ten, and which names both sources."""
+    first = [(A, e) for e in ERRORS_A[:7]] + [(B, 0.5)]
+    second = [(A, e) for e in ERRORS_A[7:]]
+    regimes = _benchmark().bands([(first, "first.json", "the first rows"),
+                                  (second, "second.json", "the second rows")])
+    entry = regimes[A.label]
+    assert entry["rows"] == 10 and entry["median_relative_error"] == pytest.approx(0.055)
+    assert entry["p90_relative_error"] == pytest.approx(0.091)
+    assert entry["source"] == "first.json; second.json"
+    assert entry["name"] == "the first rows and the second rows"
+    assert regimes[B.label]["rows"] == 1 and regimes[B.label]["source"] == "first.json"
+    band = band_for(A, {"format": FORMAT, "source": "x", "regimes": regimes})
+    assert band.validated and band.text().endswith("; the first rows and the second rows)")
 
 
 def test_unmeasured_regime_names_the_nearest_and_how_it_differs() -> None:
@@ -164,10 +184,20 @@ def test_committed_vtrain_bands_are_the_recorded_rows() -> None:
         tp, dp, pp = map(int, re.search(r"TP(\d+) DP(\d+) PP(\d+)", row["label"]).groups())  # type: ignore[union-attr]
         used = "+".join(d for d, n in (("tp", tp), ("pp", pp), ("dp", dp)) if n > 1)
         groups.setdefault(used, []).append(row["relative_error"])
-    regimes = load_bands()["regimes"]
     assert sum(len(v) for v in groups.values()) == 109
+    # rows of the same regime from the public development measurements are pooled with them
+    for path, listed in ((ROOT / "results" / "published_dev" / "rows.json", None),
+                         (ROOT / "results" / "moe_context" / "summary.json", "rows")):
+        data = json.loads(path.read_text())
+        for row in data[listed] if listed else data:
+            key = row.get("regime_key")
+            if key and "relative_error" in row and key["device"] == "A100-SXM4" \
+                    and key["precision"] == "fp16" and key["calibrated"] \
+                    and key["aggregation"] == "allreduce" and key["zero_stage"] == 0:
+                groups.setdefault("+".join(key["parallel"]), []).append(row["relative_error"])
+    regimes = load_bands()["regimes"]
     for used, errors in groups.items():
-        entry = regimes[f"A100-SXM4 / fp16 / calibrated / allreduce / {used}"]
+        entry = regimes[f"A100-SXM4 / fp16 / calibrated / allreduce / {used or 'one device'}"]
         assert entry["rows"] == len(errors)
         assert entry["median_relative_error"] == pytest.approx(float(np.median(errors)))
         assert entry["p90_relative_error"] == pytest.approx(float(np.percentile(errors, 90)))
@@ -198,8 +228,10 @@ def test_predict_on_h100_fp8_shows_no_a100_band() -> None:
     band = json.loads(_cli(*args, "--json").stdout)["error_band"]
     assert band["validated"] is False and band["median_relative_error"] is None
     assert band["regime_key"]["device"] == "H100-SXM5" and band["regime_key"]["precision"] == "fp8"
-    assert "A100-SXM4 there, H100-SXM5 here" in band["reason"]
-    assert "fp16 there, fp8 here" in band["reason"]
+    # the nearest measured regime is an H100 FP8 one (the public development rows), never an
+    # A100 band
+    assert "nearest measured regime is H100-SXM5 / fp8 /" in band["reason"]
+    assert "development data" in band["reason"]
     text = _cli(*args).stdout
     assert "no validated band for this regime" in text and "±" not in text
 
@@ -239,3 +271,34 @@ def test_cpu_bands_follow_each_plans_own_regime_on_a_calibrated_cluster() -> Non
         regime = regime_for(system, prediction.plan, prediction.bottleneck)
         assert prediction.error_band == band_for(regime)
         assert regime.calibrated and regime.device == "cpu"
+
+
+def test_predict_h100_bf16_fsdp_shows_the_development_band() -> None:
+    """An H100 bf16 ZeRO-3 data-parallel plan (llm-foundry's MPT regime) is given the band of
+    the public development rows of exactly that regime, which says they are development data."""
+    rows = json.loads((ROOT / "results" / "published_dev" / "rows.json").read_text())
+    key = {"device": "H100-SXM5", "precision": "bf16", "calibrated": False,
+           "aggregation": "allreduce", "zero_stage": 3, "parallel": ["dp"],
+           "bottleneck_class": None}
+    errors = [r["relative_error"] for r in rows if r.get("regime_key") == key]
+    assert len(errors) >= MIN_ROWS
+    args = ["predict", "-w", "gpt3-1.3b", "-c", "dgx-h100:1", "--tp", "1", "--pp", "1", "--dp",
+            "8", "--zero", "3", "--precision", "bf16", "--global-batch", "64"]
+    band = json.loads(_cli(*args, "--json").stdout)["error_band"]
+    assert band["validated"] is True and band["regime_key"] == key
+    assert band["rows"] == len(errors)
+    assert band["median_relative_error"] == pytest.approx(statistics.median(errors))
+    assert "published_dev" in band["source"] and "development data" in band["name"]
+    assert "(development data)" in re.sub(r"[\s│]+", " ", _cli(*args).stdout)
+
+
+def test_report_page_cites_the_bands_measurements() -> None:
+    from dnnscale.report.page import error_band_text
+
+    band = {"median_relative_error": 0.035, "p90_relative_error": 0.134, "source": "rows.json",
+            "name": "the public development measurements (development data)"}
+    assert error_band_text(band) == (
+        "Error band of this regime (predicted vs measured): median ±3.5 %, p90 ±13.4 % — "
+        "the public development measurements (development data): rows.json", True)
+    del band["name"]
+    assert error_band_text(band)[0].endswith("p90 ±13.4 % — rows.json")

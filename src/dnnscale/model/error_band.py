@@ -12,7 +12,9 @@ the measured rows (`benchmarks/error_bands.py`).
 A band is a lookup, not a fit: the median and 90th percentile of the relative errors that the
 committed validation measured for rows of exactly that regime (results/validation/*/results.json:
 the testbed's validated configurations and optimizer choices; results/vtrain: vTrain's
-multi-node A100 rows), stored in `data/error_bands.json` by `benchmarks/error_bands.py`. A band
+multi-node A100 rows; results/published_dev and results/moe_context: the public development
+measurements, on which the model was shaped, which the band's name says), stored in
+`data/error_bands.json` by `benchmarks/error_bands.py`. A band
 belongs only to predictions of its regime. A regime with fewer than `MIN_ROWS` rows, or none,
 has no band: the numbers are None and `reason` says why (how many rows, or which measured regime
 is nearest and how it differs from the plan's).
@@ -148,6 +150,9 @@ class ErrorBand:
     source: str
     reason: str = ""
     key: Regime | None = None
+    name: str = ""
+    """Whose measurements the rows are, in a few words ('vTrain's multi-node A100 rows'; '...
+    (development data)' where the model was shaped on them); '' where the file names none."""
 
     @property
     def validated(self) -> bool:
@@ -159,6 +164,8 @@ class ErrorBand:
                                 "p90_relative_error": self.p90_relative_error,
                                 "rows": self.rows, "source": self.source,
                                 "validated": self.validated, "min_rows": MIN_ROWS}
+        if self.name:
+            data["name"] = self.name
         if self.key is not None:
             data["regime_key"] = self.key.to_dict()
         if self.reason:
@@ -166,13 +173,14 @@ class ErrorBand:
         return data
 
     def text(self) -> str:
-        """One line for a table: '±6 % median, ±19 % p90 (76 validated rows, A100-SXM4 / ...)'
-        or 'no validated band for this regime: REASON'."""
+        """One line for a table: '±6 % median, ±19 % p90 (76 validated rows, A100-SXM4 / ...;
+        NAME)' or 'no validated band for this regime: REASON'."""
         if self.median_relative_error is None or self.p90_relative_error is None:
             return f"no validated band for this regime: {self.reason}"
         return (f"±{100 * self.median_relative_error:.0f} % median, "
                 f"±{100 * self.p90_relative_error:.0f} % p90 ({self.rows} validated "
-                f"row{'s' if self.rows != 1 else ''}, {self.regime})")
+                f"row{'s' if self.rows != 1 else ''}, {self.regime}"
+                f"{'; ' + self.name if self.name else ''})")
 
 
 def band_text(band: ErrorBand | None, short: bool = False) -> str:
@@ -265,7 +273,8 @@ def _lookup(regime: Regime, data: dict[str, Any]) -> ErrorBand:
                          f"({entry.get('name') or where}); a p90 needs at least {MIN_ROWS}",
                          regime)
     return ErrorBand(label, float(entry["median_relative_error"]),
-                     float(entry["p90_relative_error"]), rows, where, "", regime)
+                     float(entry["p90_relative_error"]), rows, where, "", regime,
+                     str(entry.get("name") or ""))
 
 
 def band_of(system: System, plan: ParallelPlan, bottleneck: str) -> ErrorBand:

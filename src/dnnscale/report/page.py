@@ -85,7 +85,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], numeric: Sequen
 
 def error_band_text(band: dict[str, Any] | None) -> tuple[str, bool]:
     """(wording, validated?) for a prediction's `error_band` ({"median_relative_error",
-    "p90_relative_error", "source"}), or the note that this regime has none yet."""
+    "p90_relative_error", "source", "name"}), or the note that this regime has none yet."""
     if not band or not isinstance(band.get("median_relative_error"), (int, float)):
         reason = (band or {}).get("reason") or ("no measured runs of this kind of plan and "
                                                 "system to compare with")
@@ -95,9 +95,10 @@ def error_band_text(band: dict[str, Any] | None) -> tuple[str, bool]:
         value = band.get(key)
         if isinstance(value, (int, float)):
             parts.append(f"{name} ±{100 * value:.1f} %")
-    source = band.get("source")
+    source, name = band.get("source"), band.get("name")
+    cited = ": ".join(str(part) for part in (name, source) if part)
     return ("Error band of this regime (predicted vs measured): " + ", ".join(parts)
-            + (f" — {source}" if source else ""), True)
+            + (f" — {cited}" if cited else ""), True)
 
 
 def band_html(band: dict[str, Any] | None) -> str:
