@@ -302,3 +302,59 @@ def test_report_page_cites_the_bands_measurements() -> None:
         "the public development measurements (development data): rows.json", True)
     del band["name"]
     assert error_band_text(band)[0].endswith("p90 ±13.4 % — rows.json")
+
+
+# --- dnnscale bands ---------------------------------------------------------------------------
+
+def test_bands_json_lists_exactly_the_stored_bands() -> None:
+    regimes = load_bands()["regimes"]
+    banded = sorted(label for label, e in regimes.items() if e["rows"] >= MIN_ROWS)
+    data = json.loads(_cli("bands", "--json").stdout)
+    assert data["min_rows"] == MIN_ROWS
+    assert [r["regime"] for r in data["regimes"]] == banded
+    assert data["left_out"] == len(regimes) - len(banded) > 0
+    for row in data["regimes"]:
+        entry = regimes[row["regime"]]
+        assert row["validated"] is True and row["rows"] == entry["rows"]
+        assert row["p90_relative_error"] == entry["p90_relative_error"]
+        assert row["max_relative_error"] == entry["max_relative_error"]
+        assert row["regime_key"] == entry["regime"] and row["name"] == entry["name"]
+    everything = json.loads(_cli("bands", "--all", "--json").stdout)
+    assert len(everything["regimes"]) == len(regimes) and everything["left_out"] == 0
+
+
+def test_bands_device_filter_and_table() -> None:
+    data = json.loads(_cli("bands", "--device", "h100", "--all", "--json").stdout)
+    assert data["regimes"] and all(r["regime_key"]["device"] == "H100-SXM5"
+                                   for r in data["regimes"])
+    h100 = [r for r in data["regimes"] if r["regime"] == "H100-SXM5 / bf16 / uncalibrated / "
+            "ZeRO-3 / dp"]
+    assert len(h100) == 1 and h100[0]["validated"] and "development data" in h100[0]["name"]
+    text = re.sub(r"[\s│┃]+", " ", _cli("bands", "--device", "H100").stdout)
+    assert "H100-SXM5 / bf16 / uncalibrated / ZeRO-3 / dp" in text and "A100" not in text
+    assert f"{h100[0]['rows']} {100 * h100[0]['median_relative_error']:.1f} %" in text
+    assert "with fewer than 10 rows (no band): --all lists them" in text
+
+
+@pytest.mark.parametrize("value, says", [
+    ("tpu", "no measured regime on a device matching 'tpu'; measured devices: A100-SXM4"),
+    ("  ", "give part of a device name")])
+def test_bands_bad_device_is_one_line_exit_2(value: str, says: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    result = subprocess.run([sys.executable, "-m", "dnnscale", "bands", "--device", value],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: --device: ") and says in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_measured_regimes_reads_every_entry_of_a_hand_file() -> None:
+    from dnnscale.model.error_band import measured_regimes
+
+    regimes = measured_regimes(_hand_bands())
+    assert [r.regime for r in regimes] == sorted([A, B], key=lambda r: r.label)
+    by = {r.regime: r for r in regimes}
+    assert by[A].validated and by[A].rows == 10 and by[A].max_relative_error == 0.10
+    assert not by[B].validated and by[B].median_relative_error == pytest.approx(0.2)
+    assert by[B].to_dict()["name"] == "the hand-made rows"
+    assert measured_regimes({}) == []

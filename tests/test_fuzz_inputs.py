@@ -259,6 +259,7 @@ JSON_COMMANDS = {
     "predict-sync-overlap": ["predict", "-w", "alexnet", "-c", "adam-2014", "-P", "1", "-R",
                              "2", "-S", "1", "--sync", "ps-sync", "--overlap", "--json"],
     "optimize": ["optimize", "-w", "adam-mnist", "-c", "adam-2014", "-M", "16", "--json"],
+    "bands": ["bands", "--all", "--json"],
 }
 
 

@@ -219,6 +219,8 @@ STDOUT_COMMANDS = {
     "optimize-json": ["optimize", *CPU, "-M", "8", "--json"],
     "optimize-csv-stdout": ["optimize", *CPU, "-M", "8", "--csv", "-"],
     "optimize-gpu-json": ["optimize", *GPU_SEARCH, "--json"],
+    "bands": ["bands", "--all"],
+    "bands-json": ["bands", "--all", "--json"],
     "help": ["--help"],
     "version": ["--version"],
 }

@@ -277,6 +277,47 @@ def _lookup(regime: Regime, data: dict[str, Any]) -> ErrorBand:
                      str(entry.get("name") or ""))
 
 
+@dataclass(frozen=True)
+class MeasuredRegime:
+    """One regime of the stored bands as `dnnscale bands` lists it: its rows' error summary,
+    whether that is a band (at least MIN_ROWS rows), and whose measurements they are."""
+
+    regime: Regime
+    rows: int
+    median_relative_error: float
+    p90_relative_error: float
+    max_relative_error: float
+    source: str
+    name: str
+
+    @property
+    def validated(self) -> bool:
+        return self.rows >= MIN_ROWS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"regime": self.regime.label, "regime_key": self.regime.to_dict(),
+                "rows": self.rows, "validated": self.validated, "min_rows": MIN_ROWS,
+                "median_relative_error": self.median_relative_error,
+                "p90_relative_error": self.p90_relative_error,
+                "max_relative_error": self.max_relative_error,
+                "source": self.source, "name": self.name}
+
+
+def measured_regimes(data: dict[str, Any] | None = None) -> list[MeasuredRegime]:
+    """Every regime the stored bands record (`load_bands`, or `data`), by label: those with a
+    band and those with too few rows alike; [] when there is no band file."""
+    entries: dict[str, Any] = (load_bands() if data is None else data).get("regimes") or {}
+    out = []
+    for label in sorted(entries):
+        entry = entries[label]
+        out.append(MeasuredRegime(Regime.from_dict(entry["regime"]), int(entry["rows"]),
+                                  float(entry["median_relative_error"]),
+                                  float(entry["p90_relative_error"]),
+                                  float(entry["max_relative_error"]),
+                                  str(entry.get("source", "")), str(entry.get("name") or "")))
+    return out
+
+
 def band_of(system: System, plan: ParallelPlan, bottleneck: str) -> ErrorBand:
     """The band of a prediction of `plan` on `system` with `bottleneck` (what `predict_plan`
     attaches to every Prediction)."""

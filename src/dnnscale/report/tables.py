@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from dnnscale.model.error_band import band_text
+from dnnscale.model.error_band import MIN_ROWS, MeasuredRegime, band_text
 from dnnscale.model.prediction import Prediction
 from dnnscale.model.records import PartKind
 from dnnscale.report.explain import (breakdown_rows, human, memory_text, part_text,
@@ -152,4 +152,20 @@ def explain_table(prediction: Prediction) -> Table:
         where = "" if part.role == "worker" else " (PS)"
         table.add_row(f"{human(part.name)}{where}", format_si(part.bytes, "B"),
                       memory_text(part.name))
+    return table
+
+
+def bands_table(regimes: list[MeasuredRegime]) -> Table:
+    """`dnnscale bands`: per measured regime its rows, the median, p90 and max relative error
+    of their predictions, whether that is a band, and whose measurements they are."""
+    table = Table(title="Measured error per regime (the bands predictions carry)")
+    for name, justify in (("regime", "left"), ("rows", "right"), ("median", "right"),
+                          ("p90", "right"), ("max", "right"), ("band", "left"),
+                          ("measured by", "left")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in regimes:
+        table.add_row(r.regime.label, f"{r.rows:,}", f"{100 * r.median_relative_error:.1f} %",
+                      f"{100 * r.p90_relative_error:.1f} %",
+                      f"{100 * r.max_relative_error:.1f} %",
+                      "yes" if r.validated else f"no (< {MIN_ROWS} rows)", r.name or r.source)
     return table

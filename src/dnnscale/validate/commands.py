@@ -8,9 +8,56 @@ from typing import Optional
 
 import typer
 
+from dnnscale.errors import InputError
+
 
 def register(app: typer.Typer) -> None:
     app.command(name="validate")(validate_command)
+    app.command(name="bands")(bands_command)
+
+
+def bands_command(
+        device: Optional[str] = typer.Option(
+            None, "--device", help="only regimes whose device contains this text, any case "
+            "(e.g. H100, A100-SXM4, cpu)"),
+        show_all: bool = typer.Option(False, "--all", help="also the regimes with fewer rows "
+                                      "than a band needs"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """The error each measured regime showed: the bands predictions carry (docs/accuracy.md)."""
+    from dnnscale.errors import user_errors
+
+    user_errors(_bands)(device, show_all, as_json)
+
+
+def _bands(device: Optional[str], show_all: bool, as_json: bool) -> None:
+    from dnnscale.model.error_band import MIN_ROWS, measured_regimes
+
+    regimes = measured_regimes()
+    if device is not None:
+        wanted = device.strip().lower()
+        known = sorted({r.regime.device for r in regimes})
+        if not wanted:
+            raise InputError("--device", "give part of a device name, e.g. H100 or cpu")
+        regimes = [r for r in regimes if wanted in r.regime.device.lower()]
+        if not regimes:
+            raise InputError("--device", f"no measured regime on a device matching "
+                             f"{device!r}; measured devices: {', '.join(known) or 'none'}")
+    shown = regimes if show_all else [r for r in regimes if r.validated]
+    if as_json:
+        from dnnscale.jsonout import print_json
+
+        print_json({"min_rows": MIN_ROWS, "regimes": [r.to_dict() for r in shown],
+                    "left_out": 0 if show_all else len(regimes) - len(shown)})
+        return
+    from dnnscale.report.console import console
+    from dnnscale.report.tables import bands_table
+
+    out = console()
+    out.print(bands_table(shown))
+    thin = len(regimes) - len(shown)
+    if thin:
+        out.print(f"{thin} more measured regime{'s' if thin != 1 else ''} with fewer than "
+                  f"{MIN_ROWS} rows (no band): --all lists them")
 
 
 def validate_command(
