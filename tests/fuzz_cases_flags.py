@@ -114,6 +114,7 @@ def _bases() -> dict[tuple[str, ...], tuple[Base, ...]]:
         ("export",): (
             _b("export", ("export", "{d}/plan.yaml", "--to", "megatron", "--json"),
                files={"plan.yaml": PLAN_YAML}),),
+        ("bands",): (_b("bands", ("bands", "--json")),),
         ("testbed", "check"): (
             _b("no-network", ("testbed", "check", "--no-network", "--json"), "by-name", "cpu"),
             _b("description", ("testbed", "check", "--description", "{d}/tb.yaml", "--json"),
@@ -138,7 +139,7 @@ def _tables() -> dict[tuple[str, ...], tuple[Mapping[str, Any], ...]]:
             ("testbed", "down"): (testbed.DOWN_FLAGS,),
             ("testbed", "check"): (testbed.CHECK_FLAGS,),
             **{path: () for path in (("testbed", "up"), ("testbed", "status"), ("validate",),
-                                     ("report",), ("export",))}}
+                                     ("report",), ("export",), ("bands",))}}
 
 
 # -- the commands, introspected -------------------------------------------------------------
@@ -315,6 +316,7 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("export", "--to"): "tensorflow", ("export", "--workload"): "nonet",
     ("export", "--output"): "{d}", ("export", "--format"): "script",
     ("report", "--output"): "{d}", ("report", "--validation"): "{d}/none",
+    ("bands", "--device"): "tpu",
     ("testbed", "up", "--hosts"): "0",
 }
 """A bad value per flag that takes one (the flag named, unless the tuple says otherwise)."""
