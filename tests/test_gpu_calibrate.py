@@ -419,3 +419,21 @@ def test_the_step_fit_scales_every_precisions_compute_curves(synthetic_profile):
     scaled = StepSpace().profile([10.0, 1.5, 1.0], base)
     assert scaled.efficiency["gemm@tf32"].at(1e9) == pytest.approx(0.6)
     assert scaled.efficiency["gemm"].at(1e9) == pytest.approx(1.5 * profile.efficiency["gemm"].at(1e9))
+
+
+def test_norm_backward_is_two_kernels_timed_apart():
+    """torch's layer_norm_backward_cuda runs grad_x (layer_norm_grad_input_kernel), then the
+    gain and bias gradients (GammaBetaBackward), which read grad_y and x again: the kinds price
+    them as the input- and weight-gradient phases, and the calibration times each alone."""
+    from dnnscale.calibrate import gpu_kernels
+
+    shape = KernelShape(hidden=512, heads=8, seq=1024, micro_batch=1, vocab=50257)
+    kernels = {(k.kind, k.phase): k for k in shape_kernels(shape, "bf16", True)}
+    # grad_x reads grad_y and x and writes grad_x, with mean and 1/std per token: (3·s·h + 2·s)·2
+    assert kernels[("layernorm", "input_grad")].bytes_moved == (3 * 1024 * 512 + 2 * 1024) * 2
+    # the gain/bias column reduction reads grad_y, x and the statistics: (2·s·h + 2·s)·2
+    assert kernels[("layernorm", "weight_grad")].bytes_moved == (2 * 1024 * 512 + 2 * 1024) * 2
+    assert kernels[("layernorm", "weight_grad")].kernel_class == "memory"
+    assert gpu_kernels._norm_targets(False) == {"input_grad": ("x",),
+                                                "weight_grad": ("w", "bias")}
+    assert gpu_kernels._norm_targets(True) == {"input_grad": ("x",), "weight_grad": ("w",)}

@@ -83,7 +83,8 @@ def test_tiny_gpt_bytes_by_hand() -> None:
 
     embedding (2 tables): s·8 + 2·s·h·b + s·h·b = 32 + 128 + 64 = 224; weight grad s·8 + s·h·b +
     2·2·s·h·b = 32 + 64 + 256 = 352. layernorm (2·32 + 2·4)·2 = 144 forward, (3·32 + 2·4)·2 =
-    208 input grad. qkv (32 + 96)·2 = 256 per phase. scores (32 + 32 + 32)·2 = 192 forward,
+    208 input grad, and the gain/bias kernel (2·32 + 2·4)·2 = 144 weight grad. qkv
+    (32 + 96)·2 = 256 per phase. scores (32 + 32 + 32)·2 = 192 forward,
     (32 + 2·4·(8 + 8))·2 = 320 backward. softmax + dropout 2·32·2 + 3·32 = 224 forward,
     3·32·2 + 32 = 224 backward. residual add 3·32·2 + 32 = 224 forward, 192 + 5·32 = 352
     backward. GeLU on s·f = 128: 2·128·2 = 512 and 3·128·2 = 768. Loss 2·4·10·2 + 4·8 = 192.
@@ -91,7 +92,7 @@ def test_tiny_gpt_bytes_by_hand() -> None:
     w = _by_name(_tiny())
     assert (w["embedding"].fwd_bytes, w["embedding"].weight_grad_bytes) == (224, 352)
     assert (w["block0.attn_norm"].fwd_bytes, w["block0.attn_norm"].input_grad_bytes) == (144, 208)
-    assert w["block0.attn_norm"].weight_grad_bytes == 0
+    assert w["block0.attn_norm"].weight_grad_bytes == 144
     assert w["block0.attn_qkv"].weight_grad_bytes == 256
     assert (w["block0.attn_scores"].fwd_bytes, w["block0.attn_scores"].input_grad_bytes) == \
         (192, 320)
@@ -443,3 +444,24 @@ def test_the_layers_outside_the_blocks_are_found_once() -> None:
     assert outside[0] == 0 and outside[1:] == tuple(range(len(workload.layers) - 3,
                                                           len(workload.layers)))
     assert workload.outside_block_indices is outside           # computed once
+
+
+def test_norm_gain_gradient_kernel_is_priced_as_its_own_memory_pass() -> None:
+    """A layernorm's weight-gradient phase on a GPU is one memory pass of its (2·s·h + 2·s)·b
+    bytes per sample times the micro-batch (model/gpu_compute.memory_pass_s), and an RMSNorm's
+    of (2·s·h + s)·b: the gain (and bias) reduction torch and Apex run after grad_x."""
+    from dnnscale.model.gpu_compute import memory_pass_s
+    from dnnscale.model.predict import predict_plan
+    from dnnscale.plan.modern import modern_plan_from_dict
+    from dnnscale.system.load import load_system
+
+    system = load_system("dgx-a100-80g:1")
+    plan = modern_plan_from_dict({"tp": 1, "pp": 1, "dp": 1, "micro_batch": 4,
+                                  "global_batch": 4, "precision": "bf16"})
+    for spec, stats in (("gpt:layers=2,hidden=256,heads=4,seq=128,vocab=1000", 2),
+                        ("gpt:layers=2,hidden=256,heads=4,seq=128,vocab=1000,norm=rmsnorm", 1)):
+        prediction = predict_plan(load_workload(spec), system, plan, per_layer=True)
+        norm = next(c for c in prediction.layers if c.name == "block1.attn_norm")
+        moved = 4 * (2 * 128 * 256 + stats * 128) * 2
+        assert norm.weight_grad_s == pytest.approx(memory_pass_s(system.machine, moved))
+        assert norm.weight_grad_s > 0 and norm.input_grad_s > norm.weight_grad_s

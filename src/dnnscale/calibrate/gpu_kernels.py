@@ -164,8 +164,10 @@ def _rmsnorm(t: dict[str, Any], d: dict[str, Any]) -> Any:
 
 
 def _norm_targets(rms: bool) -> dict[str, tuple[str, ...]]:
+    """grad_x alone, then the gain (and bias) gradients alone: the two kernels the layer kinds
+    price as the input- and weight-gradient phases (torch launches each only when asked)."""
     weights = ("w",) if rms else ("w", "bias")
-    return {"input_grad": ("x",) + weights, "weight_grad": weights}
+    return {"input_grad": ("x",), "weight_grad": weights}
 
 
 def _heads(f: Factory, d: dict[str, Any], *names: str) -> dict[str, Any]:

@@ -295,10 +295,9 @@ def _norm(kind: str, name: str, input_shape: tuple[int, ...], b: int, needs_inpu
     assert h is not None
     _expect(kind, name, input_shape, (s, h), "(seq, hidden)")
     fwd = (2 * s * h + stats * s) * b
-    if needs_input_grad:  # the fused backward also forms the gain (and bias) gradients
-        moved = (float(fwd), float((3 * s * h + stats * s) * b), 0.0)
-    else:
-        moved = (float(fwd), 0.0, float((2 * s * h + stats * s) * b))
+    gains_grad = float((2 * s * h + stats * s) * b)  # its own kernel, with or without grad_x
+    moved = (float(fwd), float((3 * s * h + stats * s) * b) if needs_input_grad else 0.0,
+             gains_grad)
     return _layer(kind, name, (s, h), (s, h), gains * h, (0.0, 0.0, 0.0), moved,
                   needs_input_grad, hyper)
 
@@ -310,9 +309,14 @@ def layernorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 
     Params 2h (gain and bias; h with `bias: false`). Bytes: forward reads x (s·h) and writes y
     (s·h) plus the mean and 1/std kept for backward (2 per token): (2·s·h + 2·s)·b; input
-    gradient reads grad_y, x and the statistics and writes grad_x, (3·s·h + 2·s)·b, in the same
-    fused kernel that forms the gain/bias gradients (so the weight gradient adds no traffic per
-    sample; its write is per step). These are the bytes torch's native_layer_norm moves.
+    gradient reads grad_y, x and the statistics and writes grad_x, (3·s·h + 2·s)·b; weight
+    gradient: the gain (and bias) gradients are a column reduction in a second kernel that
+    reads grad_y, x and the statistics again, (2·s·h + 2·s)·b (its h-sized write is per step).
+    Source: torch's layer_norm_backward_cuda (aten/src/ATen/native/cuda/layer_norm_kernel.cu)
+    runs layer_norm_grad_input_kernel for grad_x, then GammaBetaBackward for the gain and bias;
+    Apex's fused LayerNorm (Megatron) likewise cuComputeGradInput, then
+    cuComputePartGradGammaBeta over grad_y and x. Not distinguished: Transformer Engine's
+    normalization backward forms partial gain gradients inside its input-gradient kernel.
     """
     has_bias = _flag(name, "bias", bias)
     return _norm("layernorm", name, input_shape, bytes_per_value, needs_input_grad, shape,
@@ -325,7 +329,8 @@ def rmsnorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     """RMSNorm over h for each token (Zhang & Sennrich 2019; Llama): memory bound, 0 FLOP.
 
     Params h (a gain). Bytes as `layernorm` with one statistic per token (1/rms): forward
-    (2·s·h + s)·b, input gradient (3·s·h + s)·b, weight gradient 0 (fused).
+    (2·s·h + s)·b, input gradient (3·s·h + s)·b, weight gradient (the gain's column reduction,
+    its own kernel as in `layernorm`) (2·s·h + s)·b.
     """
     return _norm("rmsnorm", name, input_shape, bytes_per_value, needs_input_grad, shape, 1, 1)
 
