@@ -53,6 +53,11 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
+def summary_date(summary: Path) -> str:
+    """The `date` a benchmark's summary.json records ('' when it is missing or has none)."""
+    return json.loads(summary.read_text()).get("date", "") if summary.exists() else ""
+
+
 def cpu_rows(folder: Path) -> tuple[list[tuple[Regime, float]], list[str], str]:
     """(regime, relative error) of every validated row under `folder`/*/results.json, the
     settings, and the source text."""
@@ -72,8 +77,7 @@ def cpu_rows(folder: Path) -> tuple[list[tuple[Regime, float]], list[str], str]:
                 regime = regime_of(Config(**row["config"]).to_plan(), row["predicted_bottleneck"],
                                    "cpu", calibrated, accelerator=False)
             rows.append((regime, float(row["relative_error"])))
-    summary = folder / "summary.json"
-    date = json.loads(summary.read_text()).get("date", "") if summary.exists() else ""
+    date = summary_date(folder / "summary.json")
     source = f"{_shown(folder)}/*/results.json" + (f" ({date})" if date else "")
     return rows, settings, source
 
@@ -103,8 +107,7 @@ def vtrain_rows(folder: Path) -> tuple[list[tuple[Regime, float]], str]:
     profile = load_gpu_profile(folder / "profile-a100.yaml")
     rows = [(regime_for(row_system(row, profile), row_plan(row), ""),
              float(record["relative_error"])) for row, record in zip(measured, recorded)]
-    summary = folder / "summary.json"
-    date = json.loads(summary.read_text()).get("date", "") if summary.exists() else ""
+    date = summary_date(folder / "summary.json")
     return rows, (f"{_shown(folder)}/multi_node_rows.json: vTrain's multi-node rows "
                   f"(Megatron-DeepSpeed on A100, 64-512 GPUs{', ' + date if date else ''})")
 
@@ -124,8 +127,7 @@ def recorded_rows(path: Path, listed: str | None = None) -> list[tuple[Regime, f
 
 def _dated(path: Path, text: str) -> str:
     """`text` with the date of the summary.json beside (or at) `path`, when it has one."""
-    summary = path if path.name == "summary.json" else path.with_name("summary.json")
-    date = json.loads(summary.read_text()).get("date", "") if summary.exists() else ""
+    date = summary_date(path if path.name == "summary.json" else path.with_name("summary.json"))
     return f"{text}, {date}" if date else text
 
 
