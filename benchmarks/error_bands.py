@@ -44,7 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from dnnscale.model.error_band import DATA_FILE, FORMAT, MIN_ROWS, Regime, regime_for, regime_of  # noqa: E402
+from dnnscale.model.error_band import (DATA_FILE, FORMAT, MIN_ROWS, Regime, has_band,  # noqa: E402
+                                       regime_for, regime_of)
 from dnnscale.plan.config import Config  # noqa: E402
 from dnnscale.validate.metrics import error_summary  # noqa: E402
 
@@ -201,7 +202,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
     for label, band in data["regimes"].items():
-        mark = "" if band["rows"] >= MIN_ROWS else f"  (< {MIN_ROWS} rows: no band)"
+        mark = "" if has_band(band["rows"]) else f"  (< {MIN_ROWS} rows: no band)"
         print(f"{label:62s} rows {band['rows']:3d}  median {100 * band['median_relative_error']:5.1f} %"
               f"  p90 {100 * band['p90_relative_error']:5.1f} %{mark}")
 

@@ -14,8 +14,8 @@ committed validation measured for rows of exactly that regime (results/validatio
 the testbed's validated configurations and optimizer choices; results/vtrain: vTrain's
 multi-node A100 rows; results/published_dev and results/moe_context: the public development
 measurements, on which the model was shaped, which the band's name says), stored in
-`data/error_bands.json` by `benchmarks/error_bands.py`. A band
-belongs only to predictions of its regime. A regime with fewer than `MIN_ROWS` rows, or none,
+`data/error_bands.json` by `benchmarks/error_bands.py`. A band belongs only to predictions of
+its regime. A regime with fewer than `MIN_ROWS` rows, or none,
 has no band: the numbers are None and `reason` says why (how many rows, or which measured regime
 is nearest and how it differs from the plan's).
 
@@ -42,6 +42,11 @@ MIN_ROWS = 10
 """Fewest validated rows a regime needs for a band: with 10, nine rows lie at or below the
 stated p90 and one above it; with fewer the p90 (linear interpolation) is read off the largest
 one or two rows and says nothing a 'max' would not."""
+
+
+def has_band(rows: int) -> bool:
+    """Whether a regime with `rows` validated rows has a band (at least MIN_ROWS)."""
+    return rows >= MIN_ROWS
 DIMS: tuple[MeshDim, ...] = (MeshDim.TP, MeshDim.PP, MeshDim.DP, MeshDim.CP, MeshDim.EP)
 """The order a regime lists the parallel dimensions it uses in."""
 BOTTLENECK_CLASSES: dict[str, tuple[Bottleneck, ...]] = {
@@ -267,7 +272,7 @@ def _lookup(regime: Regime, data: dict[str, Any]) -> ErrorBand:
         return ErrorBand(label, None, None, 0, "none measured", _nearest_reason(regime, entries),
                          regime)
     rows, where = int(entry.get("rows", 0)), str(entry.get("source", source))
-    if rows < MIN_ROWS:
+    if not has_band(rows):
         return ErrorBand(label, None, None, rows, where,
                          f"only {rows} validated row{'s' if rows != 1 else ''} of this regime "
                          f"({entry.get('name') or where}); a p90 needs at least {MIN_ROWS}",
@@ -292,7 +297,7 @@ class MeasuredRegime:
 
     @property
     def validated(self) -> bool:
-        return self.rows >= MIN_ROWS
+        return has_band(self.rows)
 
     def to_dict(self) -> dict[str, Any]:
         return {"regime": self.regime.label, "regime_key": self.regime.to_dict(),

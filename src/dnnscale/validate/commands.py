@@ -43,18 +43,18 @@ def _bands(device: Optional[str], show_all: bool, as_json: bool) -> None:
             raise InputError("--device", f"no measured regime on a device matching "
                              f"{device!r}; measured devices: {', '.join(known) or 'none'}")
     shown = regimes if show_all else [r for r in regimes if r.validated]
+    thin = len(regimes) - len(shown)  # 0 with --all
     if as_json:
         from dnnscale.jsonout import print_json
 
         print_json({"min_rows": MIN_ROWS, "regimes": [r.to_dict() for r in shown],
-                    "left_out": 0 if show_all else len(regimes) - len(shown)})
+                    "left_out": thin})
         return
     from dnnscale.report.console import console
     from dnnscale.report.tables import bands_table
 
     out = console()
     out.print(bands_table(shown))
-    thin = len(regimes) - len(shown)
     if thin:
         out.print(f"{thin} more measured regime{'s' if thin != 1 else ''} with fewer than "
                   f"{MIN_ROWS} rows (no band): --all lists them")
