@@ -126,9 +126,9 @@ def recorded_rows(path: Path, listed: str | None = None) -> list[tuple[Regime, f
             if "relative_error" in r and r.get("regime_key")]
 
 
-def _dated(path: Path, text: str) -> str:
-    """`text` with the date of the summary.json beside (or at) `path`, when it has one."""
-    date = summary_date(path if path.name == "summary.json" else path.with_name("summary.json"))
+def _dated(summary: Path, text: str) -> str:
+    """`text` with the date `summary` (a benchmark's summary.json) records, when it has one."""
+    date = summary_date(summary)
     return f"{text}, {date}" if date else text
 
 
@@ -187,7 +187,8 @@ def main() -> None:
         settings.append(gpu_source)
     published = Path(args.published_dev) / "rows.json"
     if published.exists():
-        text = _dated(published, f"{_shown(published)}: DeepLearningExamples' and llm-foundry's "
+        text = _dated(published.with_name("summary.json"),
+                      f"{_shown(published)}: DeepLearningExamples' and llm-foundry's "
                       "published training throughput (A100, H100, V100)")
         sources.append((recorded_rows(published), text, PUBLISHED_DEV_NAME))
         settings.append(text)

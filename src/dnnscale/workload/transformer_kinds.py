@@ -294,10 +294,10 @@ def _norm(kind: str, name: str, input_shape: tuple[int, ...], b: int, needs_inpu
     s, h = dims.s, dims.h
     assert h is not None
     _expect(kind, name, input_shape, (s, h), "(seq, hidden)")
-    fwd = (2 * s * h + stats * s) * b
-    gains_grad = float((2 * s * h + stats * s) * b)  # its own kernel, with or without grad_x
-    moved = (float(fwd), float((3 * s * h + stats * s) * b) if needs_input_grad else 0.0,
-             gains_grad)
+    # forward reads x, writes y; the gain kernel reads grad_y and x: the same bytes, with the
+    # statistics; grad_x reads grad_y and x and writes grad_x (`_layer` drops it when not needed)
+    fwd = float((2 * s * h + stats * s) * b)
+    moved = (fwd, float((3 * s * h + stats * s) * b), fwd)
     return _layer(kind, name, (s, h), (s, h), gains * h, (0.0, 0.0, 0.0), moved,
                   needs_input_grad, hyper)
 
