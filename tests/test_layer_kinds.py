@@ -48,7 +48,7 @@ def test_megatron_unit_of_split_is_the_records() -> None:
     assert set(TENSOR_EXTENT_KEY) == {name for name, record in LAYER_KINDS.items()
                                       if record.tensor_extent_key is not None}
     selective = {name for name, r in LAYER_KINDS.items() if r.recompute is Recompute.ATTENTION_CORE}
-    assert selective == {"attn_scores", "attn_softmax", "attn_context"}
+    assert selective == {"attn_scores", "attn_softmax", "attn_context", "flash_attention"}
 
 
 def test_kernel_class_decides_whether_an_accelerator_prices_flops() -> None:

@@ -119,8 +119,9 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
       split by t: 4·s·b·h + 4·s·b·h_kv (Q, K, V, the output projection's input) +
         2·s·b·f_in + 2·s·b·f_out (the MLP activation's input and output);
       the attention core: 5·a·s²·b (softmax output, its dropout mask and output), split by t;
-        0 with selective recomputation; 4·a·s·b (FlashAttention's fp32 log-sum-exp) with
-        flash attention;
+        4·a·s·b (FlashAttention's fp32 log-sum-exp) with flash attention; 0 with selective
+        recomputation, which checkpoints either (Megatron-Core: the checkpoint keeps Q, K and
+        V, counted below, and the output projection keeps O);
       full recomputation keeps only the block's input, 2·s·b·h (/t under sequence parallel);
       a mixture of experts (`moe`, k' = its copies per token) keeps, instead of the MLP's two
         split terms, the routed copies entering the experts and leaving them (2·2·s·b·k'·h,
@@ -159,10 +160,10 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
                   + 2 * s * b * (moe.shared_in + moe.shared_out)) / t)
     queries = (6 if relative else 4) * s * b * h
     split = (queries + 4 * s_k * b * kv_hidden) / t + mlp
-    if flash_attention:
-        core = 4 * heads * s * b / t
-    elif recompute == "selective":
+    if recompute == "selective":
         core = 0.0
+    elif flash_attention:
+        core = 4 * heads * s * b / t
     else:
         core = 5 * heads * s * s_k * b / t
     return whole + split + core

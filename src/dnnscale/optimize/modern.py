@@ -192,7 +192,8 @@ class Group(NamedTuple):
                            overlap_tp=self.overlap_tp,
                            overlap_pp=self.pipeline_part().overlaps_p2p,
                            zero3_fetch=self.fetch(space),
-                           grad_accumulation=space.grad_accumulation)
+                           grad_accumulation=space.grad_accumulation,
+                           recompute=self.recompute)
 
     def fetch(self, space: ModernSpace) -> str:
         """The group's ZeRO-3 granularity: the space's under zero 3, else 'blocks'."""

@@ -133,6 +133,8 @@ class EngineFacts:
     """How the micro-batches' gradients accumulate (Batch.grad_accumulation)."""
     micro_batches: int = 1
     """Micro-batches per step (Batch.accumulation)."""
+    recompute: str = "none"
+    """Activation recomputation (MemoryPolicy.recompute)."""
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
@@ -148,7 +150,7 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        etp=plan.expert.tensor, overlap_tp=plan.tensor.overlap,
                        overlap_pp=plan.pipeline.overlaps_p2p, zero3_fetch=collective.fetch,
                        grad_accumulation=plan.batch.grad_accumulation,
-                       micro_batches=plan.batch.accumulation)
+                       micro_batches=plan.batch.accumulation, recompute=plan.memory.recompute)
 
 
 def check_engine(engine: object, field: str = "engine") -> str:
@@ -358,14 +360,25 @@ def workload_differences(engine: str, facts: EngineFacts,
                          shape: TransformerShape) -> tuple[Violation, ...]:
     """How `engine` runs the workload of `shape` otherwise than the plan priced it (field
     relative to the plan; '' for the workload); empty where it runs as priced."""
-    if engine != "deepspeed" or not shape.is_moe or shape.capacity_factor is None:
+    if engine != "deepspeed":
         return ()
-    factor = shape.capacity_factor
-    return (Violation("", f"DeepSpeed-MoE pads every expert's tokens to its capacity "
-                      f"({factor:g}× the mean, at least --moe-min-capacity 4): each expert "
-                      f"computes and exchanges {factor:g}× the mean routed tokens, where the "
-                      f"plan priced the busiest member's min(expert_imbalance, "
-                      f"{factor:g})× the mean and the rest below it"),)
+    found = []
+    if facts.recompute == "selective" and shape.flash_attention:
+        # megatron/model/transformer.py, ParallelAttention.forward: only the unfused core
+        # attention goes through _checkpointed_attention_forward
+        found.append(Violation("recompute", "Megatron-DeepSpeed keeps flash attention out of "
+                               "its selective checkpoint, so selective recomputes nothing "
+                               "there, where the plan priced the kernel's forward run again: "
+                               "use recompute none"))
+    if shape.is_moe and shape.capacity_factor is not None:
+        factor = shape.capacity_factor
+        found.append(Violation("", f"DeepSpeed-MoE pads every expert's tokens to its capacity "
+                               f"({factor:g}× the mean, at least --moe-min-capacity 4): each "
+                               f"expert computes and exchanges {factor:g}× the mean routed "
+                               f"tokens, where the plan priced the busiest member's "
+                               f"min(expert_imbalance, {factor:g})× the mean and the rest "
+                               f"below it"))
+    return tuple(found)
 
 
 ENGINE_GRAD_ACCUMULATION = {"megatron": "fused", "deepspeed": "add", "torchtitan": "add"}
@@ -448,7 +461,11 @@ def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]
 
 def _torchtitan_differences(facts: EngineFacts) -> list[Violation]:
     """torchtitan's fixed behaviour where the plan priced another: its float32 reduction,
-    its overlapped data parallelism and pipeline sends, its sequence-sharded norms."""
+    its overlapped data parallelism and pipeline sends, its sequence-sharded norms, and its
+    selective activation checkpointing, which is per operation (torchtitan v0.2.2,
+    distributed/activation_checkpoint.py: the policy saves the outputs of the ops in
+    models/llama3/infra/parallelize.py's _op_sac_save_list, mm and the SDPA kernels among
+    them, except every second mm, and recomputes every other op)."""
     out: list[Violation] = []
     if facts.replicated and facts.grad_bytes is not None and \
             facts.grad_bytes != TORCHTITAN_GRAD_BYTES:
@@ -468,6 +485,12 @@ def _torchtitan_differences(facts: EngineFacts) -> list[Violation]:
         out.append(Violation("sequence_parallel", "torchtitan's tensor parallelism always "
                              "shards the norms over the sequence (SequenceParallel); the plan "
                              "priced it without"))
+    if facts.recompute == "selective":
+        out.append(Violation("recompute", "torchtitan's selective activation checkpointing "
+                             "(selective_ac_option op) keeps the matmuls' and the attention "
+                             "kernel's outputs and recomputes every second matmul and the "
+                             "other operations of each block, where the plan priced the "
+                             "attention core recomputed: use recompute none or full"))
     return out
 
 

@@ -41,8 +41,11 @@ class KernelClass(Enum):
 class Recompute(Enum):
     """Which recomputation policy recomputes a kind's forward in the backward pass.
 
-    ATTENTION_CORE: selective recomputation (and full, inside a block): the s²-sized part of
-    attention (Korthikanti et al. 2022 §5). BLOCK: only full recomputation, for layers inside a
+    ATTENTION_CORE: selective recomputation (and full, inside a block): the core of attention
+    (Korthikanti et al. 2022 §5): the s²-sized chain, or the fused kernel that replaces it,
+    which Megatron-Core's selective recomputation checkpoints too (megatron/core/transformer/
+    attention.py: checkpoint_core_attention wraps the core attention whatever kernel runs it,
+    `--recompute-modules core_attn`). BLOCK: only full recomputation, for layers inside a
     transformer block (outside blocks nothing is recomputed).
     """
 

@@ -490,7 +490,7 @@ def attn_context(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 
 
 @register_kind("flash_attention", kernel=KernelClass.FLASH, splits=megatron("local"),
-               tensor_extent_key="heads")
+               tensor_extent_key="heads", recompute=Recompute.ATTENTION_CORE)
 def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                     needs_input_grad: bool, causal: bool = True,
                     attention_kernel: str = "fa2", **shape: object) -> Layer:
@@ -506,6 +506,9 @@ def flash_attention(name: str, input_shape: tuple[int, ...], bytes_per_value: in
     V, O, dO and the log-sum-exp and writes dQ, dK, dV: (4·s·h + 4·s·h_kv)·b + 4·a·s. Each
     tensor is counted once: the K/V tiles re-read for every block of queries (FlashAttention's
     Θ(s²·d²/M) HBM accesses, Dao et al. 2022 Theorem 2) are assumed to hit the L2 cache.
+    Selective recomputation runs its forward again in the backward pass, as Megatron-Core does
+    (its checkpoint of the core attention wraps the fused kernel, Recompute.ATTENTION_CORE);
+    Megatron-DeepSpeed and torchtitan keep its outputs instead (plan/engines.py says so).
     """
     dims, hyper = _dims("flash_attention", name, shape, ("hidden", "heads"))
     if dims.m:
