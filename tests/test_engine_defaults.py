@@ -140,3 +140,15 @@ def test_a_fused_kernel_assumption_says_its_speed_may_be_an_estimate() -> None:
     lines = plan_assumptions(modern_plan_from_dict({"dp": 1, "global_batch": 1}), shape)
     assert ("attention fused (triton, priced by its published speed, or on a GPU with none by "
             "an estimate derived from another's)") in lines
+    assert not any("recomputation" in line for line in lines)
+    selective = plan_assumptions(modern_plan_from_dict(
+        {"dp": 1, "global_batch": 1, "recompute": "selective"}), shape)
+    assert ("selective recomputation: the fused attention kernel of every block run forward "
+            "again in the backward pass, nothing else") in selective
+    unfused = load_workload("gpt:layers=2,hidden=256,heads=4,seq=512,vocab=1000").transformer
+    assert ("selective recomputation: the scores, softmax and context of every block run "
+            "forward again in the backward pass, nothing else") in plan_assumptions(
+        modern_plan_from_dict({"dp": 1, "global_batch": 1, "recompute": "selective"}), unfused)
+    assert ("full recomputation: every block's forward run again in the backward pass from its "
+            "kept input") in plan_assumptions(
+        modern_plan_from_dict({"dp": 1, "global_batch": 1, "recompute": "full"}), unfused)

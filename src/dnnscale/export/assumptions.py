@@ -23,6 +23,13 @@ ACCUMULATION_TEXT = {
                 "accumulators"}
 """The assumption line of each Batch.grad_accumulation (model/accumulation.py prices it)."""
 
+RECOMPUTE_TEXT = {
+    "selective": "selective recomputation: {core} of every block run forward again in the "
+                 "backward pass, nothing else",
+    "full": "full recomputation: every block's forward run again in the backward pass from "
+            "its kept input"}
+"""The assumption line of each recomputation (model/stage.py prices it): what runs again."""
+
 
 def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tuple[str, ...]:
     """The priced assumptions of `plan` on the workload of `shape`, one sentence each."""
@@ -40,6 +47,10 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
                    if shape.flash_attention else
                    "attention unfused (scores, softmax and context kernels, the s x s scores in "
                    "memory)")
+    if plan.memory.recompute in RECOMPUTE_TEXT:
+        fused = shape is not None and shape.flash_attention
+        out.append(RECOMPUTE_TEXT[plan.memory.recompute].format(
+            core="the fused attention kernel" if fused else "the scores, softmax and context"))
     groups = parallel_groups(plan)
     out.append(f"{format_si(plan_reserve_bytes(plan), 'B')} per GPU held back for the CUDA "
                f"context, cuBLAS's workspace and NCCL's buffers of {groups} parallel "
