@@ -186,7 +186,7 @@ def predict(workload: Optional[str] = typer.Option(
                                                          help="interleaved: chunks per device"),
             zero: Optional[int] = typer.Option(None, "--zero", help="ZeRO stage 0-3"),
             recompute: Optional[str] = typer.Option(None, "--recompute",
-                                                    help="none | selective | full"),
+                                                    help="none | selective | full | op"),
             precision: Optional[str] = typer.Option(None, "--precision",
                                                     help="fp32 | tf32 | bf16 | fp16 | fp8"),
             grad_bytes: Optional[int] = typer.Option(

@@ -27,7 +27,10 @@ RECOMPUTE_TEXT = {
     "selective": "selective recomputation: {core} of every block run forward again in the "
                  "backward pass, nothing else",
     "full": "full recomputation: every block's forward run again in the backward pass from "
-            "its kept input"}
+            "its kept input",
+    "op": "per-operation checkpointing: every block's norms, activation and residual adds, "
+          "its tensor-parallel all-gathers and every second matmul run again in the backward "
+          "pass, {core} kept"}
 """The assumption line of each recomputation (model/stage.py prices it): what runs again."""
 
 

@@ -33,8 +33,9 @@ names (``--parallelism.tensor_parallel_degree 8``).
 - [training] local_batch_size (per DP rank and gradient-accumulation step; with a pipeline it
   holds all the step's micro-batches, which the pipeline splits), global_batch_size, seq_len,
   mixed_precision_param, mixed_precision_reduce.
-- [activation_checkpoint] mode none | full | selective (selective_ac_option "op": per-op
-  checkpointing that saves matmul and attention outputs).
+- [activation_checkpoint] mode none | full, or selective with selective_ac_option "op" for
+  recompute op (per-op checkpointing: the matmuls' and the attention kernel's outputs kept,
+  except every second matmul's) and for recompute selective, which it runs as op (a note).
 - [model] name, flavor (the shape is a registered flavor, not options), converters
   (["quantize.linear.float8"] for fp8). A mixture of experts is named "llama4" (torchtitan's
   MoE decoder with pipelining, GQA and RoPE; qwen3 and gpt_oss have no pipelining_fn), whose
@@ -144,7 +145,7 @@ def _training(plan: ParallelPlan, shape: TransformerShape) -> dict[str, TomlValu
 
 def _activation_checkpoint(plan: ParallelPlan) -> dict[str, TomlValue]:
     recompute = plan.memory.recompute
-    if recompute == "selective":
+    if recompute in ("op", "selective"):  # selective: an engine difference, noted
         return {"mode": "selective", "selective_ac_option": "op"}
     return {"mode": recompute}
 

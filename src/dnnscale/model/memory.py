@@ -150,6 +150,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     t = max(1, tensor)
     if recompute == "full":
         return 2 * s * b * h / (t if sequence_parallel else 1)
+    if recompute == "op":
+        return per_op_checkpoint_bytes(s, b, h, heads, kv_hidden, ffn_in, t, sequence_parallel)
     whole = (8 * s + 2 * s_k) * b * h / (t if sequence_parallel else 1)
     if moe is None:
         mlp = (2 * s * b * ffn_in + 2 * s * b * ffn_out) / t
@@ -167,6 +169,34 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     else:
         core = 5 * heads * s * s_k * b / t
     return whole + split + core
+
+
+def per_op_checkpoint_bytes(seq: float, micro_batch: int, hidden: int, heads: int,
+                            kv_hidden: int, ffn_in: int, tensor: int,
+                            sequence_parallel: bool) -> float:
+    """Activation bytes one dense block keeps under per-operation checkpointing (torchtitan's
+    selective_ac_option op, model/stage.PER_OP_RECOMPUTE_SHARE), per micro-batch.
+
+    Formula (16-bit values; s tokens, b samples, h hidden, a heads, h_kv key/value width, f_in
+    the up projection's output width (2f gated), t tensor degree): what its save list keeps,
+      the checkpoint's input, 2·s·b·h (/t under sequence parallelism);
+      half of the matmuls' outputs, on average (every second one is recomputed, alternately):
+        ½ · (2·s·b·(h + 2·h_kv + f_in)/t + 2 · 2·s·b·h), the column-parallel outputs split by
+        t and the two row-parallel ones whole on each member before their reduction;
+      the reduce-scatters' outputs under sequence parallelism (t > 1), 2 · 2·s·b·h/t;
+      the attention kernel's output and fp32 log-sum-exp, 2·s·b·h/t + 4·a·s·b/t;
+    nothing else (norms, RoPE, the activation and the residual adds are recomputed).
+    Units: tokens, samples, features, counts -> bytes.
+    Source: torchtitan v0.2.2 distributed/activation_checkpoint.py and models/llama3/infra/
+    parallelize.py (_op_sac_save_list: mm, the SDPA kernels, reduce_scatter_tensor, max).
+    """
+    s, b, h, t = seq, micro_batch, hidden, max(1, tensor)
+    scattered = sequence_parallel and t > 1
+    block_input = 2 * s * b * h / (t if scattered else 1)
+    matmuls = (2 * s * b * (h + 2 * kv_hidden + ffn_in) / t + 2 * 2 * s * b * h) / 2
+    scatters = 2 * 2 * s * b * h / t if scattered else 0.0
+    attention = 2 * s * b * h / t + 4 * heads * s * b / t
+    return block_input + matmuls + scatters + attention
 
 
 def gathered_unit_bytes(unit_params: float, param_bytes: float, grad_bytes: float,

@@ -74,6 +74,9 @@ class LayerCost(NamedTuple):
     overlap does not reach."""
     comm_hidden_forward_s: float = 0.0
     """The part of comm_hidden_s in the forward phase."""
+    comm_forward_rerun_s: float = 0.0
+    """The forward tp exchanges other than reduce-scatters (all-gathers, all-reduces): what
+    per-operation checkpointing runs again, its save list keeping reduce-scatters' outputs."""
 
     @property
     def compute_s(self) -> float:
@@ -112,6 +115,9 @@ class StageTotals(NamedTuple):
     """Σ comm_hidden_s: the tensor-parallel exchanges an overlapping plan hides."""
     recompute_full_hidden_s: float = 0.0
     """Σ comm_hidden_forward_s over the block layers: what it hides of a full recompute."""
+    recompute_op_s: float = 0.0
+    """What per-operation checkpointing runs again (`per_op_recompute_share`)."""
+    launches_op: float = 0.0
     blocks: float = 0.0
     """Transformer blocks in the stage."""
     expert_blocks: float = 0.0
@@ -139,7 +145,11 @@ class StageTotals(NamedTuple):
                 0.0 if in_block else layer.activation_values,
                 layer.ep_comm_s, layer.cp_comm_s, layer.ep_forward_s,
                 layer.cp_forward_s, layer.comm_hidden_s,
-                layer.comm_hidden_forward_s if in_block else 0.0))
+                layer.comm_hidden_forward_s if in_block else 0.0,
+                per_op_recompute_share(record.kernel) * layer.forward_s
+                + layer.comm_forward_rerun_s if in_block else 0.0,
+                per_op_recompute_share(record.kernel) * layer.forward_launches
+                if in_block else 0.0))
             if in_block:
                 blocks.add(layer.block)
                 if record.expert:
@@ -263,17 +273,37 @@ class StageCosts:
     def launches(self, recompute: str) -> int:
         """Kernels the host launches per micro-batch: forward, backward and recomputed ones."""
         extra = {"full": self.totals.launches_full,
-                 "selective": self.totals.launches_selective}.get(recompute, 0.0)
+                 "selective": self.totals.launches_selective,
+                 "op": self.totals.launches_op}.get(recompute, 0.0)
         return int(self.totals.launches + extra)
 
     def recompute_s(self, recompute: str, overlap: bool = False) -> float:
         """Forward work recomputed in the backward pass: 'full' every block layer's forward
         (with its tensor-parallel communication, less what the GEMMs hide of it when the plan
-        overlaps it), 'selective' the attention core, else 0."""
+        overlaps it), 'selective' the attention core, 'op' what per-operation checkpointing
+        runs again (`per_op_recompute_share`, and the forward all-gathers), else 0."""
         if recompute == "full":
             return self.totals.recompute_full_s - (
                 self.totals.recompute_full_hidden_s if overlap else 0.0)
-        return self.totals.recompute_selective_s if recompute == "selective" else 0.0
+        return {"selective": self.totals.recompute_selective_s,
+                "op": self.totals.recompute_op_s}.get(recompute, 0.0)
+
+
+PER_OP_RECOMPUTE_SHARE = {KernelClass.GEMM: 0.5, KernelClass.FLASH: 0.0}
+"""The share of a block layer's forward that per-operation checkpointing runs again, by its
+kernel class (every other kind: all of it). torchtitan's policy (v0.2.2, distributed/
+activation_checkpoint.py, with models/llama3/infra/parallelize.py's _op_sac_save_list) keeps
+the outputs of the ops in its save list, mm and the SDPA kernels among them, except every
+second mm, and recomputes the rest. Its mm counter runs on across micro-batches; a Llama block
+makes 7 mm calls (wq, wk, wv, wo, w1, w3, w2), an odd count, so the recomputed ones alternate
+between {wk, wo, w3} and {wq, wv, w1, w2}: each GEMM's forward runs again every second
+micro-batch, half of it on average. The attention kernel is kept whole."""
+
+
+def per_op_recompute_share(kernel: KernelClass) -> float:
+    """The share of a block layer's forward per-operation checkpointing runs again
+    (PER_OP_RECOMPUTE_SHARE; 1 for memory-bound and unfused attention kinds)."""
+    return PER_OP_RECOMPUTE_SHARE.get(kernel, 1.0)
 
 
 def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, placed: Placement,
@@ -300,6 +330,7 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
                                          skip_weight_grad)
     comm_bytes = comm_messages = 0.0
     seconds_by = {MeshDim.TP: [0.0, 0.0], MeshDim.EP: [0.0, 0.0], MeshDim.CP: [0.0, 0.0]}
+    rerun_s = 0.0  # forward tp exchanges other than reduce-scatters
     casts = fp8_cast_launches(layer, precision) if device.is_accelerator else (0, 0)
     per_call = (1 + TRANSPOSES_PER_CALL if device.is_accelerator
                 and transposes_layout(layer, precision, device) else 1)  # kernels per phase
@@ -320,6 +351,8 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         total[0] += seconds
         if event.phase == PHASE_FORWARD:
             total[1] += seconds
+            if event.dimension is MeshDim.TP and event.operation != "reduce_scatter":
+                rerun_s += seconds
     if context is not None and is_ring_attention(layer, split):
         # cp kernels per phase (one per K/V block) and the sends between them
         launches[0] += 2 * (split.cp - 1)
@@ -348,7 +381,8 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
                      comm_bytes, comm_messages, tp_s[0], shard.replicated_params, tp_s[1],
                      block if isinstance(block, int) else None, launches[0], launches[1],
                      shard.work_fraction * layer.activation_values, ep_s[0], cp_s[0],
-                     ep_s[1], cp_s[1], hidden_forward + hidden_backward, hidden_forward)
+                     ep_s[1], cp_s[1], hidden_forward + hidden_backward, hidden_forward,
+                     rerun_s)
 
 
 def mesh_split_key(layer: Layer, split: MeshSplit) -> tuple[object, ...]:

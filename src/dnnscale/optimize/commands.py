@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
                 "that engine runs as priced (default: any; the result names the engines "
                 "that run the winner)"),
             recompute: Optional[str] = typer.Option(
-                None, "--recompute", help="GPU: none,selective,full (choices)"),
+                None, "--recompute", help="GPU: none,selective,full,op (choices; default "
+                "none,selective,full, torchtitan's none,op,full)"),
             schedule: Optional[str] = typer.Option(None, "--schedule",
                                                    help="GPU: 1f1b,interleaved,gpipe (choices)"),
             precision: Optional[str] = typer.Option(

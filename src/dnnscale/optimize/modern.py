@@ -54,7 +54,8 @@ from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Coll
                                 ParallelPlan, Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (Violation, batch_divides, batch_violation, context_splits,
                                  experts_divide, global_batch_within_epoch,
-                                 imbalance_within_experts, pipeline_divides_layers,
+                                 imbalance_within_experts, per_op_recompute_shape,
+                                 pipeline_divides_layers,
                                  pipeline_overlap_needs_interleaving, precision_on_device,
                                  require, schedule_violation, sequence_parallel_splits,
                                  tensor_divides_heads, tensor_overlap_needs_sequence_parallel)
@@ -315,11 +316,17 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
     zeros = _choices(zero, ZERO_STAGES, "zero", minimum=0)
     if any(z > 3 for z in zeros):
         raise InputError("zero", "stages are 0-3")
-    rec = tuple(recompute) if recompute is not None else RECOMPUTE
+    rec = tuple(recompute) if recompute is not None else SEARCHED_RECOMPUTE.get(
+        engine if isinstance(engine, str) else None, SEARCHED_RECOMPUTE[None])
     for value in rec:
         if value not in RECOMPUTE:
             raise InputError("recompute", f"must be one of {', '.join(RECOMPUTE)}, got "
                              f"{short_repr(value)}")
+    if recompute is not None:
+        for value in rec:
+            require(per_op_recompute_shape(value, shape), "")
+    else:
+        rec = tuple(r for r in rec if per_op_recompute_shape(r, shape) is None)
     sched = tuple(schedules) if schedules is not None else ("1f1b", "interleaved")
     for value in sched:
         if value not in SCHEDULES:
@@ -361,6 +368,12 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
         _no_group(space, workload, shape.layers)
     return space
 
+
+SEARCHED_RECOMPUTE: dict[str | None, tuple[str, ...]] = {
+    None: ("none", "selective", "full"), "megatron": ("none", "selective", "full"),
+    "deepspeed": ("none", "selective", "full"), "torchtitan": ("none", "op", "full")}
+"""The recomputations a search tries by default, per engine: torchtitan's selective
+checkpointing is per operation ('op'); the others' selective is the attention core."""
 
 LONG_CONTEXT_TOKENS = 16_384
 """From this sequence length the default space offers context parallelism (Megatron-Core

@@ -269,6 +269,9 @@ def engine_violation(engine: str, facts: EngineFacts) -> Violation | None:
         return Violation("grad_accumulation", f"{name} has no per-micro-batch gradient "
                          f"clipping (clip_add is TensorFlow 1 BERT's optimizer); use "
                          f"{ENGINE_GRAD_ACCUMULATION[engine]}")
+    if facts.recompute == "op" and engine != "torchtitan":
+        return Violation("recompute", f"{name} has no per-operation checkpointing (op is "
+                         f"torchtitan's selective_ac_option); use none, selective or full")
     if facts.etp not in (None, 1) and engine in ETP_OFF_OR_TP:
         return Violation("etp", f"{name}'s experts are split over the whole tensor group or not "
                          f"at all ({ETP_OFF_OR_TP[engine]}): etp is tp = {facts.tp} or 1, not "
@@ -490,7 +493,7 @@ def _torchtitan_differences(facts: EngineFacts) -> list[Violation]:
                              "(selective_ac_option op) keeps the matmuls' and the attention "
                              "kernel's outputs and recomputes every second matmul and the "
                              "other operations of each block, where the plan priced the "
-                             "attention core recomputed: use recompute none or full"))
+                             "attention core recomputed: use recompute op"))
     return out
 
 

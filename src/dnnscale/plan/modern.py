@@ -14,7 +14,7 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     zero: 0             # ZeRO stage 0-3 (3 = FSDP)
     zero3_fetch: blocks # ZeRO-3's gathers: blocks (FSDP, one per transformer block) | buckets
                         # (DeepSpeed stage 3: prefetch and reduce buckets)
-    recompute: full     # none | selective | full
+    recompute: full     # none | selective | full | op
     precision: bf16     # fp32 | tf32 | bf16 | fp16 | fp8
     sequence_parallel: false
     overlap_dp: false   # data-parallel gradients overlap the backward pass in buckets

@@ -17,7 +17,7 @@ from dnnscale.plan.mesh import DeviceMesh, MeshDim
 
 SPLIT_RULES = ("adam", "megatron")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
 """Optimizer -> values of state it keeps per parameter (momentum buffer; Adam's m and v)."""
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -148,7 +148,10 @@ class Batch:
 
 @dataclass(frozen=True)
 class MemoryPolicy:
-    """Activation recomputation: 'none', 'selective' (attention's s² part) or 'full'."""
+    """Activation recomputation: 'none', 'selective' (the attention core, as Megatron-Core
+    checkpoints it), 'full' (every block's forward) or 'op' (torchtitan's per-operation
+    selective checkpointing: the matmuls' and the attention kernel's outputs kept, except
+    every second matmul's, every other operation of the block run again)."""
 
     recompute: str = "none"
 

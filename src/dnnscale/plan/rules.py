@@ -226,6 +226,20 @@ def context_splits(cp: int, algorithm: str, tp: int, shape: TransformerShape) ->
     return None
 
 
+def per_op_recompute_shape(recompute: str, shape: TransformerShape) -> Violation | None:
+    """Per-operation checkpointing ('op', torchtitan's) is priced for the blocks torchtitan's
+    Llama runs: dense, on a fused attention kernel, without a recurrence memory."""
+    if recompute != "op":
+        return None
+    if not shape.flash_attention:
+        return Violation("recompute", "op (torchtitan's per-operation checkpointing) keeps the "
+                         "fused attention kernel's outputs: the workload needs flash=true")
+    if shape.is_moe or shape.memory:
+        return Violation("recompute", "op (torchtitan's per-operation checkpointing) is priced "
+                         "for dense transformer blocks only: use none, selective or full")
+    return None
+
+
 def precision_on_device(precision: str, system: System) -> Violation | None:
     """An accelerator computes in `precision` only if it has units for it."""
     machine = system.machine
@@ -318,6 +332,7 @@ def check_plan_shape(plan: ParallelPlan, shape: TransformerShape) -> None:
                           "etp)"))
     require(context_splits(plan.context.degree, plan.context.algorithm, plan.tensor.degree,
                            shape))
+    require(per_op_recompute_shape(plan.memory.recompute, shape))
 
 
 def check_modern_plan(plan: ParallelPlan, workload: Workload, system: System) -> None:
