@@ -49,10 +49,12 @@ def test_fast_equals_exhaustive(nodes: int, global_batch: int, memory_mb: int | 
     reference = exhaustive_modern(w, system, space, system.machines, objective)
     if engine is not None:  # the engine's plans are exactly the ones it runs as priced
         anywhere = exhaustive_modern(w, system, dataclasses.replace(space, engine=None),
-                                     system.machines, objective)
+                                     system.machines, objective, distinct_plans=False)
         kept = [p.label() for p in anywhere
                 if search_violation(engine, plan_facts(p.plan)) is None]
-        assert sorted(kept) == sorted(p.label() for p in reference)
+        every = exhaustive_modern(w, system, space, system.machines, objective,
+                                  distinct_plans=False)
+        assert sorted(kept) == sorted(p.label() for p in every)
     if not reference:
         with pytest.raises(InputError, match="no plan"):
             optimize_modern(w, system, space, top=3, objective=objective, curve=False)
@@ -161,3 +163,28 @@ def test_quick_bound_never_exceeds_the_exact_bound(layers: int, nodes: int, glob
             assert search.quick_bound(group, choices, group.may_overlap_tp(space)) <= exact
             checked += 1
     assert checked > 0
+
+
+def test_plans_that_run_alike_are_listed_once() -> None:
+    """With one replica (dp · ep · cp = 1) the ZeRO stage and the data-parallel overlap change
+    nothing that runs: the key folds them (the gradients' width stays in it); with two
+    replicas they differ. The top list of a search whose best plans have one replica holds no
+    two plans of one key, and the exhaustive reference lists them once too."""
+    from dnnscale.optimize.modern import Group, equivalence_key
+
+    w = load_workload(SMALL)
+    system = _system(1)
+    space = make_modern_space(w, system, 8, tensor=(2,), pipeline=(4,), micro_batch=(1,))
+    base = Group(2, 4, "1f1b", 1, 1, True, "none", 0)
+    variants = [base._replace(zero=z, overlap_dp=o) for z in (0, 1) for o in (False, True)]
+    assert len({equivalence_key(g, 1, space) for g in variants}) == 1
+    assert len({equivalence_key(g, 2, space) for g in variants}) == 4
+    fast = optimize_modern(w, system, space, top=5, curve=False)
+    assert any(p.plan.dense_replicas == 1 for p in fast.top)
+    labels = [p.label() for p in fast.top]
+    assert len(labels) == len(set(labels))
+    reference = exhaustive_modern(w, system, space, system.machines)
+    every = exhaustive_modern(w, system, space, system.machines, distinct_plans=False)
+    assert len(reference) < len(every)
+    assert [p.step_time_s for p in fast.top] == pytest.approx(
+        [p.step_time_s for p in reference[:5]], rel=1e-9)

@@ -28,7 +28,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from dnnscale.boundary import require_switches
 from dnnscale.errors import InputError, require_int, short_repr
@@ -561,6 +561,31 @@ class Priced:
     cost: float
 
 
+T = TypeVar("T")
+
+
+def equivalence_key(group: Group, replicas: int, space: ModernSpace) -> tuple[object, ...]:
+    """Plans with one key are one plan to whoever runs it: where the dense gradients meet over
+    no one (dp · ep · cp = 1) the ZeRO stage and the data-parallel overlap change nothing that
+    runs but the gradients' width, which the key keeps. A ranking lists each key once."""
+    grad_bytes = space.precision_of(group.zero).grad_bytes
+    if replicas * group.ep * group.cp == 1:
+        group = group._replace(zero=0, overlap_dp=False)
+    return group, replicas, grad_bytes
+
+
+def distinct(ranked: list[T], key: Callable[[T], object]) -> list[T]:
+    """`ranked` with each key's first entry only (the best, in a ranked list)."""
+    seen: set[object] = set()
+    out = []
+    for item in ranked:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            out.append(item)
+    return out
+
+
 @dataclass
 class Caches:
     """What one workload on one system shares across searches (budgets, families): per-split
@@ -769,7 +794,8 @@ class _Search:
         priced at every data-parallel degree, until no bound can beat the top-th plan. Groups
         enter with their quick bound; the first time one comes up it is laid out and goes back
         with its exact bound (best-first search with lazily tightened bounds: exact, because
-        every bound is a lower bound of the group's objective).
+        every bound is a lower bound of the group's objective). Plans that are one plan to
+        whoever runs it (`equivalence_key`) are listed once, the best of them.
 
         Groups that differ only in their ZeRO stage and overlap share their quick bound (it
         reads neither): they enter as one class, bounded at the replica counts of any engine
@@ -835,6 +861,8 @@ class _Search:
             if group.overlap_tp:
                 twin_best[group] = best
             found.sort(key=self.key)
+            found[:] = distinct(found, lambda p: equivalence_key(p.group, p.replicas,
+                                                                  self.space))
             del found[max(top, 1) * 4:]
         return found[:top]
 
@@ -1013,19 +1041,23 @@ def optimize_modern(workload: Workload, system: System, space: ModernSpace,
 
 
 def exhaustive_modern(workload: Workload, system: System, space: ModernSpace, devices: int,
-                      objective: str = "time") -> list[Prediction]:
+                      objective: str = "time", distinct_plans: bool = True) -> list[Prediction]:
     """Every plan of the space within `devices` GPUs through `predict_plan`, feasible ones
-    ranked (the reference for tests)."""
+    ranked, each `equivalence_key` once as the search lists them unless not `distinct_plans`
+    (the reference for tests)."""
     out = []
     for group in groups_of(space, workload):
         for replicas in replica_choices(group, space, devices):
             prediction = predict_plan(workload, system, group.plan(space, replicas))
             if prediction.fits:
-                out.append(prediction)
+                out.append((prediction, equivalence_key(group, replicas, space)))
     price = system.price_per_device_hour or 1.0
 
-    def key(p: Prediction) -> tuple[float, int, str]:
+    def key(entry: tuple[Prediction, object]) -> tuple[float, int, str]:
+        p = entry[0]
         first = p.step_time_s if objective == "time" else p.step_time_s * p.plan.workers * price
         return first, p.plan.workers, p.label()
 
-    return sorted(out, key=key)
+    ranked = sorted(out, key=key)
+    return [p for p, _ in (distinct(ranked, lambda entry: entry[1]) if distinct_plans
+                           else ranked)]
