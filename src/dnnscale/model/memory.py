@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from dnnscale.model.prediction import MemoryPart
 from dnnscale.plan.plan import ParallelPlan
+from dnnscale.workload.transformer_kinds import STAT_BYTES
 
 
 def worker_memory_parts(params_on_worker: float, param_bytes: float, grad_bytes: float,
@@ -149,7 +150,7 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     s_k = s + memory / max(1, context)
     t = max(1, tensor)
     if recompute == "full":
-        return 2 * s * b * h / (t if sequence_parallel else 1)
+        return _block_input_bytes(s, b, h, t, sequence_parallel)
     if recompute == "op":
         return per_op_checkpoint_bytes(s, b, h, heads, kv_hidden, ffn_in, t, sequence_parallel)
     whole = (8 * s + 2 * s_k) * b * h / (t if sequence_parallel else 1)
@@ -165,7 +166,7 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     if recompute == "selective":
         core = 0.0
     elif flash_attention:
-        core = 4 * heads * s * b / t
+        core = _flash_stat_bytes(heads, s, b, t)
     else:
         core = 5 * heads * s * s_k * b / t
     return whole + split + core
@@ -191,12 +192,23 @@ def per_op_checkpoint_bytes(seq: float, micro_batch: int, hidden: int, heads: in
     parallelize.py (_op_sac_save_list: mm, the SDPA kernels, reduce_scatter_tensor, max).
     """
     s, b, h, t = seq, micro_batch, hidden, max(1, tensor)
-    scattered = sequence_parallel and t > 1
-    block_input = 2 * s * b * h / (t if scattered else 1)
+    block_input = _block_input_bytes(s, b, h, t, sequence_parallel)
     matmuls = (2 * s * b * (h + 2 * kv_hidden + ffn_in) / t + 2 * 2 * s * b * h) / 2
-    scatters = 2 * 2 * s * b * h / t if scattered else 0.0
-    attention = 2 * s * b * h / t + 4 * heads * s * b / t
+    scatters = 2 * 2 * s * b * h / t if sequence_parallel and t > 1 else 0.0
+    attention = 2 * s * b * h / t + _flash_stat_bytes(heads, s, b, t)
     return block_input + matmuls + scatters + attention
+
+
+def _block_input_bytes(seq: float, micro_batch: int, hidden: int, tensor: int,
+                       sequence_parallel: bool) -> float:
+    """The block input a checkpoint keeps, 2·s·b·h (16-bit), split by t under sequence
+    parallelism."""
+    return 2 * seq * micro_batch * hidden / (tensor if sequence_parallel else 1)
+
+
+def _flash_stat_bytes(heads: int, seq: float, micro_batch: int, tensor: int) -> float:
+    """FlashAttention's per-row log-sum-exp, STAT_BYTES·a·s·b, split by t with the heads."""
+    return STAT_BYTES * heads * seq * micro_batch / tensor
 
 
 def gathered_unit_bytes(unit_params: float, param_bytes: float, grad_bytes: float,
