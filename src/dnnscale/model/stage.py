@@ -132,6 +132,7 @@ class StageTotals(NamedTuple):
             record = layer_kind(layer.kind)
             # selective recomputation recomputes the attention core (its record says so)
             attention = record.recompute is Recompute.ATTENTION_CORE
+            per_op = per_op_recompute_share(record.kernel) if in_block else 0.0
             rows.append((
                 layer.forward_s, layer.input_grad_s, layer.weight_grad_s, layer.comm_s,
                 layer.comm_bytes, layer.replicated_params,
@@ -146,10 +147,9 @@ class StageTotals(NamedTuple):
                 layer.ep_comm_s, layer.cp_comm_s, layer.ep_forward_s,
                 layer.cp_forward_s, layer.comm_hidden_s,
                 layer.comm_hidden_forward_s if in_block else 0.0,
-                per_op_recompute_share(record.kernel) * layer.forward_s
-                + layer.comm_forward_rerun_s if in_block else 0.0,
-                per_op_recompute_share(record.kernel) * layer.forward_launches
-                if in_block else 0.0))
+                per_op * layer.forward_s
+                + (layer.comm_forward_rerun_s if in_block else 0.0),
+                per_op * layer.forward_launches))
             if in_block:
                 blocks.add(layer.block)
                 if record.expert:

@@ -370,10 +370,10 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
 
 
 SEARCHED_RECOMPUTE: dict[str | None, tuple[str, ...]] = {
-    None: ("none", "selective", "full"), "megatron": ("none", "selective", "full"),
-    "deepspeed": ("none", "selective", "full"), "torchtitan": ("none", "op", "full")}
-"""The recomputations a search tries by default, per engine: torchtitan's selective
-checkpointing is per operation ('op'); the others' selective is the attention core."""
+    None: ("none", "selective", "full"), "torchtitan": ("none", "op", "full")}
+"""The recomputations a search tries by default: torchtitan's selective checkpointing is per
+operation ('op'); every other engine's (and no engine's, None) selective is the attention
+core."""
 
 LONG_CONTEXT_TOKENS = 16_384
 """From this sequence length the default space offers context parallelism (Megatron-Core
