@@ -120,6 +120,8 @@ def test_export_lists_what_the_price_assumed(tmp_path: Path) -> None:
         "128 micro-batches' weight gradients accumulated inside the weight-gradient GEMMs "
         "(gradient-accumulation fusion), the norms' and embeddings' added by a hook",
         "attention unfused (scores, softmax and context kernels, the s x s scores in memory)",
+        "the loss computed as Megatron's vocabulary-parallel cross-entropy: an fp32 softmax "
+        "kept per logit, the 16-bit logits or their gradient beside it at its peak",
         "1.13 GB per GPU held back for the CUDA context, cuBLAS's workspace and NCCL's buffers "
         "of 3 parallel groups; allocator fragmentation not counted"]
     text = subprocess.run(run, capture_output=True, text=True, timeout=60)

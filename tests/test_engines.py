@@ -94,18 +94,19 @@ def test_what_each_engine_runs(engine: str, change: dict[str, object]) -> None:
 def test_torchtitan_runs_some_plans_otherwise_than_priced() -> None:
     notes = engine_differences("torchtitan", facts(zero=2, grad_bytes=2))
     # the plans here run several micro-batches, priced with Megatron's fused accumulation
+    # ... and Megatron's in-place loss, where torchtitan runs torch's cross_entropy
     assert [n.field for n in notes] == ["grad_bytes", "overlap_dp", "sequence_parallel",
-                                        "grad_accumulation"]
+                                        "grad_accumulation", "loss"]
     assert "2x the data-parallel bytes" in notes[0].message   # 4 bytes reduced / 2 priced
     # bf16 plans price fp32 gradients by default (Megatron's), as torchtitan reduces them
     assert [n.field for n in engine_differences("torchtitan", facts(zero=2))] == \
-        ["overlap_dp", "sequence_parallel", "grad_accumulation"]
+        ["overlap_dp", "sequence_parallel", "grad_accumulation", "loss"]
     assert engine_differences("torchtitan", facts(zero=2, grad_bytes=4, overlap_dp=True,
                                                   sequence_parallel=True,
-                                                  grad_accumulation="add")) == ()
+                                                  grad_accumulation="add", loss="torch")) == ()
     # one replica reduces nothing; tp = 1 has no norms to shard
     assert engine_differences("torchtitan", facts(tp=1, dp=1, global_batch=4, zero=2,
-                                                  grad_accumulation="add")) == ()
+                                                  grad_accumulation="add", loss="torch")) == ()
     assert engine_differences("megatron", facts(zero=1)) == ()
     assert engine_differences("deepspeed", facts(zero=1, grad_accumulation="add")) == ()
     assert [n.field for n in engine_differences("deepspeed", facts(zero=1))] == \

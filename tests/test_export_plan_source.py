@@ -16,7 +16,7 @@ FIELDS = dict(tp=8, pp=4, dp=4, micro_batch=1, global_batch=512, schedule="1f1b"
               virtual_stages=1, zero=1, recompute="full", precision="bf16",
               sequence_parallel=True, overlap_dp=True, grad_bytes=4, ep=1, cp=1,
               cp_algorithm="ring", expert_imbalance=1.0, overlap_tp=False,
-              grad_accumulation="fused")
+              grad_accumulation="fused", loss="inplace")
 
 
 def write(tmp_path, name: str, text: str):

@@ -33,7 +33,8 @@ def test_an_mpt_row_by_hand(rows) -> None:
     assert case.system == "dgx-a100-40g:16"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 128, "zero": 3, "micro_batch": 26,
                          "global_batch": 3328, "recompute": "none", "precision": "bf16",
-                         "grad_bytes": 2, "overlap_dp": True, "grad_accumulation": "add"}
+                         "grad_bytes": 2, "overlap_dp": True, "grad_accumulation": "add",
+                         "loss": "fused"}
     assert case.measured_samples_per_s == pytest.approx(15_863_837 / 2048)
     # PM0262: MPT-70b on 64 H100, DEFAULT mixed precision (fp32 reduction), checkpointing on
     h100 = case_of(rows["PM0262"])
@@ -48,9 +49,11 @@ def test_a_bert_row_by_hand(rows) -> None:
     assert isinstance(case, Case) and case.source == "dle" and case.seq == 128
     assert case.system == "dgx-a100-80g:1" and not case.closest_preset
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 256,
-                         "global_batch": 65536, "precision": "fp16", "grad_accumulation": "add"}
+                         "global_batch": 65536, "precision": "fp16", "grad_accumulation": "add",
+                         "loss": "torch"}
     # TensorFlow 1's BERT clips each micro-batch into fp32 accumulators (optimization.py)
     assert case_of(rows["PM0130"]).plan["grad_accumulation"] == "clip_add"
+    assert case_of(rows["PM0130"]).plan["loss"] == "inplace"
     assert case.measured_samples_per_s == 4553
     # the V100 SXM3 rows run on the DGX-2H the table names (4 nodes of 16 GPUs: dgx-2h:4), and
     # its single-node rows, which its notes say are the README's DGX-2 values, on dgx-2

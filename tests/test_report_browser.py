@@ -125,7 +125,7 @@ def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:
     """GPT-3 175B, TP8 PP8 DP8, 1536 per step: 8 stage lanes, 192 micro-batches → 192 forward
     and 192 backward passes per stage in the full-step chart, then dp and optimizer parts;
     the memory chart has a bar of the GPU's five parts per stage (weights, gradients, optimizer
-    state, activations, reserve); no two labels overlap."""
+    state, activations, reserve) and the loss on the last; no two labels overlap."""
     out = tmp_path / "gpu.html"
     dnnscale_cli("predict", *GPU_FLAGS, "--html", str(out), "-q")
     with Browser() as browser:
@@ -136,7 +136,8 @@ def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:
         assert _count(browser, f"{first} .seg[data-part=backward]") == 8 * 192
         assert _count(browser, f"{first} .seg[data-part=dp_comm]") == 8
         assert _count(browser, "svg.timeline") == 3  # the whole step, the fill, the drain
-        assert _count(browser, "svg.memory .mem-part") == 8 * 5  # each stage's five parts
+        assert _count(browser, "svg.memory .mem-part") == 8 * 5 + 1  # + the last's loss
+        assert _count(browser, "svg.memory .mem-part[data-part=loss]") == 1
         assert _overlapping_labels(browser, "svg.chart") == []
 
 
@@ -167,7 +168,7 @@ def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
     with Browser() as browser:
         _check_page(browser, out)
         # the memory chart: one bar per stage, the total and capacity labels apart
-        assert _count(browser, "svg.memory .mem-part") == 8 * 5
+        assert _count(browser, "svg.memory .mem-part") == 8 * 5 + 1  # the last's loss
         totals = _boxes(browser, "svg.memory .bar-total")
         (cap,) = _boxes(browser, "svg.memory .capacity-label")
         (line,) = _boxes(browser, "svg.memory line.capacity")

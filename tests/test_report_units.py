@@ -246,14 +246,14 @@ def test_ranked_csv_writes_every_plan_field_of_a_gpu_plan() -> None:
                                         schedule="interleaved", virtual_stages=2))
     rows = list(csv.DictReader(io.StringIO(ranked_csv([set_, unset]))))
     picked = ("expert", "expert_tensor", "context", "cp_algorithm", "zero3_fetch", "overlap_tp",
-              "overlap_pp", "grad_bytes", "grad_accumulation")
+              "overlap_pp", "grad_bytes", "grad_accumulation", "loss")
     assert tuple(rows[0])[-len(picked):] == picked  # appended after the older columns
     assert [rows[0][k] for k in picked] == ["2", "1", "2", "alltoall", "buckets", "True",
-                                            "False", "2", "fused"]
+                                            "False", "2", "fused", "inplace"]
     # interleaved on 2 stages overlaps its sends by default (Pipeline.overlaps_p2p); bf16
     # gradients default to fp32, Megatron's width (plan/modern.py)
     assert [rows[1][k] for k in picked] == ["1", "2", "1", "ring", "blocks", "False", "True",
-                                            "4", "fused"]
+                                            "4", "fused", "inplace"]
 
 
 def test_families_and_change_points() -> None:

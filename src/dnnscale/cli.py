@@ -216,6 +216,11 @@ def predict(workload: Optional[str] = typer.Option(
                 "accumulate: fused (Megatron's gradient-accumulation fusion, the default) | "
                 "add (autograd: DDP, FSDP, DeepSpeed, torchtitan) | clip_add (TensorFlow 1 "
                 "BERT: each micro-batch clipped, then added in fp32)"),
+            loss: Optional[str] = typer.Option(
+                None, "--loss", help="GPU: how the loss is computed, which sets its memory: "
+                "inplace (Megatron's vocabulary-parallel cross-entropy, the default) | torch "
+                "(torch's cross_entropy on an fp32 cast: torchtitan, Hugging Face) | fused "
+                "(flash-attn's kernel: llm-foundry)"),
             ep: Optional[int] = typer.Option(
                 None, "--ep", help="GPU: expert-parallel degree (MoE workloads: experts split "
                 "over ep devices; the mesh is pp × dp × ep × cp × tp)"),
@@ -280,7 +285,7 @@ def predict(workload: Optional[str] = typer.Option(
              overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
              expert_imbalance=expert_imbalance, etp=etp, overlap_tp=overlap_tp,
              overlap_pp=overlap_pp, zero3_fetch=zero3_fetch,
-             grad_accumulation=grad_accumulation))
+             grad_accumulation=grad_accumulation, loss=loss))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,

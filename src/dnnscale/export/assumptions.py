@@ -1,5 +1,5 @@
 """What a plan's price assumed that the engine's flags do not show: the gradients' width, the
-attention kernel, and the memory no tensor can use. An export lists these beside its files
+attention kernel, how the loss is computed, and the memory no tensor can use. An export lists these beside its files
 (`EngineExport.assumptions`, printed as ``assumes:`` lines and in ``--json``), so the engineer
 who launches the plan knows what the prediction took for granted."""
 
@@ -34,6 +34,17 @@ RECOMPUTE_TEXT = {
 """The assumption line of each recomputation (model/stage.py prices it): what runs again."""
 
 
+LOSS_ASSUMPTION = {
+    "inplace": "the loss computed as Megatron's vocabulary-parallel cross-entropy: an fp32 "
+               "softmax kept per logit, the 16-bit logits or their gradient beside it at its "
+               "peak",
+    "torch": "the loss computed by torch's cross_entropy on an fp32 cast: the log-softmax kept "
+             "in fp32, two more fp32 values per logit at its backward's peak",
+    "fused": "the loss computed by a fused cross-entropy kernel: the 16-bit logits kept, their "
+             "gradient beside them at its peak"}
+"""The assumption line of each MemoryPolicy.loss (model/memory.loss_bytes prices it)."""
+
+
 def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tuple[str, ...]:
     """The priced assumptions of `plan` on the workload of `shape`, one sentence each."""
     grad = plan.precision.grad_bytes
@@ -54,6 +65,8 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
         fused = shape is not None and shape.flash_attention
         out.append(RECOMPUTE_TEXT[plan.memory.recompute].format(
             core="the fused attention kernel" if fused else "the scores, softmax and context"))
+    if shape is not None:
+        out.append(LOSS_ASSUMPTION[plan.memory.loss])
     groups = parallel_groups(plan)
     out.append(f"{format_si(plan_reserve_bytes(plan), 'B')} per GPU held back for the CUDA "
                f"context, cuBLAS's workspace and NCCL's buffers of {groups} parallel "

@@ -135,7 +135,7 @@ PLAN_DICT_PATHS = {
     "precision": "precision.compute", "sequence_parallel": "tensor.sequence_parallel",
     "overlap_dp": "data.aggregation.overlap", "grad_bytes": "precision.grad_bytes",
     "ep": "expert.degree", "expert_imbalance": "expert.imbalance", "cp": "context.degree",
-    "cp_algorithm": "context.algorithm", "etp": "expert.tensor"}
+    "cp_algorithm": "context.algorithm", "etp": "expert.tensor", "loss": "memory.loss"}
 """Plan field -> where `ParallelPlan.to_dict()` holds it (global_batch: micro · accumulation ·
 replicas · ep), so that an error names the key the file has."""
 
@@ -172,6 +172,7 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
               "schedule": pipeline.get("schedule"),
               "virtual_stages": pipeline.get("virtual_stages"),
               "zero": aggregation.get("zero_stage"), "recompute": memory.get("recompute"),
+              "loss": memory.get("loss", "inplace"),
               "precision": precision.get("compute"),
               "sequence_parallel": tensor.get("sequence_parallel"),
               "overlap_dp": aggregation.get("overlap"), "grad_bytes": precision.get("grad_bytes"),

@@ -211,6 +211,61 @@ def _flash_stat_bytes(heads: int, seq: float, micro_batch: int, tensor: int) -> 
     return STAT_BYTES * heads * seq * micro_batch / tensor
 
 
+LOSS_FP32_BYTES = 4
+"""A float32 value: every unfused loss below computes its softmax in float32."""
+
+
+def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
+    """(kept, transient) bytes per logit of the language-model loss computed by `kernel`
+    (plan/plan.py LOSS_KERNELS) on b = `logit_bytes` logits: what each micro-batch keeps from
+    its loss's forward until its backward, and what the one being computed holds beyond that
+    at its peak.
+
+    inplace: kept 4 (the fp32 softmax); transient b where b < 4 (the b-byte logits beside
+      their fp32 copy in the forward, the b-byte gradient beside the fp32 one in the
+      backward), 0 at b = 4, where the cast returns the logits themselves.
+      Source: megatron/core/tensor_parallel/cross_entropy.py (Megatron-LM d98e8a64):
+      calculate_logits_max casts with .float(); the max is subtracted, exp taken
+      (torch.exp(out=)) and the sum divided in place; save_for_backward keeps that tensor;
+      the backward multiplies it in place and autograd casts the result to the logits' dtype.
+      Its fused variant (fusions/fused_cross_entropy.py) keeps the same fp32 softmax.
+    torch: kept 4 (the log-softmax); transient 8 (the backward's incoming gradient and its
+      result, fp32 each, beside the kept log-softmax; the forward's b-byte logits and fp32
+      cast take b + 4 <= 8 beside it).
+      Source: torchtitan v0.2.2 components/loss.py (cross_entropy on pred.float(); train.py
+      at 9dec370 deletes pred before backward); torch.nn.functional.cross_entropy is
+      log_softmax, which saves its output, then nll_loss, whose backward writes a dense
+      gradient.
+    fused: kept b (the logits themselves; the per-row fp32 log-sum-exp, 1/V of them, is left
+      out); transient b (their gradient, a new tensor).
+      Source: flash-attn flash_attn/ops/triton/cross_entropy.py: save_for_backward(logits, lse,
+      labels); the backward's dlogits = torch.empty_like(logits) unless inplace_backward.
+    Units: bytes per value -> bytes per logit.
+    """
+    if kernel == "fused":
+        return float(logit_bytes), float(logit_bytes)
+    if kernel == "torch":
+        return float(LOSS_FP32_BYTES), 2.0 * LOSS_FP32_BYTES
+    return float(LOSS_FP32_BYTES), float(logit_bytes if logit_bytes < LOSS_FP32_BYTES else 0)
+
+
+def loss_bytes(logits: float, held: float, kernel: str, logit_bytes: int) -> float:
+    """Memory the language-model loss takes on the device that computes it.
+
+    Formula: L·(n·k + t): L logits per micro-batch on the member, n micro-batches held (each
+    keeps k bytes per logit until its backward; in a 1F1B pipeline's last stage or without
+    one, n = 1: each micro-batch's loss runs its backward right away), and the one being
+    computed holds t more at its peak (k, t: `loss_bytes_per_logit`). The logits' own layer
+    keeps nothing for its backward (a linear layer keeps its input), so this replaces that
+    layer's output and the loss's output among the activations.
+    Units: values, count, bytes per value -> bytes.
+    Source: each kernel's code (`loss_bytes_per_logit`); the micro-batches held,
+    model/schedule.in_flight_micro_batches.
+    """
+    kept, transient = loss_bytes_per_logit(kernel, logit_bytes)
+    return logits * (held * kept + transient)
+
+
 def gathered_unit_bytes(unit_params: float, param_bytes: float, grad_bytes: float,
                         gradient_values: float | None = None) -> tuple[float, float]:
     """(weights, gradients) a ZeRO-3 / FSDP member holds whole beyond its shards, at its peak

@@ -10,8 +10,8 @@ from dnnscale.model.error_band import band_of
 from dnnscale.model.expert_parallel import expert_load_factor
 from dnnscale.model.gpu_compute import peak_flops_per_s
 from dnnscale.model.mesh_split import MeshSplit
-from dnnscale.model.memory import (MoeActivations, gathered_unit_bytes, plan_reserve_bytes,
-                                   ps_memory_parts, sharded_state_parts,
+from dnnscale.model.memory import (MoeActivations, gathered_unit_bytes, loss_bytes,
+                                   plan_reserve_bytes, ps_memory_parts, sharded_state_parts,
                                    transformer_block_activation_bytes, worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
 from dnnscale.model.schedule import in_flight_micro_batches, stage_layers
@@ -188,7 +188,7 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: Me
     for index, (stage, params, experts) in enumerate(zip(members.stages, members.member_params,
                                                          members.member_expert_params)):
         signature = (params, stage.unit_params, stage.totals.blocks, stage.totals.expert_blocks,
-                     stage.totals.outside_activation_values,
+                     stage.totals.outside_activation_values, stage.totals.loss_values,
                      stage.tensors if buckets else None)
         if distinct and signature in seen:
             continue
@@ -221,7 +221,12 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: Me
                                ) * act_bytes / 2
         outside = (stage.totals.outside_activation_values if shape is not None
                    else stage.totals.activation_values)
-        per_micro_batch += (outside * plan.batch.micro_batch * act_bytes
-                            / plan.context.degree)
-        out.append(state + (MemoryPart("activations", per_micro_batch * held), reserve))
+        # the loss reads the logits (its input, the layer before it: as many values as its
+        # output) and keeps what its kernel keeps instead of either output (loss_bytes); each
+        # layer's values are already its member's share (tp's split, cp's tokens)
+        logits = stage.totals.loss_values * plan.batch.micro_batch
+        per_micro_batch += (outside * plan.batch.micro_batch - 2 * logits) * act_bytes
+        loss = ((MemoryPart("loss", loss_bytes(logits, held, plan.memory.loss, act_bytes)),)
+                if logits else ())
+        out.append(state + (MemoryPart("activations", per_micro_batch * held), *loss, reserve))
     return tuple(out)

@@ -118,6 +118,9 @@ class StageTotals(NamedTuple):
     recompute_op_s: float = 0.0
     """What per-operation checkpointing runs again (`per_op_recompute_share`)."""
     launches_op: float = 0.0
+    loss_values: float = 0.0
+    """Σ work fraction × output values of the loss layers (`cross_entropy`): the logits the
+    member's loss reads, one per vocabulary entry per position (model/memory.loss_bytes)."""
     blocks: float = 0.0
     """Transformer blocks in the stage."""
     expert_blocks: float = 0.0
@@ -149,7 +152,8 @@ class StageTotals(NamedTuple):
                 layer.comm_hidden_forward_s if in_block else 0.0,
                 per_op * layer.forward_s
                 + (layer.comm_forward_rerun_s if in_block else 0.0),
-                per_op * layer.forward_launches))
+                per_op * layer.forward_launches,
+                layer.activation_values if layer.kind == "cross_entropy" else 0.0))
             if in_block:
                 blocks.add(layer.block)
                 if record.expert:

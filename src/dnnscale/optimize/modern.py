@@ -47,7 +47,7 @@ from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost
 from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
 from dnnscale.plan.engines import (EngineFacts, check_engine, priced_grad_bytes,
-                                   priced_grad_accumulation, priced_zero3_fetch,
+                                   priced_grad_accumulation, priced_loss, priced_zero3_fetch,
                                    search_violation)
 from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
@@ -127,6 +127,9 @@ class ModernSpace:
     """How every plan's micro-batches accumulate their gradients: the engine's where one is
     named (plan/engines.priced_grad_accumulation: DeepSpeed and torchtitan add), else
     Megatron's fused default."""
+    loss: str = "inplace"
+    """How every plan computes the loss (its memory): the engine's where one is named
+    (plan/engines.priced_loss: torchtitan's torch cross_entropy), else Megatron's."""
 
     def precision_of(self, zero: int) -> Precision:
         """The precision of the plans at ZeRO stage `zero`: the preset, with the engine's
@@ -180,7 +183,8 @@ class Group(NamedTuple):
                                                    self.fetch(space))),
             batch=Batch(self.micro_batch, self.micro_batches(space, replicas),
                         space.grad_accumulation),
-            memory=MemoryPolicy(self.recompute), precision=space.precision_of(self.zero),
+            memory=MemoryPolicy(self.recompute, space.loss),
+            precision=space.precision_of(self.zero),
             optimizer="adam", expert=ExpertParallel(self.ep, space.expert_imbalance, self.etp),
             context=ContextParallel(self.cp, self.cp_algorithm))
 
@@ -194,7 +198,7 @@ class Group(NamedTuple):
                            overlap_pp=self.pipeline_part().overlaps_p2p,
                            zero3_fetch=self.fetch(space),
                            grad_accumulation=space.grad_accumulation,
-                           recompute=self.recompute)
+                           recompute=self.recompute, loss=space.loss)
 
     def fetch(self, space: ModernSpace) -> str:
         """The group's ZeRO-3 granularity: the space's under zero 3, else 'blocks'."""
@@ -363,7 +367,8 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                         tuple(priced_grad_bytes(engine, z, precision) for z in ZERO_STAGES), ep, cp,
                         tuple(dict.fromkeys(algorithms)), imbalance,
                         shape if engine is not None else None, etp, tp_overlap, pp_overlap,
-                        priced_zero3_fetch(engine), priced_grad_accumulation(engine))
+                        priced_zero3_fetch(engine), priced_grad_accumulation(engine),
+                        priced_loss(engine))
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space

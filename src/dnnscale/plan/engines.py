@@ -135,6 +135,8 @@ class EngineFacts:
     """Micro-batches per step (Batch.accumulation)."""
     recompute: str = "none"
     """Activation recomputation (MemoryPolicy.recompute)."""
+    loss: str = "inplace"
+    """How the loss is computed (MemoryPolicy.loss, plan/plan.py LOSS_KERNELS)."""
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
@@ -150,7 +152,8 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        etp=plan.expert.tensor, overlap_tp=plan.tensor.overlap,
                        overlap_pp=plan.pipeline.overlaps_p2p, zero3_fetch=collective.fetch,
                        grad_accumulation=plan.batch.grad_accumulation,
-                       micro_batches=plan.batch.accumulation, recompute=plan.memory.recompute)
+                       micro_batches=plan.batch.accumulation, recompute=plan.memory.recompute,
+                       loss=plan.memory.loss)
 
 
 def check_engine(engine: object, field: str = "engine") -> str:
@@ -430,6 +433,26 @@ def _grad_accumulation_difference(engine: str, facts: EngineFacts) -> Violation 
                      f"{facts.grad_accumulation}: use grad_accumulation {runs}")
 
 
+ENGINE_LOSS = {"megatron": "inplace", "deepspeed": "inplace", "torchtitan": "torch"}
+"""How each engine computes a language model's loss (plan/plan.py LOSS_KERNELS): Megatron-LM
+and Megatron-DeepSpeed with their vocabulary-parallel cross-entropy (Megatron-LM's
+--cross-entropy-loss-fusion keeps the same fp32 softmax), torchtitan with torch's
+cross_entropy on an fp32 cast (components/loss.py)."""
+
+LOSS_TEXT = {"inplace": "its vocabulary-parallel cross-entropy, an fp32 softmax worked in place",
+             "torch": "torch's cross_entropy on an fp32 cast of the logits"}
+"""How ENGINE_LOSS's kernels run, for the difference a plan priced otherwise gets."""
+
+
+def _loss_difference(engine: str, facts: EngineFacts) -> Violation | None:
+    """Where `engine` computes the loss otherwise than the plan priced its memory."""
+    runs = ENGINE_LOSS[engine]
+    if facts.loss == runs:
+        return None
+    return Violation("loss", f"{ENGINE_NAMES[engine]} computes the loss with {LOSS_TEXT[runs]}; "
+                     f"the plan priced loss {facts.loss}'s memory: use loss {runs}")
+
+
 ENGINE_ZERO3_FETCH = {"megatron": "blocks", "deepspeed": "buckets", "torchtitan": "blocks"}
 """How each engine's ZeRO-3 gathers (plan/plan.py ZERO3_FETCH): DeepSpeed's stage 3 in its
 prefetch and reduce buckets (deepspeed/runtime/zero/partitioned_param_coordinator.py,
@@ -453,12 +476,12 @@ def _zero3_fetch_difference(engine: str, facts: EngineFacts) -> Violation | None
 def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]:
     """How `engine` runs a plan it can run otherwise than the plan was priced (torchtitan's
     fixed behaviour, DeepSpeed's gradient width without ZeRO, each engine's ZeRO-3
-    granularity and accumulation); empty for the plans it runs as priced."""
+    granularity, accumulation and loss); empty for the plans it runs as priced."""
     fixed: list[Violation | None] = (
         list(_torchtitan_differences(facts)) if engine == "torchtitan" else
         [_deepspeed_width_difference(facts)] if engine == "deepspeed" else [])
     found = (_zero3_fetch_difference(engine, facts), *fixed,
-             _grad_accumulation_difference(engine, facts))
+             _grad_accumulation_difference(engine, facts), _loss_difference(engine, facts))
     return tuple(violation for violation in found if violation is not None)
 
 
@@ -507,6 +530,12 @@ def priced_grad_accumulation(engine: str | None) -> str:
     """The gradient accumulation `optimize --engine` prices: the engine's
     (ENGINE_GRAD_ACCUMULATION), else Megatron's fused default."""
     return ENGINE_GRAD_ACCUMULATION[engine] if engine is not None else "fused"
+
+
+def priced_loss(engine: str | None) -> str:
+    """How `optimize --engine` prices the loss: the engine's (ENGINE_LOSS), else Megatron's
+    vocabulary-parallel cross-entropy."""
+    return ENGINE_LOSS[engine] if engine is not None else "inplace"
 
 
 def priced_grad_bytes(engine: str | None, zero: int, compute: str) -> int | None:

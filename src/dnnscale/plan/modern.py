@@ -15,6 +15,10 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     zero3_fetch: blocks # ZeRO-3's gathers: blocks (FSDP, one per transformer block) | buckets
                         # (DeepSpeed stage 3: prefetch and reduce buckets)
     recompute: full     # none | selective | full | op
+    loss: inplace       # how the loss is computed, which sets its memory: inplace (Megatron's
+                        # vocabulary-parallel cross-entropy, the default) | torch (torch's
+                        # cross_entropy on an fp32 cast: torchtitan) | fused (flash-attn's
+                        # kernel: llm-foundry)
     precision: bf16     # fp32 | tf32 | bf16 | fp16 | fp8
     sequence_parallel: false
     overlap_dp: false   # data-parallel gradients overlap the backward pass in buckets
@@ -44,10 +48,10 @@ from typing import Any
 
 from dnnscale.boundary import require_bool, require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
-from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, GRAD_ACCUMULATION, OPTIMIZERS,
-                                RECOMPUTE, SCHEDULES, ZERO3_FETCH, Batch, Collective, ContextParallel, DataParallel,
-                                ExpertParallel, MemoryPolicy, ParallelPlan, ParameterServer,
-                                Pipeline, Precision, TensorSplit)
+from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, GRAD_ACCUMULATION, LOSS_KERNELS,
+                                OPTIMIZERS, RECOMPUTE, SCHEDULES, ZERO3_FETCH, Batch, Collective,
+                                ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
+                                ParallelPlan, ParameterServer, Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
                                  imbalance_within_experts, interleaved_micro_batches,
                                  megatron_aggregation, pipeline_overlap_needs_interleaving,
@@ -75,7 +79,7 @@ grad_bytes (predict --grad-bytes) overrides the width."""
 MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
                  "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp",
-                 "overlap_tp", "overlap_pp", "zero3_fetch", "grad_accumulation")
+                 "overlap_tp", "overlap_pp", "zero3_fetch", "grad_accumulation", "loss")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -169,6 +173,7 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
                           maximum=MAX_VIRTUAL_STAGES)
     zero = require_int(f"{where}.zero", values.get("zero", 0), minimum=0, maximum=3)
     recompute = _choice(values, "recompute", RECOMPUTE, "none", where)
+    loss = _choice(values, "loss", LOSS_KERNELS, "inplace", where)
     precision = PRECISION_PRESETS[_choice(values, "precision", tuple(PRECISION_PRESETS), "bf16",
                                           where)]
     if "grad_bytes" in values:
@@ -185,7 +190,8 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where),
                                          _choice(values, "zero3_fetch", ZERO3_FETCH, "blocks",
                                                  where))),
-        batch=Batch(micro, micro_batches, accumulate), memory=MemoryPolicy(recompute), precision=precision,
+        batch=Batch(micro, micro_batches, accumulate), memory=MemoryPolicy(recompute, loss),
+        precision=precision,
         optimizer="adam", expert=ExpertParallel(ep, imbalance, None if etp == tp else etp),
         context=ContextParallel(cp, cp_algorithm)), where)
 
@@ -250,6 +256,7 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
     _one_of(f"{where}.grad_accumulation", plan.batch.grad_accumulation, GRAD_ACCUMULATION)
     require_int(f"{where}.global_batch", plan.samples_per_step)
     _one_of(f"{where}.recompute", plan.memory.recompute, RECOMPUTE)
+    _one_of(f"{where}.loss", plan.memory.loss, LOSS_KERNELS)
     precision = plan.precision
     _one_of(f"{where}.precision", precision.compute, tuple(PRECISION_PRESETS))
     for name in ("param_bytes", "grad_bytes", "optimizer_state_bytes", "activation_bytes"):
@@ -276,7 +283,7 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
             "micro_batch": plan.batch.micro_batch, "global_batch": plan.samples_per_step,
             "schedule": plan.pipeline.schedule, "virtual_stages": plan.pipeline.virtual_stages,
             "zero": zero, **({"zero3_fetch": fetch} if zero == 3 else {}),
-            "recompute": plan.memory.recompute,
+            "recompute": plan.memory.recompute, "loss": plan.memory.loss,
             "precision": plan.precision.compute,
             "sequence_parallel": plan.tensor.sequence_parallel, "overlap_dp": overlap,
             "grad_bytes": plan.precision.grad_bytes,
@@ -301,6 +308,7 @@ def plan_label(plan: ParallelPlan) -> str:
               f"grad{d['grad_bytes']}B" if d["grad_bytes"] is not None and
               d["grad_bytes"] != PRECISION_PRESETS[d["precision"]].grad_bytes else "",
               f"grad-{d['grad_accumulation']}" if d["grad_accumulation"] != "fused" else "",
+              f"loss-{d['loss']}" if d["loss"] != "inplace" else "",
               "no-pp-overlap" if d["schedule"] == "interleaved"
               and not plan.pipeline.overlaps_p2p else ""]
     mesh = (f" EP{d['ep']}" if d["ep"] > 1 else "") + (

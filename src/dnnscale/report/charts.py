@@ -27,7 +27,7 @@ COLORS: dict[str, str] = {
     Part.PS_APPLY: "#eeca3b", Part.UPDATE: "#eeca3b", Part.OPTIMIZER_STEP: "#eeca3b",
     Part.EXCHANGE_CPU: "#d8b32a",
     "weights": "#4c78a8", "gradients": "#72b7b2", "optimizer_state": "#f58518",
-    "activations": "#54a24b", "reserve": "#bab0ac",
+    "activations": "#54a24b", "loss": "#9d755d", "reserve": "#bab0ac",
     "ps_weights": "#4c78a8", "ps_optimizer_state": "#f58518",
 }
 CHAR_W = 7.0

@@ -19,7 +19,7 @@ COLUMNS = ("rank", "plan", "machines", "tensor", "pipeline", "replicas", "ps_sha
 GPU_COLUMNS = ("schedule", "virtual_stages", "zero_stage", "recompute", "sequence_parallel",
                "overlap_dp", "precision", "mfu", "tokens_per_s", "expert", "expert_tensor",
                "context", "cp_algorithm", "zero3_fetch", "overlap_tp", "overlap_pp",
-               "grad_bytes", "grad_accumulation")
+               "grad_bytes", "grad_accumulation", "loss")
 """A GPU plan's columns after COLUMNS: empty for Adam's configurations (tensor, pipeline and
 replicas are the plan's tp, pp and dp; micro_batch and accumulation its batch). New columns
 are appended, so a reader by position keeps working. expert_tensor is the routed experts'
@@ -73,7 +73,7 @@ def _gpu_cells(p: Prediction) -> list[object]:
             plan.expert_tensor, plan.context.degree, plan.context.algorithm, aggregation.fetch,
             plan.tensor.overlap, plan.pipeline.overlaps_p2p,
             "" if plan.precision.grad_bytes is None else plan.precision.grad_bytes,
-            plan.batch.grad_accumulation]
+            plan.batch.grad_accumulation, plan.memory.loss]
 
 
 def write_ranked_csv(predictions: Sequence[Prediction], path: str, field: str = "--csv") -> None:

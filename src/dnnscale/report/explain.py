@@ -85,6 +85,9 @@ MEMORY_TEXT: dict[str, str] = {
                        "master copy under mixed precision; 1/d under ZeRO-1 and up)",
     "activations": "activations kept from the forward for the backward pass (the micro-batches "
                    "in flight on a pipeline; less with recomputation)",
+    "loss": "the loss over the vocabulary on the last stage: what each micro-batch in flight "
+            "keeps for its backward (its softmax, or the logits) and what the one being "
+            "computed holds beyond that at its peak (--loss: how it is computed)",
     "reserve": "memory no tensor can use: the CUDA context, cuBLAS's workspace and NCCL's "
                "buffers for each parallel group (allocator fragmentation not counted)",
     "ps_weights": "the weights one parameter-server shard stores (ceil(W/S) parameters)",

@@ -207,6 +207,14 @@ def grad_accumulation_of(framework: str) -> str:
     return "clip_add" if framework.startswith("TensorFlow") else "add"
 
 
+def loss_of(framework: str) -> str:
+    """How a BERT row's code computes its masked-LM loss (plan/plan.py LOSS_KERNELS):
+    DeepLearningExamples' PyTorch BERT with torch's CrossEntropyLoss under autocast, which
+    casts the logits to fp32 (run_pretraining.py, BertPretrainingCriterion: 'torch');
+    TensorFlow 1's is not read, so it keeps the default."""
+    return "torch" if framework.startswith("PyTorch") else "inplace"
+
+
 def _data_parallel(row: dict[str, str], precision: str) -> dict[str, Any]:
     """dp = the row's GPUs, ZeRO-0, its per-GPU batch as the micro-batch, its global batch,
     its code's gradient accumulation (`grad_accumulation_of`)."""
@@ -216,6 +224,12 @@ def _data_parallel(row: dict[str, str], precision: str) -> dict[str, Any]:
             "global_batch": _first_int(row["global_batch"], "global_batch", rid),
             "precision": precision,
             "grad_accumulation": grad_accumulation_of(row["framework"])}
+
+
+LLM_FOUNDRY_LOSS = "fused"
+"""llm-foundry's MPT loss: ComposerMPTCausalLM's loss_fn defaults to fused_crossentropy,
+flash-attn's cross_entropy kernel (llmfoundry/models/mpt/modeling_mpt.py at 061f2c7c; the
+benchmark YAMLs leave it unset)."""
 
 
 LLM_FOUNDRY_TRAIN_METRICS = 2
@@ -244,7 +258,8 @@ def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
             "global_batch": _first_int(row["global_batch"], "global_batch", rid),
             "recompute": "full" if checkpointing else "none", "precision": precision,
             "grad_bytes": 2 if pure else 4, "overlap_dp": True,
-            "grad_accumulation": grad_accumulation_of(row["framework"])}
+            "grad_accumulation": grad_accumulation_of(row["framework"]),
+            "loss": LLM_FOUNDRY_LOSS}
     return Case(rid, "llm-foundry", row["model"], workload, _system(row, node), plan, seq,
                 _samples_per_s(row, seq), precision, devices, closest)
 
@@ -282,8 +297,9 @@ def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
                 f"predictions={predictions}")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
-                _data_parallel(row, precision), seq, _samples_per_s(row, seq), precision,
-                int(row["num_devices"]), closest, LDDL_BIN64_NOTE if binned else "")
+                {**_data_parallel(row, precision), "loss": loss_of(row["framework"])}, seq,
+                _samples_per_s(row, seq), precision, int(row["num_devices"]), closest,
+                LDDL_BIN64_NOTE if binned else "")
 
 
 def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
