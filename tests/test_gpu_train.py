@@ -215,9 +215,10 @@ def test_gpu_spec_reads_the_plan_file(tmp_path):
 
 
 def test_the_run_records_and_requires_autograd_accumulation(tmp_path):
-    """The run adds its micro-batches' gradients through autograd in the weights' width: the
-    plan it records (and a calibration fit prices) says so; a plan file asking for Megatron's
-    fused accumulation is refused, naming the field."""
+    """The run adds its micro-batches' gradients through autograd in the weights' width and
+    computes its loss on an fp32 cast: the plan it records (and a calibration fit prices) says
+    so; a plan file asking for Megatron's fused accumulation or in-place loss is refused,
+    naming the field."""
     from dnnscale.runtime.gpu_commands import gpu_spec
     from dnnscale.runtime.gpu_train import single_gpu_plan
 
@@ -229,6 +230,11 @@ def test_the_run_records_and_requires_autograd_accumulation(tmp_path):
     with pytest.raises(InputError) as raised:
         gpu_spec(TINY, path, {})
     assert raised.value.field == "plan.grad_accumulation"
+    assert plan["loss"] == "torch"
+    path.write_text("micro_batch: 2\nglobal_batch: 8\nloss: inplace\n")
+    with pytest.raises(InputError) as raised:
+        gpu_spec(TINY, path, {})
+    assert raised.value.field == "plan.loss"
 
 
 # --- on a real GPU -------------------------------------------------------------------------------
@@ -272,5 +278,6 @@ def test_run_gpu_command_with_the_device_faked(tmp_path, monkeypatch):
     assert [r["type"] for r in lines] == ["start", "step", "step", "step", "summary"]
     assert lines[-1]["config"] == {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 2,
                                    "global_batch": 4, "recompute": "none", "precision": "fp32",
-                                   "grad_bytes": 4, "grad_accumulation": "add"}
+                                   "grad_bytes": 4, "grad_accumulation": "add",
+                                   "loss": "torch"}
     assert lines[-1]["spec"]["lr"] == 0.01

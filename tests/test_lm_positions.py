@@ -38,7 +38,9 @@ def test_the_head_runs_on_the_predicted_positions_by_hand() -> None:
     assert gather.input_grad_bytes == (S * H + 3 * P * H) * b + P * 8  # zeros, index_add
     assert (logits.input_shape, logits.output_shape) == ((P, H), (P, V))
     assert logits.fwd_flops == logits.input_grad_flops == logits.weight_grad_flops == 2 * P * H * V
-    assert loss.fwd_bytes == loss.input_grad_bytes == 2 * P * V * b + P * 8
+    # Megatron's in-place loss: b + 36 bytes a logit forward, 12 + b backward, the targets
+    assert loss.fwd_bytes == P * V * (b + 36) + P * 8
+    assert loss.input_grad_bytes == P * V * (12 + b) + P * 8
     assert masked.params == full.params
     assert _train_flops(full) - _train_flops(masked) == 3 * 2 * (S - P) * H * V
     assert masked.transformer.predicted == P and full.transformer.predicted == S

@@ -11,12 +11,14 @@ import sys
 
 import pytest
 
+from dnnscale.model.gpu_compute import gpu_phase_times_s
 from dnnscale.model.memory import loss_bytes, loss_bytes_per_logit
 from dnnscale.model.predict import block_activation_bytes, predict_plan
 from dnnscale.plan.engines import engine_differences, plan_facts, priced_loss
 from dnnscale.plan.modern import modern_plan_from_dict, plan_label
 from dnnscale.system import load_system
 from dnnscale.workload.transformer import transformer_workload
+from dnnscale.workload.transformer_kinds import loss_traffic_per_logit
 
 TINY = transformer_workload("loss-tiny", 2, 256, 4, 512, 1024, ffn=704, kv_heads=2,
                             gated=True, norm="rmsnorm", positional="rope",
@@ -33,14 +35,55 @@ def _parts(plan: dict[str, object], stage: int = -1) -> dict[str, float]:
 
 def test_bytes_per_logit_by_hand() -> None:
     """(kept, transient) per logit: inplace 4 and b (0 at b = 4, where the cast is the logits
-    themselves); torch 4 and 8 at any width; fused b and b."""
+    themselves); torch 4 and 8 at any width; torch16 b and 2b (torch's at b = 4); fused b and
+    b."""
     assert loss_bytes_per_logit("inplace", 2) == (4.0, 2.0)
     assert loss_bytes_per_logit("inplace", 4) == (4.0, 0.0)
     assert loss_bytes_per_logit("torch", 2) == (4.0, 8.0)
     assert loss_bytes_per_logit("torch", 4) == (4.0, 8.0)
+    assert loss_bytes_per_logit("torch16", 2) == (2.0, 4.0)
+    assert loss_bytes_per_logit("torch16", 4) == (4.0, 8.0)
     assert loss_bytes_per_logit("fused", 2) == (2.0, 2.0)
     assert loss_bytes_per_logit("fused", 4) == (4.0, 4.0)
     assert loss_bytes(1000, 3, "torch", 2) == 1000 * (3 * 4 + 8)
+
+
+def test_traffic_per_logit_by_hand() -> None:
+    """(forward, backward) bytes a logit: inplace: the cast 2 + 4, the max 4, subtraction,
+    exp and division in place 8 each, the sum 4 = 38; the multiplication in place 8 and the
+    cast back 4 + 2 = 14 (no casts at fp32: 32, 8). torch: the cast 6, log-softmax 4 + 4 = 14;
+    nll's dense gradient 4, log-softmax's backward 4 + 4 + 4, the cast back 6 = 22 (8, 16 at
+    fp32). torch16: log-softmax 2 + 2; the dense gradient 2, log-softmax's backward 6 (torch's
+    at fp32). fused: one read 2; a read and a write 4."""
+    assert loss_traffic_per_logit("inplace", 2) == (38.0, 14.0)
+    assert loss_traffic_per_logit("inplace", 4) == (32.0, 8.0)
+    assert loss_traffic_per_logit("torch", 2) == (14.0, 22.0)
+    assert loss_traffic_per_logit("torch", 4) == (8.0, 16.0)
+    assert loss_traffic_per_logit("torch16", 2) == (4.0, 8.0)
+    assert loss_traffic_per_logit("torch16", 4) == (8.0, 16.0)
+    assert loss_traffic_per_logit("fused", 2) == (2.0, 4.0)
+
+
+def test_the_plans_loss_prices_its_layer_and_the_step() -> None:
+    """TINY's loss layer moves 524,288 logits x the kernel's bytes + 512 targets x 8 per sample
+    in each phase; the plan's loss picks the layer its step is priced with, so the forward of
+    one micro-batch of 2 differs between kernels by exactly that layer's forward time."""
+    system = load_system("dgx-h100:1")
+    forward = {}
+    for kernel in ("inplace", "torch", "torch16", "fused"):
+        layer = TINY.with_loss(kernel).layers[-1]
+        ahead, back = loss_traffic_per_logit(kernel, 2)
+        assert layer.kind == "cross_entropy"
+        assert layer.fwd_bytes == LOGITS_PER_SAMPLE * ahead + 512 * 8
+        assert layer.input_grad_bytes == LOGITS_PER_SAMPLE * back + 512 * 8
+        seconds = gpu_phase_times_s(layer, 1.0, 2, system.machine, "bf16", 1.0)[0]
+        step = predict_plan(TINY, system, modern_plan_from_dict({**ONE_GPU, "loss": kernel}))
+        forward[kernel] = (seconds, step.breakdown_s["forward"])
+    assert TINY.with_loss("inplace") is TINY  # built with Megatron's kernel
+    for kernel in ("torch", "torch16", "fused"):
+        assert forward["inplace"][1] - forward[kernel][1] == pytest.approx(
+            forward["inplace"][0] - forward[kernel][0], rel=1e-9)
+    assert forward["fused"][1] < forward["torch"][1] < forward["inplace"][1]
 
 
 def test_one_gpu_by_hand_and_the_logits_left_out_of_the_activations() -> None:
@@ -103,7 +146,7 @@ def test_engines_run_their_own_loss() -> None:
     for engine, runs in (("megatron", "inplace"), ("deepspeed", "inplace"),
                          ("torchtitan", "torch")):
         assert priced_loss(engine) == runs
-        for kernel in ("inplace", "torch", "fused"):
+        for kernel in ("inplace", "torch", "torch16", "fused"):
             facts = plan_facts(modern_plan_from_dict({**ONE_GPU, "loss": kernel}))
             found = [d for d in engine_differences(engine, facts) if d.field == "loss"]
             if kernel == runs:

@@ -107,7 +107,8 @@ def test_a_transformer_xl_row_by_hand(rows) -> None:
                              "vocab=267735,positional=relative,norm_position=post,tied=true")
     assert case.system == "dgx-a100-40g:1"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 32,
-                         "global_batch": 256, "precision": "fp16", "grad_accumulation": "add"}
+                         "global_batch": 256, "precision": "fp16", "grad_accumulation": "add",
+                         "loss": "torch16"}
     assert case.measured_samples_per_s == pytest.approx(449_890 / 192)
     assert "full softmax" in case.notes
     # large on 128 V100 SXM3 (8 DGX-2H): tgt_len and mem_len 384, 4 per GPU, 512 segments

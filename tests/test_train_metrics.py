@@ -24,8 +24,9 @@ def _loss(spec: str):  # type: ignore[no-untyped-def]
 def test_each_metric_casts_and_log_softmaxes_every_logit_by_hand() -> None:
     s, V, b = 16, 100, 2
     plain, two = _loss(SHAPE), _loss(SHAPE + ",metrics=2")
-    # the loss itself: reads the logits, writes the log-probabilities, reads the targets
-    assert plain.fwd_bytes == 2 * s * V * b + s * 8 == 6_528
+    # the loss itself, Megatron's in-place kernel by default: the cast (2 + 4 bytes a logit),
+    # the max (4), the in-place subtraction, exp and division (8 each), the sum (4); the targets
+    assert plain.fwd_bytes == s * V * (b + 4 + 4 + 8 + 8 + 4 + 8) + s * 8 == 60_928
     # each metric under autocast: the bf16 logits cast to a float32 copy (2 + 4 bytes a logit),
     # its log-softmax in float32 (4 + 4), the targets (8 a row); forward only
     assert two.fwd_bytes - plain.fwd_bytes == 2 * (s * V * (2 + 4 + 4 + 4) + s * 8) == 45_056
@@ -41,12 +42,13 @@ def test_llm_foundrys_metrics_cost_their_bytes_in_the_step() -> None:
     mpt = ("gpt:layers=12,hidden=768,heads=12,seq=2048,vocab=50368,positional=none,"
            "flash=true,attention_kernel=triton,tied=true,bias=false")
     plan = {"dp": 8, "zero": 3, "micro_batch": 26, "global_batch": 26 * 8 * 3,
-            "precision": "bf16", "grad_bytes": 2, "overlap_dp": True, "grad_accumulation": "add"}
+            "precision": "bf16", "grad_bytes": 2, "overlap_dp": True, "grad_accumulation": "add",
+            "loss": "fused"}
     without = dnnscale.predict(mpt, "dgx-a100-40g:1", plan)
     metered = dnnscale.predict(mpt + ",metrics=2", "dgx-a100-40g:1", plan)
     device = load_system("dgx-a100-40g:1").machine
     tokens = 26 * 2048
-    loss = 26 * (2 * 2048 * 50368 * 2 + 2048 * 8)       # bytes of the loss's forward
+    loss = 26 * (2048 * 50368 * 2 + 2048 * 8)       # the fused loss's forward: a logit read
     metrics = 26 * 2 * (2048 * 50368 * 14 + 2048 * 8)    # and of the two metrics beside it
     # one memory-bound kernel per micro-batch moves both (at HBM's efficiency for its size)
     per_micro_batch = memory_pass_s(device, loss + metrics) - memory_pass_s(device, loss)

@@ -217,9 +217,10 @@ def predict(workload: Optional[str] = typer.Option(
                 "add (autograd: DDP, FSDP, DeepSpeed, torchtitan) | clip_add (TensorFlow 1 "
                 "BERT: each micro-batch clipped, then added in fp32)"),
             loss: Optional[str] = typer.Option(
-                None, "--loss", help="GPU: how the loss is computed, which sets its memory: "
+                None, "--loss", help="GPU: how the loss is computed (its traffic and memory): "
                 "inplace (Megatron's vocabulary-parallel cross-entropy, the default) | torch "
-                "(torch's cross_entropy on an fp32 cast: torchtitan, Hugging Face) | fused "
+                "(torch's cross_entropy on an fp32 cast: torchtitan, Hugging Face) | torch16 (the "
+                "same on 16-bit logits, no cast: apex O2) | fused "
                 "(flash-attn's kernel: llm-foundry)"),
             ep: Optional[int] = typer.Option(
                 None, "--ep", help="GPU: expert-parallel degree (MoE workloads: experts split "

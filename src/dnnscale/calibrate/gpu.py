@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from dnnscale.errors import InputError
-from dnnscale.runtime.gpu_train import GpuTrainSpec
+from dnnscale.runtime.gpu_train import RUN_LOSS, GpuTrainSpec
 from dnnscale.system.gpu_profile import GpuProfile
 
 Advance = Callable[[str], None]
@@ -209,11 +209,14 @@ def shape_kernels(shape: KernelShape, precision: str, unfused_attention: bool) -
     from dnnscale.workload.transformer import transformer_workload
 
     scale = activation_bytes(precision) / 2  # the workloads count bf16 activations
+    # the loss is timed as runtime/gpt_model.lm_loss computes it: the plan's loss 'torch'
     chains = [transformer_workload("calibration", 1, shape.hidden, shape.heads, shape.seq,
-                                   shape.vocab, flash_attention=True, dropout=False)]
+                                   shape.vocab, flash_attention=True,
+                                   dropout=False).with_loss(RUN_LOSS)]
     if unfused_attention:
         chains.append(transformer_workload("calibration", 1, shape.hidden, shape.heads,
-                                           shape.seq, shape.vocab, dropout=False))
+                                           shape.seq, shape.vocab,
+                                           dropout=False).with_loss(RUN_LOSS))
     kernels, seen = [], set()
     for workload in chains:
         for layer in workload.layers:

@@ -40,6 +40,9 @@ LOSS_ASSUMPTION = {
                "peak",
     "torch": "the loss computed by torch's cross_entropy on an fp32 cast: the log-softmax kept "
              "in fp32, two more fp32 values per logit at its backward's peak",
+    "torch16": "the loss computed by torch's cross_entropy on the 16-bit logits as they are: "
+               "the log-softmax kept at their width, two more such values per logit at its "
+               "backward's peak",
     "fused": "the loss computed by a fused cross-entropy kernel: the 16-bit logits kept, their "
              "gradient beside them at its peak"}
 """The assumption line of each MemoryPolicy.loss (model/memory.loss_bytes prices it)."""

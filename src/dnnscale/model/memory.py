@@ -217,9 +217,9 @@ LOSS_FP32_BYTES = 4
 
 def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
     """(kept, transient) bytes per logit of the language-model loss computed by `kernel`
-    (plan/plan.py LOSS_KERNELS) on b = `logit_bytes` logits: what each micro-batch keeps from
-    its loss's forward until its backward, and what the one being computed holds beyond that
-    at its peak.
+    (workload/transformer_kinds.py LOSS_KERNELS) on b = `logit_bytes` logits: what each
+    micro-batch keeps from its loss's forward until its backward, and what the one being
+    computed holds beyond that at its peak.
 
     inplace: kept 4 (the fp32 softmax); transient b where b < 4 (the b-byte logits beside
       their fp32 copy in the forward, the b-byte gradient beside the fp32 one in the
@@ -236,6 +236,8 @@ def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
       at 9dec370 deletes pred before backward); torch.nn.functional.cross_entropy is
       log_softmax, which saves its output, then nll_loss, whose backward writes a dense
       gradient.
+    torch16: kept b (the log-softmax at the logits' width), transient 2b (the backward's
+      incoming gradient and its result); torch's at b = 4. Source: as torch, with no cast.
     fused: kept b (the logits themselves; the per-row fp32 log-sum-exp, 1/V of them, is left
       out); transient b (their gradient, a new tensor).
       Source: flash-attn flash_attn/ops/triton/cross_entropy.py: save_for_backward(logits, lse,
@@ -244,7 +246,9 @@ def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
     """
     if kernel == "fused":
         return float(logit_bytes), float(logit_bytes)
-    if kernel == "torch":
+    if kernel == "torch16" and logit_bytes < LOSS_FP32_BYTES:
+        return float(logit_bytes), 2.0 * logit_bytes
+    if kernel in ("torch", "torch16"):
         return float(LOSS_FP32_BYTES), 2.0 * LOSS_FP32_BYTES
     return float(LOSS_FP32_BYTES), float(logit_bytes if logit_bytes < LOSS_FP32_BYTES else 0)
 

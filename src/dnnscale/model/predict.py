@@ -63,6 +63,7 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
     split and batch. `config`: the Adam flags the plan was built from, reported with it.
     `per_layer`: keep every layer's costs (Prediction.layers); off, pipelines of identical
     blocks are costed per block (faster)."""
+    workload = workload.with_loss(plan.memory.loss)  # its loss layers' traffic
     stages = ((stage,) if stage is not None
               else plan_stage_costs(workload, system, plan, per_layer))
     context = StepContext(workload, system, plan, stages)

@@ -897,6 +897,7 @@ Brown et al. 2020 Table 2.1) and past the critical batch size of such models (Mc
 def _search(workload: Workload, system: System, space: ModernSpace, devices: int, top: int,
             objective: str, caches: Caches | None = None) -> tuple[list[Prediction], _Search]:
     caches = caches or Caches()
+    workload = workload.with_loss(space.loss)  # every plan of the space computes it so
     search = _Search(workload, system, space, objective, caches=caches)
     found = search.run(devices, top)
     checked = []

@@ -136,7 +136,7 @@ class EngineFacts:
     recompute: str = "none"
     """Activation recomputation (MemoryPolicy.recompute)."""
     loss: str = "inplace"
-    """How the loss is computed (MemoryPolicy.loss, plan/plan.py LOSS_KERNELS)."""
+    """How the loss is computed (MemoryPolicy.loss, workload/transformer_kinds.py LOSS_KERNELS)."""
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
@@ -434,7 +434,7 @@ def _grad_accumulation_difference(engine: str, facts: EngineFacts) -> Violation 
 
 
 ENGINE_LOSS = {"megatron": "inplace", "deepspeed": "inplace", "torchtitan": "torch"}
-"""How each engine computes a language model's loss (plan/plan.py LOSS_KERNELS): Megatron-LM
+"""How each engine computes a language model's loss (workload/transformer_kinds.py LOSS_KERNELS): Megatron-LM
 and Megatron-DeepSpeed with their vocabulary-parallel cross-entropy (Megatron-LM's
 --cross-entropy-loss-fusion keeps the same fp32 softmax), torchtitan with torch's
 cross_entropy on an fp32 cast (components/loss.py)."""

@@ -17,8 +17,9 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     recompute: full     # none | selective | full | op
     loss: inplace       # how the loss is computed, which sets its memory: inplace (Megatron's
                         # vocabulary-parallel cross-entropy, the default) | torch (torch's
-                        # cross_entropy on an fp32 cast: torchtitan) | fused (flash-attn's
-                        # kernel: llm-foundry)
+                        # cross_entropy on an fp32 cast: torchtitan) | torch16 (the same on
+                        # 16-bit logits, no cast: apex O2) | fused (flash-attn's kernel:
+                        # llm-foundry)
     precision: bf16     # fp32 | tf32 | bf16 | fp16 | fp8
     sequence_parallel: false
     overlap_dp: false   # data-parallel gradients overlap the backward pass in buckets
@@ -48,8 +49,8 @@ from typing import Any
 
 from dnnscale.boundary import require_bool, require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
-from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, GRAD_ACCUMULATION, LOSS_KERNELS,
-                                OPTIMIZERS, RECOMPUTE, SCHEDULES, ZERO3_FETCH, Batch, Collective,
+from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, GRAD_ACCUMULATION, OPTIMIZERS,
+                                RECOMPUTE, SCHEDULES, ZERO3_FETCH, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, ParameterServer, Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
@@ -57,6 +58,7 @@ from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
                                  megatron_aggregation, pipeline_overlap_needs_interleaving,
                                  require, schedule_virtual_stages,
                                  tensor_overlap_needs_sequence_parallel, zero3_fetch_needs_zero3)
+from dnnscale.workload.transformer_kinds import LOSS_KERNELS
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),

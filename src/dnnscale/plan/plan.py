@@ -18,15 +18,6 @@ from dnnscale.plan.mesh import DeviceMesh, MeshDim
 SPLIT_RULES = ("adam", "megatron")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op")
-LOSS_KERNELS = ("inplace", "torch", "fused")
-"""How the language-model loss (softmax cross-entropy over the vocabulary) is computed, which
-sets the memory it takes on the last stage (model/memory.loss_bytes): 'inplace', Megatron's
-vocabulary-parallel cross-entropy (Megatron-LM, Megatron-DeepSpeed: an fp32 copy of the
-logits turned into the softmax in place and kept, the gradient written over it); 'torch',
-torch's cross_entropy on an fp32 cast of the logits (torchtitan, Hugging Face: log-softmax
-kept in fp32, two more fp32 tensors in its backward); 'fused', a kernel that keeps the 16-bit
-logits and writes their gradient beside them (flash-attn's cross_entropy, llm-foundry's
-default loss_fn)."""
 OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}
 """Optimizer -> values of state it keeps per parameter (momentum buffer; Adam's m and v)."""
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -161,11 +152,12 @@ class MemoryPolicy:
     checkpoints it), 'full' (every block's forward) or 'op' (torchtitan's per-operation
     selective checkpointing: the matmuls' and the attention kernel's outputs kept, except
     every second matmul's, every other operation of the block run again); and how the loss is
-    computed (LOSS_KERNELS)."""
+    computed (workload/transformer_kinds.py LOSS_KERNELS)."""
 
     recompute: str = "none"
     loss: str = "inplace"
-    """How the loss is computed (LOSS_KERNELS): the memory it holds at its peak."""
+    """How the loss is computed (workload/transformer_kinds.py LOSS_KERNELS): its traffic and
+    the memory it holds at its peak."""
 
 
 @dataclass(frozen=True)

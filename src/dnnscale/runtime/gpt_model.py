@@ -102,8 +102,9 @@ def mlp_activation(x: torch.Tensor, gated: bool) -> torch.Tensor:
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of (…, V) logits against (…) token ids."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    """Mean cross-entropy of (…, V) logits against (…) token ids, on an fp32 cast of the
+    logits as torchtitan computes it (the plan's loss 'torch', which prices this)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
 def prediction_positions(seq: int, predictions: int, device: torch.device) -> torch.Tensor:

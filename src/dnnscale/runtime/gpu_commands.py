@@ -26,7 +26,8 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
              **run: Any) -> Any:
     """The GpuTrainSpec of a --config plan file and the flags given (flags win)."""
     from dnnscale.plan.modern import modern_plan_from_dict
-    from dnnscale.runtime.gpu_train import GRAD_BYTES, RUN_GRAD_ACCUMULATION, GpuTrainSpec
+    from dnnscale.runtime.gpu_train import (GRAD_BYTES, RUN_GRAD_ACCUMULATION, RUN_LOSS,
+                                            GpuTrainSpec)
     from dnnscale.yamlio import load_yaml_file
 
     data: dict[str, Any] = load_yaml_file(config, "config") if config else {}
@@ -39,6 +40,7 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
     if run_grad is not None:
         data.setdefault("grad_bytes", run_grad)
     data.setdefault("grad_accumulation", RUN_GRAD_ACCUMULATION)
+    data.setdefault("loss", RUN_LOSS)
     plan = modern_plan_from_dict(data)  # the plan's own validation, fields named as there
     for key, one in (("tp", 1), ("pp", 1), ("dp", 1), ("zero", 0)):
         if data.get(key, one) != one:
@@ -56,6 +58,9 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
         raise InputError("plan.grad_accumulation", f"run --gpu accumulates its micro-batches "
                          f"through autograd ({RUN_GRAD_ACCUMULATION}), got "
                          f"{plan.batch.grad_accumulation}")
+    if plan.memory.loss != RUN_LOSS:
+        raise InputError("plan.loss", f"run --gpu computes its loss with torch's cross_entropy "
+                         f"on an fp32 cast of the logits ({RUN_LOSS}), got {plan.memory.loss}")
     return GpuTrainSpec(workload=workload, micro_batch=plan.batch.micro_batch,
                         global_batch=plan.batch.micro_batch * plan.batch.accumulation,
                         recompute=plan.memory.recompute, precision=str(data["precision"]),

@@ -97,15 +97,21 @@ micro-batch's backward adds into .grad through autograd, the first after zero_gr
 taking the new gradient as it is."""
 
 
+RUN_LOSS = "torch"
+"""How the run computes its loss (workload/transformer_kinds.py LOSS_KERNELS): torch's
+cross_entropy on an fp32 cast of the logits (runtime/gpt_model.lm_loss)."""
+
+
 def single_gpu_plan(micro_batch: int, global_batch: int, recompute: str, precision: str
                     ) -> dict[str, Any]:
     """The plan fields of one-GPU training (tp = pp = dp = 1), as `modern_plan_from_dict`
-    reads them: the run's gradient width (GRAD_BYTES) and its accumulation
-    (RUN_GRAD_ACCUMULATION) too, so that a prediction of the plan prices what the run does."""
+    reads them: the run's gradient width (GRAD_BYTES), its accumulation
+    (RUN_GRAD_ACCUMULATION) and its loss (RUN_LOSS) too, so that a prediction of the plan
+    prices what the run does."""
     return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": micro_batch, "global_batch": global_batch,
             "recompute": recompute, "precision": precision,
             **({"grad_bytes": GRAD_BYTES[precision]} if precision in GRAD_BYTES else {}),
-            "grad_accumulation": RUN_GRAD_ACCUMULATION}
+            "grad_accumulation": RUN_GRAD_ACCUMULATION, "loss": RUN_LOSS}
 
 
 def check_step_data(spec: GpuTrainSpec, shape: Any) -> None:

@@ -208,7 +208,7 @@ def grad_accumulation_of(framework: str) -> str:
 
 
 def loss_of(framework: str) -> str:
-    """How a BERT row's code computes its masked-LM loss (plan/plan.py LOSS_KERNELS):
+    """How a BERT row's code computes its masked-LM loss (workload/transformer_kinds.py LOSS_KERNELS):
     DeepLearningExamples' PyTorch BERT with torch's CrossEntropyLoss under autocast, which
     casts the logits to fp32 (run_pretraining.py, BertPretrainingCriterion: 'torch');
     TensorFlow 1's is not read, so it keeps the default."""
@@ -302,6 +302,13 @@ def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
                 LDDL_BIN64_NOTE if binned else "")
 
 
+XL_LOSS = "torch16"
+"""How DeepLearningExamples' Transformer-XL computes its loss: F.log_softmax on the head's (and
+each tail cluster's) logits as they are (utils/proj_adaptive_softmax.py), which apex's O2, its
+default --amp_mode at the rows' container (train.py at f838cf32), leaves in fp16; fp32 rows
+compute it in fp32 (the 'torch' kernel's bytes)."""
+
+
 def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
     rid = row["id"]
     layers, hidden, heads, head_dim, ffn, seq, memory = (int(v) for v in _find(
@@ -315,8 +322,9 @@ def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
                 "norm_position=post,tied=true")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
-                _data_parallel(row, precision), seq, _samples_per_s(row, seq), precision,
-                int(row["num_devices"]), closest, XL_FULL_SOFTMAX_NOTE)
+                {**_data_parallel(row, precision), "loss": XL_LOSS}, seq,
+                _samples_per_s(row, seq), precision, int(row["num_devices"]), closest,
+                XL_FULL_SOFTMAX_NOTE)
 
 
 def resnet50_layout(precision: str) -> str:

@@ -664,24 +664,72 @@ def logits(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                          hyper, dims.h, dims.V, bias, weights=not tied)
 
 
+LOSS_KERNELS = ("inplace", "torch", "torch16", "fused")
+"""How the language-model loss (softmax cross-entropy over the vocabulary) is computed: its
+traffic (`loss_traffic_per_logit`) and its memory (model/memory.loss_bytes). 'inplace',
+Megatron's vocabulary-parallel cross-entropy (Megatron-LM, Megatron-DeepSpeed: an fp32 copy of
+the logits turned into the softmax in place and kept, the gradient written over it); 'torch',
+torch's cross_entropy on an fp32 cast of the logits (torchtitan, Hugging Face and
+DeepLearningExamples' BERT under autocast: log-softmax kept in fp32); 'torch16', the same on
+16-bit logits as they are, with no cast (a model run in 16 bits without autocast, as apex's O2:
+DeepLearningExamples' Transformer-XL); 'fused', a kernel that keeps the 16-bit logits and
+writes their gradient beside them (flash-attn's cross_entropy, llm-foundry's default
+loss_fn)."""
+
+
+def loss_traffic_per_logit(loss: str, logit_bytes: int) -> tuple[float, float]:
+    """(forward, input-gradient) bytes each kernel of the `loss` moves per logit of b =
+    `logit_bytes` bytes, each reading its inputs and writing its outputs once; c = b + 4, the
+    cast to fp32 reading b and writing 4, or 0 for 4-byte logits (the cast returns them).
+
+    inplace: forward c + 32: the max reads 4, the max subtracted in place 8, exp in place 8,
+      the sum reads 4, the division in place 8; backward 8 + c': the gradient multiplied in
+      place 8, autograd's cast back to b, c' = 4 + b (0 at b = 4).
+      Source: megatron/core/tensor_parallel/cross_entropy.py (Megatron-LM d98e8a64),
+      calculate_logits_max, calculate_predicted_logits, calculate_cross_entropy_loss,
+      calculate_gradients; Megatron-DeepSpeed's (4efb479d) subtracts into a new tensor, the
+      same bytes.
+    torch: forward c + 8: log-softmax reads 4 and writes 4 (nll_loss reads one per row);
+      backward 4 + 12 + c': nll_loss's backward writes a dense fp32 gradient 4, log-softmax's
+      backward reads it and its output and writes the result 12, the cast back c'.
+      Source: torch.nn.functional.cross_entropy (log_softmax, then nll_loss); torchtitan
+      v0.2.2 components/loss.py casts with .float().
+    torch16: the same passes at b bytes with no cast: forward 2b, backward 4b (torch at
+      b = 4). Source: as torch; apex's O2 runs the model's outputs in fp16 and patches no
+      function (DeepLearningExamples' Transformer-XL, train.py --amp_mode O2 at f838cf32).
+    fused: forward b (one read of the logits; the per-row loss and log-sum-exp are left out);
+      backward 2b (the logits read, their gradient written).
+      Source: flash-attn flash_attn/ops/triton/cross_entropy.py, cross_entropy_fwd_kernel and
+      cross_entropy_bwd_kernel.
+    Units: bytes per value -> bytes per logit.
+    """
+    if loss == "fused":
+        return float(logit_bytes), 2.0 * logit_bytes
+    if loss == "torch16" and logit_bytes < FP32_BYTES:
+        return 2.0 * logit_bytes, 4.0 * logit_bytes
+    cast = logit_bytes + FP32_BYTES if logit_bytes < FP32_BYTES else 0
+    if loss in ("torch", "torch16"):
+        return float(cast + 2 * FP32_BYTES), float(FP32_BYTES + 3 * FP32_BYTES + cast)
+    return float(cast + 8 * FP32_BYTES), float(2 * FP32_BYTES + cast)
+
+
 @register_kind("cross_entropy", kernel=KernelClass.MEMORY, splits=megatron("vocab_loss"))
 def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-                  needs_input_grad: bool, metrics: int = 0, **shape: object) -> Layer:
+                  needs_input_grad: bool, metrics: int = 0, loss: str = "inplace",
+                  **shape: object) -> Layer:
     """Softmax + cross-entropy loss over V logits for each of s tokens (or the p positions of
-    `predictions`): (s, V) -> (s, V), the log-probabilities kept for backward (as
-    `softmax_loss`). Memory bound, 0 FLOP.
+    `predictions`): (s, V) -> (s, V). Memory bound, 0 FLOP.
 
-    Bytes: forward reads the logits and the s targets and writes the log-probabilities,
-    2·s·V·b + s·8; input gradient reads them and the targets and writes grad_logits,
-    2·s·V·b + s·8 (p for s with `predictions`).
+    Bytes: what the `loss` kernel (LOSS_KERNELS; a plan's `loss` sets it,
+    Workload.with_loss) moves per logit, `loss_traffic_per_logit`, over the s·V logits, and
+    the s targets, 8 bytes each, read in each phase (p for s with `predictions`).
 
     `metrics`: training metrics that compute the loss again over the same logits after every
     micro-batch, without gradients (TransformerShape.metrics; Composer's LanguageCrossEntropy
     and LanguagePerplexity, each a torch CrossEntropyLoss with reduction 'sum'). Under
-    autocast cross_entropy runs in float32 (torch.amp's CUDA float32 list), so each casts the
-    b-byte logits to a float32 copy, b + 4, and takes their log-softmax, 4 + 4, and reads the
-    targets, 8 per row: + metrics · (s·V·(b + 12) + s·8) forward (s·V·8 with 4-byte logits,
-    which need no cast). Priced at the workload's activation width.
+    autocast cross_entropy runs in float32 (torch.amp's CUDA float32 list): each is the
+    'torch' kernel's forward, + metrics · (s·V·(b + 12) + s·8) (s·V·8 with 4-byte logits).
+    Priced at the workload's activation width.
     """
     dims, hyper = _dims("cross_entropy", name, shape, ("vocab",))
     s, V = dims.predicted, dims.V
@@ -690,13 +738,18 @@ def cross_entropy(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     metric = _count(name, "metrics", metrics)
     if metric:
         hyper["metrics"] = metric
-    moved = float(2 * s * V * bytes_per_value + s * TOKEN_ID_BYTES)
-    # the cast's write, the log-softmax's read and write, in float32; 4-byte logits: no cast
-    per_logit = (bytes_per_value + 3 * FP32_BYTES if bytes_per_value < FP32_BYTES
-                 else 2 * FP32_BYTES)
-    metric_bytes = float(metric * (s * V * per_logit + s * TOKEN_ID_BYTES))
+    if not isinstance(loss, str) or loss not in LOSS_KERNELS:
+        raise InputError(f"layers.{name}.loss", f"must be one of {', '.join(LOSS_KERNELS)}, "
+                         f"got {short_repr(loss)}")
+    if loss != "inplace":
+        hyper["loss"] = loss
+    forward, backward = loss_traffic_per_logit(loss, bytes_per_value)
+    targets = s * TOKEN_ID_BYTES
+    metric_bytes = metric * (s * V * loss_traffic_per_logit("torch", bytes_per_value)[0]
+                             + targets)
     return _layer("cross_entropy", name, (s, V), (s, V), 0, (0.0, 0.0, 0.0),
-                  (moved + metric_bytes, moved, 0.0), needs_input_grad, hyper)
+                  (float(s * V * forward + targets + metric_bytes),
+                   float(s * V * backward + targets), 0.0), needs_input_grad, hyper)
 
 
 TRANSFORMER_KINDS = tuple(name for name, record in LAYER_KINDS.items()

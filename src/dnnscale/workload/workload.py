@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.workload import transformer_kinds  # noqa: F401  (registers the transformer kinds)
@@ -39,6 +39,24 @@ class Workload:
         return tuple(i for i, layer in enumerate(self.layers)
                      if not isinstance(layer.hyper.get("block"), int))
 
+    @functools.cached_property
+    def _loss_variants(self) -> dict[str, "Workload"]:
+        """`with_loss`'s workloads, one per loss kernel asked for."""
+        return {}
+
+    def with_loss(self, loss: str) -> "Workload":
+        """This workload with its `cross_entropy` layers computed by the `loss` kernel
+        (transformer_kinds.LOSS_KERNELS; their traffic): itself where they already are, or
+        where it has none; built once per kernel. A plan's `loss` prices its step on it."""
+        known = self._loss_variants.get(loss)
+        if known is None:
+            layers = tuple(_with_loss(layer, loss, self.bytes_per_value)
+                           for layer in self.layers)
+            same = all(new is old for new, old in zip(layers, self.layers))
+            known = self if same else replace(self, layers=layers)
+            self._loss_variants[loss] = known
+        return known
+
     @property
     def params(self) -> int:
         """W: parameters (weights + biases) of the whole model."""
@@ -72,6 +90,16 @@ class Workload:
         return {"params": self.params, "fwd_flops": self.fwd_flops, "fwd_macs": self.fwd_macs,
                 "input_grad_flops": self.input_grad_flops,
                 "weight_grad_flops": self.weight_grad_flops}
+
+
+def _with_loss(layer: Layer, loss: str, bytes_per_value: int) -> Layer:
+    """`layer` rebuilt with the `loss` kernel if it is a `cross_entropy` layer computed by
+    another (its hyper-parameters as built, the kernel replaced), else `layer` itself."""
+    if layer.kind != "cross_entropy" or layer.hyper.get("loss", "inplace") == loss:
+        return layer
+    hyper = {**layer.hyper, "loss": loss}
+    return build_layer(layer.kind, layer.name, layer.input_shape, bytes_per_value,
+                       layer.input_grad_bytes > 0, hyper, f"layers.{layer.name}")
 
 
 def build_workload(name: str, input_shape: Sequence[int], layer_specs: Sequence[Mapping[str, object]],
