@@ -434,10 +434,12 @@ def _grad_accumulation_difference(engine: str, facts: EngineFacts) -> Violation 
 
 
 ENGINE_LOSS = {"megatron": "inplace", "deepspeed": "inplace", "torchtitan": "torch"}
-"""How each engine computes a language model's loss (workload/transformer_kinds.py LOSS_KERNELS): Megatron-LM
-and Megatron-DeepSpeed with their vocabulary-parallel cross-entropy (Megatron-LM's
---cross-entropy-loss-fusion keeps the same fp32 softmax), torchtitan with torch's
-cross_entropy on an fp32 cast (components/loss.py)."""
+"""How each engine computes a language model's loss (workload/transformer_kinds.py
+LOSS_KERNELS): Megatron-LM and Megatron-DeepSpeed with their vocabulary-parallel
+cross-entropy (Megatron-LM's --cross-entropy-loss-fusion keeps the same fp32 softmax;
+Megatron-DeepSpeed, 4efb479d, subtracts the max into a new fp32 tensor, 4 bytes a logit more
+at its forward's peak, not priced apart), torchtitan with torch's cross_entropy on an fp32
+cast (components/loss.py)."""
 
 LOSS_TEXT = {"inplace": "its vocabulary-parallel cross-entropy, an fp32 softmax worked in place",
              "torch": "torch's cross_entropy on an fp32 cast of the logits"}
