@@ -1,7 +1,8 @@
 """What a plan's price assumed that the engine's flags do not show: the gradients' width, the
-attention kernel, how the loss is computed, and the memory no tensor can use. An export lists these beside its files
-(`EngineExport.assumptions`, printed as ``assumes:`` lines and in ``--json``), so the engineer
-who launches the plan knows what the prediction took for granted."""
+attention kernel, how the loss is computed, and the memory no tensor can use. An export lists
+these beside its files (`EngineExport.assumptions`, printed as ``assumes:`` lines and in
+``--json``), so the engineer who launches the plan knows what the prediction took for
+granted."""
 
 from __future__ import annotations
 

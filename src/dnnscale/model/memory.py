@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from dnnscale.model.prediction import MemoryPart
 from dnnscale.plan.plan import ParallelPlan
-from dnnscale.workload.transformer_kinds import STAT_BYTES
+from dnnscale.workload.transformer_kinds import FP32_BYTES, STAT_BYTES
 
 
 def worker_memory_parts(params_on_worker: float, param_bytes: float, grad_bytes: float,
@@ -211,10 +211,6 @@ def _flash_stat_bytes(heads: int, seq: float, micro_batch: int, tensor: int) -> 
     return STAT_BYTES * heads * seq * micro_batch / tensor
 
 
-LOSS_FP32_BYTES = 4
-"""A float32 value: every unfused loss below computes its softmax in float32."""
-
-
 def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
     """(kept, transient) bytes per logit of the language-model loss computed by `kernel`
     (workload/transformer_kinds.py LOSS_KERNELS) on b = `logit_bytes` logits: what each
@@ -246,11 +242,11 @@ def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
     """
     if kernel == "fused":
         return float(logit_bytes), float(logit_bytes)
-    if kernel == "torch16" and logit_bytes < LOSS_FP32_BYTES:
+    if kernel == "torch16" and logit_bytes < FP32_BYTES:
         return float(logit_bytes), 2.0 * logit_bytes
     if kernel in ("torch", "torch16"):
-        return float(LOSS_FP32_BYTES), 2.0 * LOSS_FP32_BYTES
-    return float(LOSS_FP32_BYTES), float(logit_bytes if logit_bytes < LOSS_FP32_BYTES else 0)
+        return float(FP32_BYTES), 2.0 * FP32_BYTES
+    return float(FP32_BYTES), float(logit_bytes if logit_bytes < FP32_BYTES else 0)
 
 
 def loss_bytes(logits: float, held: float, kernel: str, logit_bytes: int) -> float:
