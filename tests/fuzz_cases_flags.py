@@ -291,7 +291,7 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("optimize", "--objective"): "speed", ("optimize", "--price"): "-1",
     ("optimize", "--tokens"): "-5", ("optimize", "--html"): "{d}", ("optimize", "--csv"): "{d}",
     ("optimize", "--engine"): "colossal", ("optimize", "--sequence-parallel"): "yes",
-    ("optimize", "--overlap-dp"): "maybe",
+    ("optimize", "--overlap-dp"): "maybe", ("optimize", "--loss"): "chunked",
     ("run", "--workload"): ("no-such-net", "workload"),
     ("run", "--input-shape"): "3",
     ("run", "--config"): ("{d}/none.yaml", "config"),

@@ -158,6 +158,25 @@ def test_engines_run_their_own_loss() -> None:
     assert "loss" not in plan_label(modern_plan_from_dict(ONE_GPU))
 
 
+def test_the_search_prices_the_loss_asked_for_or_the_engines() -> None:
+    """make_modern_space: the engine's kernel by default, Megatron's without one; a kernel
+    asked for is every plan's; one the engine does not run is an InputError naming loss."""
+    from dnnscale.errors import InputError
+    from dnnscale.optimize.modern import make_modern_space
+    from dnnscale.workload import load_workload
+
+    workload, system = load_workload("llama3-8b"), load_system("dgx-h100:2")
+    space = lambda **kw: make_modern_space(workload, system, 64, **kw)  # noqa: E731
+    assert space().loss == "inplace"
+    assert space(engine="torchtitan").loss == "torch"
+    assert space(loss="fused").loss == "fused"
+    assert space(engine="torchtitan", loss="torch").loss == "torch"
+    for bad in ({"loss": "chunked"}, {"engine": "torchtitan", "loss": "fused"}):
+        with pytest.raises(InputError) as caught:
+            space(**bad)
+        assert caught.value.field == "loss"
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "dnnscale", *args], capture_output=True,
                           text=True, timeout=600)
@@ -167,7 +186,8 @@ def test_torchtitan_llama3_8b_in_real_processes(tmp_path) -> None:  # type: igno
     """torchtitan's Llama 3 8B at 2 x 8,192 tokens per GPU: 2 · 8,192 · 128,256 logits x 12
     bytes = 25,216,155,648 B of loss (`predict --loss torch`); a bad value is one line naming
     the flag, exit 2. `optimize --engine torchtitan` prices torch's loss, its export says so
-    and Megatron's export of that plan advises inplace."""
+    and Megatron's export of that plan advises inplace; `optimize --loss fused` prices fused,
+    which torchtitan refuses in one line naming --loss."""
     base = ("predict", "-w", "llama3-8b", "-c", "dgx-h100:1", "--dp", "8", "--micro-batch",
             "2", "--global-batch", "16", "--zero", "3", "--json")
     done = _cli(*base, "--loss", "torch")
@@ -191,3 +211,12 @@ def test_torchtitan_llama3_8b_in_real_processes(tmp_path) -> None:  # type: igno
     megatron = _cli("export", str(best), "--to", "megatron", "-o", str(tmp_path / "run.sh"))
     assert megatron.returncode == 0, megatron.stderr
     assert "use loss inplace" in megatron.stderr
+    fused = _cli("optimize", "-w", "llama3-8b", "-c", "dgx-h100:2", "--global-batch", "64",
+                 "--loss", "fused", "--json")
+    assert fused.returncode == 0, fused.stderr
+    assert {entry["plan_fields"]["loss"] for entry in json.loads(fused.stdout)["top"]} == \
+        {"fused"}
+    clash = _cli("optimize", "-w", "llama3-8b", "-c", "dgx-h100:2", "--global-batch", "64",
+                 "--loss", "fused", "--engine", "torchtitan")
+    assert clash.returncode == 2 and clash.stderr.startswith("error: --loss: torchtitan")
+    assert clash.stderr.count("\n") == 1

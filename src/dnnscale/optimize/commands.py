@@ -22,7 +22,7 @@ SPACE_FLAGS: dict[str, tuple[str, ...]] = {
                                  "--recompute", "--schedule", "--precision", "--objective",
                                  "--price", "--pareto", "--tokens", "--engine",
                                  "--sequence-parallel", "--overlap-dp", "--ep", "--cp",
-                                 "--cp-algorithm", "--expert-imbalance")},
+                                 "--cp-algorithm", "--expert-imbalance", "--loss")},
 }
 """optimize's flags by the space searched (plan/flags.py refuse_flags); the rest apply to both."""
 OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -134,6 +134,9 @@ def register(app: typer.Typer) -> None:
             recompute: Optional[str] = typer.Option(
                 None, "--recompute", help="GPU: none,selective,full,op (choices; default "
                 "none,selective,full, torchtitan's none,op,full)"),
+            loss: Optional[str] = typer.Option(
+                None, "--loss", help="GPU: how every plan computes the loss: inplace | torch "
+                "| torch16 | fused (default: the --engine's, else inplace, Megatron's)"),
             schedule: Optional[str] = typer.Option(None, "--schedule",
                                                    help="GPU: 1f1b,interleaved,gpipe (choices)"),
             precision: Optional[str] = typer.Option(
@@ -231,7 +234,7 @@ def register(app: typer.Typer) -> None:
                                 overlap_dp=switches(overlap_dp, "--overlap-dp"),
                                 overlap_tp=switches(overlap_tp, "--overlap-tp"),
                                 overlap_pp=switches(overlap_pp, "--overlap-pp"),
-                                engine=engine, ep=lists["ep"], cp=lists["cp"],
+                                engine=engine, loss=loss, ep=lists["ep"], cp=lists["cp"],
                                 cp_algorithms=strings(cp_algorithm, "cp_algorithm"),
                                 expert_imbalance=expert_imbalance, etp=lists["etp"],
                                 objective=objective, pareto=pareto or None,

@@ -106,7 +106,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
              expert_imbalance: float | None = None,
              etp: int | Iterable[int] | None = None,
              overlap_tp: bool | Sequence[bool] | None = None,
-             overlap_pp: bool | Sequence[bool] | None = None) -> OptimizeResult:
+             overlap_pp: bool | Sequence[bool] | None = None,
+             loss: str | None = None) -> OptimizeResult:
     """The fastest plan within a budget, the top `top`, the best of each family, and the
     scalability curve, over the space the inputs call for.
 
@@ -165,7 +166,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                  "price_per_device_hour": price_per_device_hour, "engine": engine,
                  "ep": ep, "cp": cp, "cp_algorithm": cp_algorithms,
                  "expert_imbalance": expert_imbalance, "etp": etp,
-                 "overlap_tp": overlap_tp, "overlap_pp": overlap_pp}, ADAM_SPACE)
+                 "overlap_tp": overlap_tp, "overlap_pp": overlap_pp, "loss": loss},
+                ADAM_SPACE)
         from dnnscale.optimize.api import optimize_adam
 
         return optimize_adam(w, c, budget, modes, top, minibatch, push_every, pull_every, base,
@@ -193,7 +195,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                               cp_algorithms=_strings(cp_algorithms, "cp_algorithm"),
                               expert_imbalance=1.0 if expert_imbalance is None
                               else expert_imbalance, expert_tensor=etp,
-                              overlap_tp=overlap_tp, overlap_pp=overlap_pp)
+                              overlap_tp=overlap_tp, overlap_pp=overlap_pp, loss=loss)
     result = optimize_modern(w, c, space, gpus=budget, top=top, objective=objective or "time",
                              pareto=bool(pareto), curve=curve)
     check_prediction(result.best, "optimize")

@@ -46,9 +46,9 @@ from dnnscale.model.stage import (MAX_BLOCK_KINDS, LayerOptions, PipelineLayout,
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
 from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS
-from dnnscale.plan.engines import (EngineFacts, check_engine, priced_grad_bytes,
-                                   priced_grad_accumulation, priced_loss, priced_zero3_fetch,
-                                   search_violation)
+from dnnscale.plan.engines import (ENGINE_NAMES, EngineFacts, check_engine,
+                                   priced_grad_bytes, priced_grad_accumulation, priced_loss,
+                                   priced_zero3_fetch, search_violation)
 from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, Pipeline, Precision, TensorSplit)
@@ -60,6 +60,7 @@ from dnnscale.plan.rules import (Violation, batch_divides, batch_violation, cont
                                  require, schedule_violation, sequence_parallel_splits,
                                  tensor_divides_heads, tensor_overlap_needs_sequence_parallel)
 from dnnscale.system.system import System
+from dnnscale.workload.transformer_kinds import LOSS_KERNELS
 from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
@@ -281,7 +282,8 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                       expert_imbalance: float = 1.0,
                       expert_tensor: Iterable[int] | int | None = None,
                       overlap_tp: bool | Sequence[bool] | None = None,
-                      overlap_pp: bool | Sequence[bool] | None = None) -> ModernSpace:
+                      overlap_pp: bool | Sequence[bool] | None = None,
+                      loss: str | None = None) -> ModernSpace:
     """The space for a transformer on GPUs; defaults: TP dividing the heads and key/value heads
     within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch,
     ep dividing the experts (1 for a dense model: `default_expert_degrees`), cp up to 8
@@ -368,7 +370,7 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                         tuple(dict.fromkeys(algorithms)), imbalance,
                         shape if engine is not None else None, etp, tp_overlap, pp_overlap,
                         priced_zero3_fetch(engine), priced_grad_accumulation(engine),
-                        priced_loss(engine))
+                        _loss(loss, engine))
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space
@@ -387,6 +389,22 @@ DEFAULT_CONTEXT = (1, 2, 4, 8)
 VERY_LONG_CONTEXT_TOKENS = 65_536
 """From this length the default space offers cp = 16 too (Llama 3 trained 128k-token sequences
 with cp = 16; Dubey et al. 2024 §3.3.1)."""
+
+
+def _loss(loss: object, engine: str | None) -> str:
+    """The loss kernel every plan of the space computes: `loss` (workload/transformer_kinds.py
+    LOSS_KERNELS) where given, else the engine's (plan/engines.priced_loss); an engine that
+    computes it otherwise refuses it, naming loss."""
+    if loss is None:
+        return priced_loss(engine)
+    if not isinstance(loss, str) or loss not in LOSS_KERNELS:
+        raise InputError("loss", f"must be one of {', '.join(LOSS_KERNELS)}, got "
+                         f"{short_repr(loss)}")
+    if engine is not None and loss != priced_loss(engine):
+        raise InputError("loss", f"{ENGINE_NAMES[engine]} computes the loss as "
+                         f"{priced_loss(engine)}, not {loss}: leave loss out or name another "
+                         f"engine")
+    return loss
 
 
 def default_expert_degrees(shape: TransformerShape, devices: int) -> tuple[int, ...]:
