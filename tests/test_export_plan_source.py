@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -56,6 +58,36 @@ def test_optimize_json_falls_back_to_the_prediction_plan(tmp_path) -> None:
     assert source.plan == plan
 
 
+def test_an_interleaved_plan_without_pipeline_overlap_reads_back(tmp_path) -> None:
+    """overlap_pp false on the interleaved schedule (predict --no-overlap-pp) survives the
+    round trip through predict --json; it was refused as a field the export does not carry."""
+    plan = modern_plan_from_dict(dict(tp=2, pp=2, dp=2, micro_batch=1, global_batch=8,
+                                      schedule="interleaved", virtual_stages=2,
+                                      overlap_pp=False))
+    data = {"config": None, "plan": plan.to_dict(), "step_time_s": 1.5, "fits": True}
+    source = read_plan_source(write(tmp_path, "pred.json", json.dumps(data)))
+    assert source.plan == plan and source.plan.pipeline.overlap_p2p is False
+
+
+def test_predict_json_with_tp_overlap_exports_in_real_processes(tmp_path) -> None:
+    """`predict --overlap-tp --json`, then `export --to megatron`: the plan reads back with its
+    overlap (it was refused, one line naming plan.plan.tensor.overlap) and the script asks
+    Megatron-LM for it."""
+    run = [sys.executable, "-m", "dnnscale"]
+    predicted = subprocess.run([*run, "predict", "-w", "llama3-8b", "-c", "dgx-h100:2", "--tp",
+                                "2", "--dp", "8", "--global-batch", "64", "--sequence-parallel",
+                                "--overlap-tp", "--json"], capture_output=True, text=True,
+                               timeout=120)
+    assert predicted.returncode == 0, predicted.stderr
+    plan = write(tmp_path, "pred.json", predicted.stdout)
+    script = tmp_path / "run.sh"
+    exported = subprocess.run([*run, "export", str(plan), "-w", "llama3-8b", "--to",
+                               "megatron", "-o", str(script)], capture_output=True, text=True,
+                              timeout=120)
+    assert exported.returncode == 0, exported.stderr
+    assert "--tp-comm-overlap" in script.read_text()
+
+
 def test_predict_json(tmp_path) -> None:
     plan = modern_plan_from_dict(dict(tp=2, dp=4, micro_batch=2, global_batch=64, zero=1))
     data = {"config": None, "plan": plan.to_dict(), "step_time_s": 1.5, "fits": True}
@@ -69,13 +101,20 @@ def test_predict_json(tmp_path) -> None:
        micro=st.integers(1, 4), steps=st.integers(1, 8), zero=st.integers(0, 3),
        recompute=st.sampled_from(["none", "selective", "full"]),
        precision=st.sampled_from(["fp32", "tf32", "bf16", "fp16", "fp8"]),
-       sp=st.booleans(), overlap=st.booleans())
+       sp=st.booleans(), overlap=st.booleans(), overlap_tp=st.booleans(),
+       buckets=st.booleans(), accumulation=st.sampled_from(["fused", "add", "clip_add"]),
+       loss=st.sampled_from(["inplace", "torch", "torch16", "fused"]))
 def test_to_dict_reads_back_to_the_same_plan(tp, pp, dp, micro, steps, zero, recompute,
-                                             precision, sp, overlap) -> None:
+                                             precision, sp, overlap, overlap_tp, buckets,
+                                             accumulation, loss) -> None:
+    """Every field a GPU plan carries reads back from its to_dict() (predict --json's plan),
+    the tp overlap, ZeRO-3's gathers, the accumulation and the loss too."""
     zero = zero if pp == 1 else min(zero, 1)
     fields = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro, global_batch=dp * micro * steps,
                   zero=zero, recompute=recompute, precision=precision, sequence_parallel=sp,
-                  overlap_dp=overlap)
+                  overlap_dp=overlap, overlap_tp=overlap_tp and sp and tp > 1,
+                  zero3_fetch="buckets" if buckets and zero == 3 else "blocks",
+                  grad_accumulation=accumulation, loss=loss)
     plan = modern_plan_from_dict(fields)
     from dnnscale.export.plan_source import _from_plan_dict
 

@@ -135,7 +135,9 @@ PLAN_DICT_PATHS = {
     "precision": "precision.compute", "sequence_parallel": "tensor.sequence_parallel",
     "overlap_dp": "data.aggregation.overlap", "grad_bytes": "precision.grad_bytes",
     "ep": "expert.degree", "expert_imbalance": "expert.imbalance", "cp": "context.degree",
-    "cp_algorithm": "context.algorithm", "etp": "expert.tensor", "loss": "memory.loss"}
+    "cp_algorithm": "context.algorithm", "etp": "expert.tensor", "loss": "memory.loss",
+    "overlap_tp": "tensor.overlap", "overlap_pp": "pipeline.overlap_p2p",
+    "zero3_fetch": "data.aggregation.fetch", "grad_accumulation": "batch.grad_accumulation"}
 """Plan field -> where `ParallelPlan.to_dict()` holds it (global_batch: micro · accumulation ·
 replicas · ep), so that an error names the key the file has."""
 
@@ -173,6 +175,10 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
               "virtual_stages": pipeline.get("virtual_stages"),
               "zero": aggregation.get("zero_stage"), "recompute": memory.get("recompute"),
               "loss": memory.get("loss", "inplace"),
+              "overlap_tp": tensor.get("overlap", False),
+              "overlap_pp": pipeline.get("overlap_p2p"),
+              "zero3_fetch": aggregation.get("fetch", "blocks"),
+              "grad_accumulation": batch.get("grad_accumulation", "fused"),
               "precision": precision.get("compute"),
               "sequence_parallel": tensor.get("sequence_parallel"),
               "overlap_dp": aggregation.get("overlap"), "grad_bytes": precision.get("grad_bytes"),
