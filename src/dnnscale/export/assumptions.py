@@ -12,6 +12,7 @@ from dnnscale.export.result import EngineExport
 from dnnscale.model.memory import parallel_groups, plan_reserve_bytes
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.units import format_si
+from dnnscale.workload.transformer_kinds import LOSS_KERNEL_NAMES
 from dnnscale.workload.transformer_shape import TransformerShape
 
 
@@ -35,18 +36,16 @@ RECOMPUTE_TEXT = {
 """The assumption line of each recomputation (model/stage.py prices it): what runs again."""
 
 
-LOSS_ASSUMPTION = {
-    "inplace": "the loss computed as Megatron's vocabulary-parallel cross-entropy: an fp32 "
-               "softmax kept per logit, the 16-bit logits or their gradient beside it at its "
-               "peak",
-    "torch": "the loss computed by torch's cross_entropy on an fp32 cast: the log-softmax kept "
-             "in fp32, two more fp32 values per logit at its backward's peak",
-    "torch16": "the loss computed by torch's cross_entropy on the 16-bit logits as they are: "
-               "the log-softmax kept at their width, two more such values per logit at its "
+LOSS_MEMORY_TEXT = {
+    "inplace": "an fp32 softmax kept per logit, the 16-bit logits or their gradient beside it "
+               "at its peak",
+    "torch": "the log-softmax kept in fp32, two more fp32 values per logit at its backward's "
+             "peak",
+    "torch16": "the log-softmax kept at their width, two more such values per logit at its "
                "backward's peak",
-    "fused": "the loss computed by a fused cross-entropy kernel: the 16-bit logits kept, their "
-             "gradient beside them at its peak"}
-"""The assumption line of each MemoryPolicy.loss (model/memory.loss_bytes prices it)."""
+    "fused": "the 16-bit logits kept, their gradient beside them at its peak"}
+"""What each MemoryPolicy.loss holds, for its assumption line (model/memory.loss_bytes prices
+it)."""
 
 
 def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tuple[str, ...]:
@@ -70,7 +69,9 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
         out.append(RECOMPUTE_TEXT[plan.memory.recompute].format(
             core="the fused attention kernel" if fused else "the scores, softmax and context"))
     if shape is not None:
-        out.append(LOSS_ASSUMPTION[plan.memory.loss])
+        loss = plan.memory.loss
+        out.append(f"the loss computed {'as' if loss == 'inplace' else 'by'} "
+                   f"{LOSS_KERNEL_NAMES[loss]}: {LOSS_MEMORY_TEXT[loss]}")
     groups = parallel_groups(plan)
     out.append(f"{format_si(plan_reserve_bytes(plan), 'B')} per GPU held back for the CUDA "
                f"context, cuBLAS's workspace and NCCL's buffers of {groups} parallel "

@@ -91,6 +91,7 @@ from dataclasses import dataclass
 from dnnscale.errors import InputError, short_repr
 from dnnscale.plan.plan import Collective, ParallelPlan
 from dnnscale.plan.rules import Violation, require
+from dnnscale.workload.transformer_kinds import LOSS_KERNEL_NAMES
 from dnnscale.workload.transformer_shape import TransformerShape
 
 ENGINES = ("megatron", "deepspeed", "torchtitan")
@@ -441,18 +442,14 @@ Megatron-DeepSpeed, 4efb479d, subtracts the max into a new fp32 tensor, 4 bytes 
 at its forward's peak, not priced apart), torchtitan with torch's cross_entropy on an fp32
 cast (components/loss.py)."""
 
-LOSS_TEXT = {"inplace": "its vocabulary-parallel cross-entropy, an fp32 softmax worked in place",
-             "torch": "torch's cross_entropy on an fp32 cast of the logits"}
-"""How ENGINE_LOSS's kernels run, for the difference a plan priced otherwise gets."""
-
-
 def _loss_difference(engine: str, facts: EngineFacts) -> Violation | None:
     """Where `engine` computes the loss otherwise than the plan priced its memory."""
     runs = ENGINE_LOSS[engine]
     if facts.loss == runs:
         return None
-    return Violation("loss", f"{ENGINE_NAMES[engine]} computes the loss with {LOSS_TEXT[runs]}; "
-                     f"the plan priced loss {facts.loss}'s memory: use loss {runs}")
+    return Violation("loss", f"{ENGINE_NAMES[engine]} computes the loss with "
+                     f"{LOSS_KERNEL_NAMES[runs]}; "
+                     f"the plan priced loss {facts.loss}: use loss {runs}")
 
 
 ENGINE_ZERO3_FETCH = {"megatron": "blocks", "deepspeed": "buckets", "torchtitan": "blocks"}

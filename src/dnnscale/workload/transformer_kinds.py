@@ -677,6 +677,13 @@ writes their gradient beside them (flash-attn's cross_entropy, llm-foundry's def
 loss_fn)."""
 
 
+LOSS_KERNEL_NAMES = {"inplace": "Megatron's vocabulary-parallel cross-entropy",
+                     "torch": "torch's cross_entropy on an fp32 cast",
+                     "torch16": "torch's cross_entropy on the 16-bit logits as they are",
+                     "fused": "a fused cross-entropy kernel"}
+"""What each of LOSS_KERNELS is, in words (engine differences, export assumptions)."""
+
+
 def loss_traffic_per_logit(loss: str, logit_bytes: int) -> tuple[float, float]:
     """(forward, input-gradient) bytes each kernel of the `loss` moves per logit of b =
     `logit_bytes` bytes, each reading its inputs and writing its outputs once; c = b + 4, the
