@@ -275,6 +275,7 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("predict", "--precision"): "fp4", ("predict", "--grad-bytes"): "3",
     ("predict", "--zero3-fetch"): "modules",
     ("predict", "--grad-accumulation"): "sum", ("predict", "--loss"): "chunked",
+    ("predict", "--amp"): "o2",
     ("predict", "--input-shape"): "3",
     ("predict", "--html"): "{d}",
     ("optimize", "--workload"): ("no-such-net", "workload"),
@@ -292,6 +293,7 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("optimize", "--tokens"): "-5", ("optimize", "--html"): "{d}", ("optimize", "--csv"): "{d}",
     ("optimize", "--engine"): "colossal", ("optimize", "--sequence-parallel"): "yes",
     ("optimize", "--overlap-dp"): "maybe", ("optimize", "--loss"): "chunked",
+    ("optimize", "--amp"): "o2",
     ("run", "--workload"): ("no-such-net", "workload"),
     ("run", "--input-shape"): "3",
     ("run", "--config"): ("{d}/none.yaml", "config"),
@@ -331,7 +333,7 @@ BAD_VALUE_BASES: dict[tuple[str, str], str] = {
         "--tp", "--pp", "--dp", "--micro-batch", "--global-batch", "--schedule",
         "--virtual-stages", "--zero", "--recompute", "--precision", "--grad-bytes", "--ep",
         "--cp", "--cp-algorithm", "--expert-imbalance", "--etp", "--zero3-fetch",
-        "--grad-accumulation", "--loss")},
+        "--grad-accumulation", "--loss", "--amp")},
 }
 """Where a bad value needs a base other than the first that the flag applies to."""
 NO_VALUE_CASES = {("describe", "--loss"): "is checked once the model is imported, with torch "

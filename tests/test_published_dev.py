@@ -50,10 +50,20 @@ def test_a_bert_row_by_hand(rows) -> None:
     assert case.system == "dgx-a100-80g:1" and not case.closest_preset
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 256,
                          "global_batch": 65536, "precision": "fp16", "grad_accumulation": "add",
-                         "loss": "torch"}
-    # TensorFlow 1's BERT clips each micro-batch into fp32 accumulators (optimization.py)
-    assert case_of(rows["PM0130"]).plan["grad_accumulation"] == "clip_add"
-    assert case_of(rows["PM0130"]).plan["loss"] == "inplace"
+                         "loss": "torch16"}
+    # its fp16 runs cast the model to fp16 (run_pretraining.sh's allreduce_post_accumulation_fp16
+    # under torch.distributed.launch: model.half(), autocast off), so no amp key; its TF32 row
+    # computes the loss on fp32 logits
+    assert case_of(rows["PM0083"]).plan["loss"] == "torch"
+    assert "amp" not in case_of(rows["PM0083"]).plan
+    # TensorFlow 1's BERT clips each micro-batch into fp32 accumulators (optimization.py); its
+    # fp16 runs are TF-AMP's graph rewrite with an fp32 log-softmax (its black list), its TF32
+    # runs neither
+    tf_fp16, tf_tf32 = case_of(rows["PM0130"]), case_of(rows["PM0131"])
+    assert tf_fp16.plan["grad_accumulation"] == "clip_add"
+    assert (tf_fp16.plan["precision"], tf_fp16.plan["amp"], tf_fp16.plan["loss"]) == (
+        "fp16", "tf-amp", "torch")
+    assert tf_tf32.plan["precision"] == "tf32" and "amp" not in tf_tf32.plan
     assert case.measured_samples_per_s == 4553
     # the V100 SXM3 rows run on the DGX-2H the table names (4 nodes of 16 GPUs: dgx-2h:4), and
     # its single-node rows, which its notes say are the README's DGX-2 values, on dgx-2

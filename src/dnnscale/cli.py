@@ -222,6 +222,12 @@ def predict(workload: Optional[str] = typer.Option(
                 "(torch's cross_entropy on an fp32 cast: torchtitan, Hugging Face) | torch16 (the "
                 "same on 16-bit logits, no cast: apex O2) | fused "
                 "(flash-attn's kernel: llm-foundry)"),
+            amp: Optional[str] = typer.Option(
+                None, "--amp", help="GPU, 16-bit plans: how the memory-bound kernels run: half "
+                "(the model cast to 16 bits: Megatron, DeepSpeed, torchtitan, the default) | "
+                "autocast (torch.autocast over fp32 weights: norms, residual stream and softmax "
+                "in fp32) | tf-amp (TensorFlow's AMP graph rewrite: BERT's elementwise ops in "
+                "fp32)"),
             ep: Optional[int] = typer.Option(
                 None, "--ep", help="GPU: expert-parallel degree (MoE workloads: experts split "
                 "over ep devices; the mesh is pp × dp × ep × cp × tp)"),
@@ -286,7 +292,7 @@ def predict(workload: Optional[str] = typer.Option(
              overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
              expert_imbalance=expert_imbalance, etp=etp, overlap_tp=overlap_tp,
              overlap_pp=overlap_pp, zero3_fetch=zero3_fetch,
-             grad_accumulation=grad_accumulation, loss=loss))
+             grad_accumulation=grad_accumulation, loss=loss, amp=amp))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,

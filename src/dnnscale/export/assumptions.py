@@ -1,5 +1,6 @@
 """What a plan's price assumed that the engine's flags do not show: the gradients' width, the
-attention kernel, how the loss is computed, and the memory no tensor can use. An export lists
+attention kernel, the kernels a mixed-precision mode runs in float32, how the loss is
+computed, and the memory no tensor can use. An export lists
 these beside its files (`EngineExport.assumptions`, printed as ``assumes:`` lines and in
 ``--json``), so the engineer who launches the plan knows what the prediction took for
 granted."""
@@ -12,7 +13,7 @@ from dnnscale.export.result import EngineExport
 from dnnscale.model.memory import parallel_groups, plan_reserve_bytes
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.units import format_si
-from dnnscale.workload.transformer_kinds import LOSS_KERNEL_NAMES
+from dnnscale.workload.transformer_kinds import AMP_FP32_KINDS, AMP_NAMES, LOSS_KERNEL_NAMES
 from dnnscale.workload.transformer_shape import TransformerShape
 
 
@@ -68,6 +69,10 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
         fused = shape is not None and shape.flash_attention
         out.append(RECOMPUTE_TEXT[plan.memory.recompute].format(
             core="the fused attention kernel" if fused else "the scores, softmax and context"))
+    if shape is not None and plan.precision.amp != "half":
+        out.append(f"{AMP_NAMES[plan.precision.amp]}: the "
+                   f"{', '.join(sorted(AMP_FP32_KINDS[plan.precision.amp]))} kernels on float32 "
+                   "values, the rest in 16 bits")
     if shape is not None:
         loss = plan.memory.loss
         out.append(f"the loss computed {'as' if loss == 'inplace' else 'by'} "

@@ -137,7 +137,8 @@ PLAN_DICT_PATHS = {
     "ep": "expert.degree", "expert_imbalance": "expert.imbalance", "cp": "context.degree",
     "cp_algorithm": "context.algorithm", "etp": "expert.tensor", "loss": "memory.loss",
     "overlap_tp": "tensor.overlap", "overlap_pp": "pipeline.overlap_p2p",
-    "zero3_fetch": "data.aggregation.fetch", "grad_accumulation": "batch.grad_accumulation"}
+    "zero3_fetch": "data.aggregation.fetch", "grad_accumulation": "batch.grad_accumulation",
+    "amp": "precision.amp"}
 """Plan field -> where `ParallelPlan.to_dict()` holds it (global_batch: micro · accumulation ·
 replicas · ep), so that an error names the key the file has."""
 
@@ -179,7 +180,7 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
               "overlap_pp": pipeline.get("overlap_p2p"),
               "zero3_fetch": aggregation.get("fetch", "blocks"),
               "grad_accumulation": batch.get("grad_accumulation", "fused"),
-              "precision": precision.get("compute"),
+              "precision": precision.get("compute"), "amp": precision.get("amp", "half"),
               "sequence_parallel": tensor.get("sequence_parallel"),
               "overlap_dp": aggregation.get("overlap"), "grad_bytes": precision.get("grad_bytes"),
               "ep": ep, "expert_imbalance": expert.get("imbalance", 1.0),

@@ -110,7 +110,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
                                        sequence_parallel: bool, recompute: str,
                                        flash_attention: bool, context: int = 1,
                                        moe: MoeActivations | None = None, memory: int = 0,
-                                       relative: bool = False) -> float:
+                                       relative: bool = False,
+                                       fp32_kinds: frozenset[str] = frozenset()) -> float:
     """Activation bytes one transformer block keeps for its backward, per micro-batch.
 
     Formula: (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
@@ -135,7 +136,15 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
         keeps to its s_k rows: the attention input (the memory and the segment concatenated)
         2·s_k·b·h instead of 2·s·b·h, K and V 4·s_k·b·h_kv, the core 5·a·s·s_k·b; relative
         positions (`relative`) keep the two biased query copies Q + u and Q + v for the two
-        score products, 2·s·b·h more (split by t).
+        score products, 2·s·b·h more (split by t);
+      a mixed-precision mode that runs kinds on float32 values (`fp32_kinds`,
+        workload/transformer_kinds.AMP_FP32_KINDS) keeps what they save at 4 bytes, 2 more a
+        value: the two norm inputs (norms in float32), + 4·s·b·h (/t under sequence
+        parallelism); the softmax output of the unfused attention core (attn_softmax), +
+        2·a·s·s_k·b/t (its dropped copy is cast to 16 bits for the second batched matmul, which
+        keeps that copy); the MLP activation's input (mlp_act), + 2·s·b·f_in/t; the block
+        input a checkpoint keeps (a float32 residual stream, residual_add), + 2·s·b·h (/t under
+        sequence parallelism).
     For MHA with f = 4h this is Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) without tensor
     parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with it, and (34 + 5·a·s/h)/t with sequence
     parallelism.
@@ -149,13 +158,18 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     s, b, h = seq / max(1, context), micro_batch, hidden
     s_k = s + memory / max(1, context)
     t = max(1, tensor)
+    block_input = _block_input_bytes(s, b, h, t, sequence_parallel)
+    wide_input = block_input if "residual_add" in fp32_kinds else 0.0
     if recompute == "full":
-        return _block_input_bytes(s, b, h, t, sequence_parallel)
+        return block_input + wide_input
     if recompute == "op":
-        return per_op_checkpoint_bytes(s, b, h, heads, kv_hidden, ffn_in, t, sequence_parallel)
-    whole = (8 * s + 2 * s_k) * b * h / (t if sequence_parallel else 1)
+        return (per_op_checkpoint_bytes(s, b, h, heads, kv_hidden, ffn_in, t, sequence_parallel)
+                + wide_input)
+    wide_norms = 4 if fp32_kinds & {"layernorm", "rmsnorm"} else 0
+    whole = (8 * s + 2 * s_k + wide_norms * s) * b * h / (t if sequence_parallel else 1)
     if moe is None:
-        mlp = (2 * s * b * ffn_in + 2 * s * b * ffn_out) / t
+        wide_act = 2 if "mlp_act" in fp32_kinds else 0
+        mlp = ((2 + wide_act) * s * b * ffn_in + 2 * s * b * ffn_out) / t
     else:
         mlp = (4 * s * b * moe.copies * h * moe.copies_share
                + ROUTER_STATE_BYTES * s * b * moe.experts
@@ -168,7 +182,7 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     elif flash_attention:
         core = _flash_stat_bytes(heads, s, b, t)
     else:
-        core = 5 * heads * s * s_k * b / t
+        core = (5 + 2 * ("attn_softmax" in fp32_kinds)) * heads * s * s_k * b / t
     return whole + split + core
 
 

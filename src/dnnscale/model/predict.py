@@ -21,6 +21,7 @@ from dnnscale.model.zero3_fetch import DEEPSPEED_REDUCE_BUCKET, largest_gather
 from dnnscale.plan.config import Config
 from dnnscale.plan.plan import OPTIMIZERS, Collective, ParallelPlan, ParameterServer
 from dnnscale.system.system import System
+from dnnscale.workload.transformer_kinds import AMP_FP32_KINDS
 from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
@@ -56,6 +57,14 @@ def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
                  for indices in assignment)
 
 
+def plan_workload(workload: Workload, plan: ParallelPlan) -> Workload:
+    """`workload` as `plan` runs it: its loss layers computed by the plan's loss kernel
+    (Workload.with_loss) and the kinds its mixed-precision mode runs in float32 at 4 bytes a
+    value (Workload.with_amp)."""
+    return workload.with_loss(plan.memory.loss).with_amp(
+        plan.precision.amp, plan.precision.activation_bytes or workload.bytes_per_value)
+
+
 def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
                  stage: StageCosts | None = None, config: Config | None = None,
                  per_layer: bool = True) -> Prediction:
@@ -63,7 +72,7 @@ def predict_plan(workload: Workload, system: System, plan: ParallelPlan,
     split and batch. `config`: the Adam flags the plan was built from, reported with it.
     `per_layer`: keep every layer's costs (Prediction.layers); off, pipelines of identical
     blocks are costed per block (faster)."""
-    workload = workload.with_loss(plan.memory.loss)  # its loss layers' traffic
+    workload = plan_workload(workload, plan)
     stages = ((stage,) if stage is not None
               else plan_stage_costs(workload, system, plan, per_layer))
     context = StepContext(workload, system, plan, stages)
@@ -145,7 +154,7 @@ def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
         shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
         ffn_in, shape.ffn, plan.tensor.degree, plan.tensor.sequence_parallel,
         plan.memory.recompute, shape.flash_attention, plan.context.degree, moe, shape.memory,
-        shape.positional == "relative")
+        shape.positional == "relative", AMP_FP32_KINDS[plan.precision.amp])
 
 
 def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,

@@ -22,7 +22,7 @@ SPACE_FLAGS: dict[str, tuple[str, ...]] = {
                                  "--recompute", "--schedule", "--precision", "--objective",
                                  "--price", "--pareto", "--tokens", "--engine",
                                  "--sequence-parallel", "--overlap-dp", "--ep", "--cp",
-                                 "--cp-algorithm", "--expert-imbalance", "--loss")},
+                                 "--cp-algorithm", "--expert-imbalance", "--loss", "--amp")},
 }
 """optimize's flags by the space searched (plan/flags.py refuse_flags); the rest apply to both."""
 OUTPUT_FLAGS: dict[str, tuple[str, ...]] = {
@@ -137,6 +137,10 @@ def register(app: typer.Typer) -> None:
             loss: Optional[str] = typer.Option(
                 None, "--loss", help="GPU: how every plan computes the loss: inplace | torch "
                 "| torch16 | fused (default: the --engine's, else inplace, Megatron's)"),
+            amp: Optional[str] = typer.Option(
+                None, "--amp", help="GPU, 16-bit precisions: how every plan runs its "
+                "memory-bound kernels: half (the model cast to 16 bits, every engine's, the "
+                "default) | autocast | tf-amp"),
             schedule: Optional[str] = typer.Option(None, "--schedule",
                                                    help="GPU: 1f1b,interleaved,gpipe (choices)"),
             precision: Optional[str] = typer.Option(
@@ -234,7 +238,8 @@ def register(app: typer.Typer) -> None:
                                 overlap_dp=switches(overlap_dp, "--overlap-dp"),
                                 overlap_tp=switches(overlap_tp, "--overlap-tp"),
                                 overlap_pp=switches(overlap_pp, "--overlap-pp"),
-                                engine=engine, loss=loss, ep=lists["ep"], cp=lists["cp"],
+                                engine=engine, loss=loss, amp=amp, ep=lists["ep"],
+                                cp=lists["cp"],
                                 cp_algorithms=strings(cp_algorithm, "cp_algorithm"),
                                 expert_imbalance=expert_imbalance, etp=lists["etp"],
                                 objective=objective, pareto=pareto or None,

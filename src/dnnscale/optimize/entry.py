@@ -107,7 +107,7 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
              etp: int | Iterable[int] | None = None,
              overlap_tp: bool | Sequence[bool] | None = None,
              overlap_pp: bool | Sequence[bool] | None = None,
-             loss: str | None = None) -> OptimizeResult:
+             loss: str | None = None, amp: str | None = None) -> OptimizeResult:
     """The fastest plan within a budget, the top `top`, the best of each family, and the
     scalability curve, over the space the inputs call for.
 
@@ -131,7 +131,9 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
     degrees to try besides each plan's tp; default none), overlap_tp (the tensor-parallel
     exchanges under the GEMMs, tp > 1 with sequence parallelism) and overlap_pp (the
     pipeline's sends under compute, interleaved schedule): True, False or both (None: the
-    engines' defaults, overlap_tp off and overlap_pp on).
+    engines' defaults, overlap_tp off and overlap_pp on). loss: the loss kernel every plan
+    computes (default the engine's, else 'inplace'); amp: how every 16-bit plan runs its
+    memory-bound kernels ('half', the default and every engine's, 'autocast' or 'tf-amp').
 
     Raises InputError naming the field for bad input, an argument the chosen space does not
     have, or a budget too small for any feasible plan.
@@ -166,7 +168,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                  "price_per_device_hour": price_per_device_hour, "engine": engine,
                  "ep": ep, "cp": cp, "cp_algorithm": cp_algorithms,
                  "expert_imbalance": expert_imbalance, "etp": etp,
-                 "overlap_tp": overlap_tp, "overlap_pp": overlap_pp, "loss": loss},
+                 "overlap_tp": overlap_tp, "overlap_pp": overlap_pp, "loss": loss,
+                 "amp": amp},
                 ADAM_SPACE)
         from dnnscale.optimize.api import optimize_adam
 
@@ -195,7 +198,8 @@ def optimize(workload: str | Path | Workload, cluster: str | Path | System,
                               cp_algorithms=_strings(cp_algorithms, "cp_algorithm"),
                               expert_imbalance=1.0 if expert_imbalance is None
                               else expert_imbalance, expert_tensor=etp,
-                              overlap_tp=overlap_tp, overlap_pp=overlap_pp, loss=loss)
+                              overlap_tp=overlap_tp, overlap_pp=overlap_pp, loss=loss,
+                              amp=amp)
     result = optimize_modern(w, c, space, gpus=budget, top=top, objective=objective or "time",
                              pareto=bool(pareto), curve=curve)
     check_prediction(result.best, "optimize")

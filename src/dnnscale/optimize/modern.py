@@ -45,22 +45,22 @@ from dnnscale.model.stage import (MAX_BLOCK_KINDS, LayerOptions, PipelineLayout,
                                   stages_from_template)
 from dnnscale.optimize.result import CurvePoint, OptimizeResult, SpaceKind, cost_per_step
 from dnnscale.optimize.space import MAX_CHOICES
-from dnnscale.plan.modern import PRECISION_PRESETS
-from dnnscale.plan.engines import (ENGINE_NAMES, EngineFacts, check_engine,
+from dnnscale.plan.modern import PRECISION_PRESETS, amp_precision
+from dnnscale.plan.engines import (ENGINE_AMP, ENGINE_NAMES, EngineFacts, check_engine,
                                    priced_grad_bytes, priced_grad_accumulation, priced_loss,
                                    priced_zero3_fetch, search_violation)
 from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, Pipeline, Precision, TensorSplit)
-from dnnscale.plan.rules import (Violation, batch_divides, batch_violation, context_splits,
-                                 experts_divide, global_batch_within_epoch,
+from dnnscale.plan.rules import (Violation, amp_needs_16_bit, batch_divides, batch_violation,
+                                 context_splits, experts_divide, global_batch_within_epoch,
                                  imbalance_within_experts, per_op_recompute_shape,
                                  pipeline_divides_layers,
                                  pipeline_overlap_needs_interleaving, precision_on_device,
                                  require, schedule_violation, sequence_parallel_splits,
                                  tensor_divides_heads, tensor_overlap_needs_sequence_parallel)
 from dnnscale.system.system import System
-from dnnscale.workload.transformer_kinds import LOSS_KERNELS
+from dnnscale.workload.transformer_kinds import AMP_MODES, LOSS_KERNELS
 from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
@@ -131,11 +131,15 @@ class ModernSpace:
     loss: str = "inplace"
     """How every plan computes the loss (its memory): the engine's where one is named
     (plan/engines.priced_loss: torchtitan's torch cross_entropy), else Megatron's."""
+    amp: str = "half"
+    """How every 16-bit plan runs its memory-bound kernels (Precision.amp): 'half', every
+    engine's (plan/engines.ENGINE_AMP), unless asked for."""
 
     def precision_of(self, zero: int) -> Precision:
         """The precision of the plans at ZeRO stage `zero`: the preset, with the engine's
-        gradient width at that stage where it fixes one (`grad_bytes`)."""
-        return _precision(self.precision, self.grad_bytes[zero])
+        gradient width at that stage where it fixes one (`grad_bytes`), in the space's
+        mixed-precision mode."""
+        return amp_precision(_precision(self.precision, self.grad_bytes[zero]), self.amp)
 
 
 class Group(NamedTuple):
@@ -199,7 +203,7 @@ class Group(NamedTuple):
                            overlap_pp=self.pipeline_part().overlaps_p2p,
                            zero3_fetch=self.fetch(space),
                            grad_accumulation=space.grad_accumulation,
-                           recompute=self.recompute, loss=space.loss)
+                           recompute=self.recompute, loss=space.loss, amp=space.amp)
 
     def fetch(self, space: ModernSpace) -> str:
         """The group's ZeRO-3 granularity: the space's under zero 3, else 'blocks'."""
@@ -283,7 +287,7 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                       expert_tensor: Iterable[int] | int | None = None,
                       overlap_tp: bool | Sequence[bool] | None = None,
                       overlap_pp: bool | Sequence[bool] | None = None,
-                      loss: str | None = None) -> ModernSpace:
+                      loss: str | None = None, amp: str | None = None) -> ModernSpace:
     """The space for a transformer on GPUs; defaults: TP dividing the heads and key/value heads
     within one node, PP dividing the layers, micro-batches 1-32 dividing the global batch,
     ep dividing the experts (1 for a dense model: `default_expert_degrees`), cp up to 8
@@ -370,7 +374,7 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                         tuple(dict.fromkeys(algorithms)), imbalance,
                         shape if engine is not None else None, etp, tp_overlap, pp_overlap,
                         priced_zero3_fetch(engine), priced_grad_accumulation(engine),
-                        _loss(loss, engine))
+                        _loss(loss, engine), _amp(amp, engine, precision))
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space
@@ -405,6 +409,22 @@ def _loss(loss: object, engine: str | None) -> str:
                          f"{priced_loss(engine)}, not {loss}: leave loss out or name another "
                          f"engine")
     return loss
+
+
+def _amp(amp: object, engine: str | None, precision: str) -> str:
+    """The mixed-precision mode every plan of the space runs (workload/transformer_kinds.py
+    AMP_MODES): `amp` where given, else 'half'; an engine refuses any other (they all cast the
+    model: plan/engines.ENGINE_AMP), and so does a 4-byte precision (plan/rules.py
+    amp_needs_16_bit), each naming amp."""
+    if amp is None:
+        return ENGINE_AMP
+    if not isinstance(amp, str) or amp not in AMP_MODES:
+        raise InputError("amp", f"must be one of {', '.join(AMP_MODES)}, got {short_repr(amp)}")
+    if engine is not None and amp != ENGINE_AMP:
+        raise InputError("amp", f"{ENGINE_NAMES[engine]} runs the model cast to 16 bits "
+                         f"(amp {ENGINE_AMP}), not {amp}: leave amp out or name no engine")
+    require(amp_needs_16_bit(amp, precision, PRECISION_PRESETS[precision].activation_bytes), "")
+    return amp
 
 
 def default_expert_degrees(shape: TransformerShape, devices: int) -> tuple[int, ...]:
@@ -915,7 +935,9 @@ Brown et al. 2020 Table 2.1) and past the critical batch size of such models (Mc
 def _search(workload: Workload, system: System, space: ModernSpace, devices: int, top: int,
             objective: str, caches: Caches | None = None) -> tuple[list[Prediction], _Search]:
     caches = caches or Caches()
-    workload = workload.with_loss(space.loss)  # every plan of the space computes it so
+    # every plan of the space computes its loss so and runs its mixed-precision mode
+    workload = workload.with_loss(space.loss).with_amp(
+        space.amp, PRECISION_PRESETS[space.precision].activation_bytes or workload.bytes_per_value)
     search = _Search(workload, system, space, objective, caches=caches)
     found = search.run(devices, top)
     checked = []

@@ -91,7 +91,7 @@ from dataclasses import dataclass
 from dnnscale.errors import InputError, short_repr
 from dnnscale.plan.plan import Collective, ParallelPlan
 from dnnscale.plan.rules import Violation, require
-from dnnscale.workload.transformer_kinds import LOSS_KERNEL_NAMES
+from dnnscale.workload.transformer_kinds import AMP_NAMES, LOSS_KERNEL_NAMES
 from dnnscale.workload.transformer_shape import TransformerShape
 
 ENGINES = ("megatron", "deepspeed", "torchtitan")
@@ -138,6 +138,9 @@ class EngineFacts:
     """Activation recomputation (MemoryPolicy.recompute)."""
     loss: str = "inplace"
     """How the loss is computed (MemoryPolicy.loss, workload/transformer_kinds.py LOSS_KERNELS)."""
+    amp: str = "half"
+    """How the memory-bound kernels of a 16-bit plan run (Precision.amp,
+    workload/transformer_kinds.py AMP_MODES)."""
 
 
 def plan_facts(plan: ParallelPlan) -> EngineFacts:
@@ -154,7 +157,7 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        overlap_pp=plan.pipeline.overlaps_p2p, zero3_fetch=collective.fetch,
                        grad_accumulation=plan.batch.grad_accumulation,
                        micro_batches=plan.batch.accumulation, recompute=plan.memory.recompute,
-                       loss=plan.memory.loss)
+                       loss=plan.memory.loss, amp=plan.precision.amp)
 
 
 def check_engine(engine: object, field: str = "engine") -> str:
@@ -452,6 +455,25 @@ def _loss_difference(engine: str, facts: EngineFacts) -> Violation | None:
                      f"the plan priced loss {facts.loss}: use loss {runs}")
 
 
+ENGINE_AMP = "half"
+"""How every engine runs a 16-bit plan's memory-bound kernels (workload/transformer_kinds.py
+AMP_MODES): on the model cast to 16 bits. Megatron-LM and Megatron-DeepSpeed wrap the model in
+Float16Module (megatron/core/transformer/module.py at d98e8a64), DeepSpeed's engine casts it
+(deepspeed/runtime/engine.py _configure_distributed_model: module.half() under fp16,
+module.bfloat16() under bf16), torchtitan's FSDP2 runs its parameters in
+training.mixed_precision_param, bf16 by default (models/llama3/parallelize.py,
+MixedPrecisionPolicy param_dtype); none runs torch.autocast around it."""
+
+
+def _amp_difference(engine: str, facts: EngineFacts) -> Violation | None:
+    """Where `engine` runs a plan's memory-bound kernels otherwise than it was priced."""
+    if facts.amp == ENGINE_AMP:
+        return None
+    return Violation("amp", f"{ENGINE_NAMES[engine]} runs {AMP_NAMES[ENGINE_AMP]}, every "
+                     f"kernel on 16-bit values; the plan priced amp {facts.amp} "
+                     f"({AMP_NAMES[facts.amp]}): use amp {ENGINE_AMP}")
+
+
 ENGINE_ZERO3_FETCH = {"megatron": "blocks", "deepspeed": "buckets", "torchtitan": "blocks"}
 """How each engine's ZeRO-3 gathers (plan/plan.py ZERO3_FETCH): DeepSpeed's stage 3 in its
 prefetch and reduce buckets (deepspeed/runtime/zero/partitioned_param_coordinator.py,
@@ -475,12 +497,14 @@ def _zero3_fetch_difference(engine: str, facts: EngineFacts) -> Violation | None
 def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]:
     """How `engine` runs a plan it can run otherwise than the plan was priced (torchtitan's
     fixed behaviour, DeepSpeed's gradient width without ZeRO, each engine's ZeRO-3
-    granularity, accumulation and loss); empty for the plans it runs as priced."""
+    granularity, accumulation, loss and mixed-precision mode); empty for the plans it runs as
+    priced."""
     fixed: list[Violation | None] = (
         list(_torchtitan_differences(facts)) if engine == "torchtitan" else
         [_deepspeed_width_difference(facts)] if engine == "deepspeed" else [])
     found = (_zero3_fetch_difference(engine, facts), *fixed,
-             _grad_accumulation_difference(engine, facts), _loss_difference(engine, facts))
+             _grad_accumulation_difference(engine, facts), _loss_difference(engine, facts),
+             _amp_difference(engine, facts))
     return tuple(violation for violation in found if violation is not None)
 
 

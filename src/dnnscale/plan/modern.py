@@ -15,6 +15,11 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     zero3_fetch: blocks # ZeRO-3's gathers: blocks (FSDP, one per transformer block) | buckets
                         # (DeepSpeed stage 3: prefetch and reduce buckets)
     recompute: full     # none | selective | full | op
+    amp: half           # how a 16-bit plan's memory-bound kernels run: half (the model cast
+                        # to 16 bits: Megatron, DeepSpeed, torchtitan, the default) | autocast
+                        # (torch.autocast over fp32 weights: norms, residual stream and
+                        # softmax in fp32) | tf-amp (TensorFlow's AMP graph rewrite: every
+                        # elementwise op of BERT's in fp32)
     loss: inplace       # how the loss is computed, which sets its memory: inplace (Megatron's
                         # vocabulary-parallel cross-entropy, the default) | torch (torch's
                         # cross_entropy on an fp32 cast: torchtitan) | torch16 (the same on
@@ -45,6 +50,7 @@ global_batch is a multiple of dp × ep × micro_batch.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from dnnscale.boundary import require_bool, require_mapping
@@ -53,12 +59,12 @@ from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, GRAD_ACCUMULATION, OP
                                 RECOMPUTE, SCHEDULES, ZERO3_FETCH, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, ParameterServer, Pipeline, Precision, TensorSplit)
-from dnnscale.plan.rules import (batch_divides, expert_tensor_divides,
+from dnnscale.plan.rules import (amp_needs_16_bit, batch_divides, expert_tensor_divides,
                                  imbalance_within_experts, interleaved_micro_batches,
                                  megatron_aggregation, pipeline_overlap_needs_interleaving,
                                  require, schedule_virtual_stages,
                                  tensor_overlap_needs_sequence_parallel, zero3_fetch_needs_zero3)
-from dnnscale.workload.transformer_kinds import LOSS_KERNELS
+from dnnscale.workload.transformer_kinds import AMP_MODES, FP32_BYTES, LOSS_KERNELS
 
 PRECISION_PRESETS = {
     "fp32": Precision("fp32", 4, 4, 4, 4, False),
@@ -81,7 +87,8 @@ grad_bytes (predict --grad-bytes) overrides the width."""
 MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "virtual_stages",
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
                  "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp",
-                 "overlap_tp", "overlap_pp", "zero3_fetch", "grad_accumulation", "loss")
+                 "overlap_tp", "overlap_pp", "zero3_fetch", "grad_accumulation", "loss",
+                 "amp")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -132,6 +139,8 @@ def _plan_rules(plan: ParallelPlan, where: str) -> ParallelPlan:
                                                    plan.tensor.sequence_parallel), where)
     require(pipeline_overlap_needs_interleaving(plan.pipeline.overlap_p2p,
                                                 plan.pipeline.schedule, pp), where)
+    require(amp_needs_16_bit(plan.precision.amp, plan.precision.compute,
+                             plan.precision.activation_bytes), where)
     return plan
 
 
@@ -179,10 +188,9 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
     precision = PRECISION_PRESETS[_choice(values, "precision", tuple(PRECISION_PRESETS), "bf16",
                                           where)]
     if "grad_bytes" in values:
-        grad = _value_bytes(f"{where}.grad_bytes", values["grad_bytes"])
-        precision = Precision(precision.compute, precision.param_bytes, grad,
-                              precision.optimizer_state_bytes, precision.activation_bytes,
-                              precision.master_weights)
+        precision = replace(precision,
+                            grad_bytes=_value_bytes(f"{where}.grad_bytes", values["grad_bytes"]))
+    precision = amp_precision(precision, _choice(values, "amp", AMP_MODES, "half", where))
     overlap_pp = (require_bool(f"{where}.overlap_pp", values["overlap_pp"])
                   if "overlap_pp" in values else None)
     return _plan_rules(ParallelPlan(
@@ -196,6 +204,18 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
         precision=precision,
         optimizer="adam", expert=ExpertParallel(ep, imbalance, None if etp == tp else etp),
         context=ContextParallel(cp, cp_algorithm)), where)
+
+
+def amp_precision(precision: Precision, amp: str) -> Precision:
+    """`precision` run in the mixed-precision mode `amp` (workload/transformer_kinds.py
+    AMP_MODES): itself for 'half'; under 'autocast' and 'tf-amp' the weights stay float32 and
+    the optimizer updates them directly (torch.autocast casts them per use; TF-AMP inserts a
+    cast after each float32 variable), so 4 bytes a weight and no master copy. The gradients
+    keep the precision's width (autocast's .grad is float32 as the weights are: say grad_bytes
+    4; TensorFlow 1 BERT all-reduces them compressed to fp16, Horovod's Compression.fp16)."""
+    if amp == "half":
+        return precision
+    return replace(precision, amp=amp, param_bytes=FP32_BYTES, master_weights=False)
 
 
 def _value_bytes(field: str, value: object) -> int:
@@ -265,6 +285,7 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
         if getattr(precision, name) is not None:
             _value_bytes(f"{where}.precision.{name}", getattr(precision, name))
     require_bool(f"{where}.precision.master_weights", precision.master_weights)
+    _one_of(f"{where}.amp", precision.amp, AMP_MODES)
     _one_of(f"{where}.optimizer", plan.optimizer, tuple(OPTIMIZERS))
     require_bool(f"{where}.overlap", plan.overlap)
     fraction = plan.epoch_fraction
@@ -287,6 +308,7 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
             "zero": zero, **({"zero3_fetch": fetch} if zero == 3 else {}),
             "recompute": plan.memory.recompute, "loss": plan.memory.loss,
             "precision": plan.precision.compute,
+            **({"amp": plan.precision.amp} if plan.precision.amp != "half" else {}),
             "sequence_parallel": plan.tensor.sequence_parallel, "overlap_dp": overlap,
             "grad_bytes": plan.precision.grad_bytes,
             "grad_accumulation": plan.batch.grad_accumulation, "ep": plan.expert.degree,
@@ -311,6 +333,7 @@ def plan_label(plan: ParallelPlan) -> str:
               d["grad_bytes"] != PRECISION_PRESETS[d["precision"]].grad_bytes else "",
               f"grad-{d['grad_accumulation']}" if d["grad_accumulation"] != "fused" else "",
               f"loss-{d['loss']}" if d["loss"] != "inplace" else "",
+              d.get("amp", ""),
               "no-pp-overlap" if d["schedule"] == "interleaved"
               and not plan.pipeline.overlaps_p2p else ""]
     mesh = (f" EP{d['ep']}" if d["ep"] > 1 else "") + (

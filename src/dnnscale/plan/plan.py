@@ -172,6 +172,11 @@ class Precision:
     optimizer_state_bytes: int | None = None
     activation_bytes: int | None = None
     master_weights: bool = False
+    amp: str = "half"
+    """How a 16-bit plan's memory-bound kernels run (workload/transformer_kinds.py AMP_MODES):
+    'half' (the model cast to 16 bits), 'autocast' (torch.autocast over float32 weights) or
+    'tf-amp' (TensorFlow's mixed-precision graph rewrite); plans with 4-byte activations take
+    'half' only."""
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,16 @@ def zero3_fetch_needs_zero3(fetch: str, zero_stage: int) -> Violation | None:
     return None
 
 
+def amp_needs_16_bit(amp: str, precision: str, activation_bytes: int | None) -> Violation | None:
+    """A mixed-precision mode ('autocast', 'tf-amp': workload/transformer_kinds.py AMP_MODES)
+    says which kernels run in float32 beside 16-bit ones; a plan whose activations are 4
+    bytes runs every kernel in float32 already ('half', the default, is its only mode)."""
+    if amp != "half" and activation_bytes is not None and activation_bytes >= 4:
+        return Violation("amp", f"amp {amp!r} applies to 16-bit plans (bf16, fp16, fp8); "
+                         f"{precision} runs every kernel on 4-byte values: leave amp out")
+    return None
+
+
 def pipeline_overlap_needs_interleaving(overlap: bool | None, schedule: str,
                                        pp: int) -> Violation | None:
     """The pipeline's sends overlap compute only under the interleaved schedule (Megatron-LM

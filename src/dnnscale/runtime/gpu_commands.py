@@ -26,8 +26,9 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
              **run: Any) -> Any:
     """The GpuTrainSpec of a --config plan file and the flags given (flags win)."""
     from dnnscale.plan.modern import modern_plan_from_dict
-    from dnnscale.runtime.gpu_train import (GRAD_BYTES, RUN_GRAD_ACCUMULATION, RUN_LOSS,
-                                            GpuTrainSpec)
+    from dnnscale.runtime.gpu_train import (RUN_GRAD_ACCUMULATION, RUN_LOSS, GpuTrainSpec,
+                                            run_amp, run_grad_bytes)
+    from dnnscale.workload.transformer_kinds import AMP_NAMES
     from dnnscale.yamlio import load_yaml_file
 
     data: dict[str, Any] = load_yaml_file(config, "config") if config else {}
@@ -36,11 +37,15 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
     data = {**data, **{k: v for k, v in plan_flags.items() if v is not None}}
     data.setdefault("micro_batch", 1)
     data.setdefault("precision", "bf16")
-    run_grad = GRAD_BYTES.get(str(data["precision"]))
+    bf16_mode = str(run.get("bf16_mode", "master"))
+    run_grad = run_grad_bytes(str(data["precision"]), bf16_mode)
     if run_grad is not None:
         data.setdefault("grad_bytes", run_grad)
     data.setdefault("grad_accumulation", RUN_GRAD_ACCUMULATION)
     data.setdefault("loss", RUN_LOSS)
+    amp = run_amp(str(data["precision"]), bf16_mode)
+    if amp != "half":
+        data.setdefault("amp", amp)
     plan = modern_plan_from_dict(data)  # the plan's own validation, fields named as there
     for key, one in (("tp", 1), ("pp", 1), ("dp", 1), ("zero", 0)):
         if data.get(key, one) != one:
@@ -61,6 +66,10 @@ def gpu_spec(workload: str, config: Optional[Path], plan_flags: dict[str, Any],
     if plan.memory.loss != RUN_LOSS:
         raise InputError("plan.loss", f"run --gpu computes its loss with torch's cross_entropy "
                          f"on an fp32 cast of the logits ({RUN_LOSS}), got {plan.memory.loss}")
+    if plan.precision.amp != amp:
+        raise InputError("plan.amp", f"run --gpu runs {AMP_NAMES[amp]} (amp {amp}: "
+                         f"--precision {data['precision']} --bf16-mode {bf16_mode}), got "
+                         f"{plan.precision.amp}")
     return GpuTrainSpec(workload=workload, micro_batch=plan.batch.micro_batch,
                         global_batch=plan.batch.micro_batch * plan.batch.accumulation,
                         recompute=plan.memory.recompute, precision=str(data["precision"]),

@@ -10,8 +10,8 @@ here), and the run ends with the same "summary" record plus the GPU's facts.
 
 Precisions: `bf16` (default) bf16 weights, gradients and activations with fp32 master weights
 and AdamW state — what the model's `bf16` plan prices; `bf16` with `bf16_mode="autocast"` fp32
-weights under torch.autocast(bfloat16), PyTorch's usual recipe (its per-micro-batch weight casts
-are not in the model); `tf32` fp32 weights with TF32 matmuls; `fp32` plain fp32 (also what a
+weights under torch.autocast(bfloat16), PyTorch's usual recipe, which the run records as the
+plan's amp 'autocast' (its per-micro-batch weight casts are not in the model); `tf32` fp32 weights with TF32 matmuls; `fp32` plain fp32 (also what a
 CPU run uses). Runs on a CPU device too (fp32 or tf32 only), which the tests use.
 """
 
@@ -88,7 +88,7 @@ class GpuTrainSpec:
     def plan_dict(self) -> dict[str, Any]:
         """The plan this run executes, as `modern_plan_from_dict` reads it."""
         return single_gpu_plan(self.micro_batch, self.global_batch, self.recompute,
-                               self.precision)
+                               self.precision, self.bf16_mode)
 
 
 RUN_GRAD_ACCUMULATION = "add"
@@ -102,16 +102,34 @@ RUN_LOSS = "torch"
 cross_entropy on an fp32 cast of the logits (runtime/gpt_model.lm_loss)."""
 
 
-def single_gpu_plan(micro_batch: int, global_batch: int, recompute: str, precision: str
-                    ) -> dict[str, Any]:
+def run_amp(precision: str, bf16_mode: str) -> str:
+    """The mixed-precision mode the run's kernels run in (workload/transformer_kinds.py
+    AMP_MODES): 'autocast' for bf16 under torch.autocast, else 'half' (bf16 weights, or a
+    4-byte precision)."""
+    return "autocast" if precision == "bf16" and bf16_mode == "autocast" else "half"
+
+
+def run_grad_bytes(precision: str, bf16_mode: str) -> int | None:
+    """Bytes per gradient value the run keeps: GRAD_BYTES, but 4 under autocast, whose
+    gradients take the float32 weights' width."""
+    if run_amp(precision, bf16_mode) == "autocast":
+        return 4
+    return GRAD_BYTES.get(precision)
+
+
+def single_gpu_plan(micro_batch: int, global_batch: int, recompute: str, precision: str,
+                    bf16_mode: str = "master") -> dict[str, Any]:
     """The plan fields of one-GPU training (tp = pp = dp = 1), as `modern_plan_from_dict`
-    reads them: the run's gradient width (GRAD_BYTES), its accumulation
-    (RUN_GRAD_ACCUMULATION) and its loss (RUN_LOSS) too, so that a prediction of the plan
-    prices what the run does."""
+    reads them: the run's gradient width (`run_grad_bytes`), its accumulation
+    (RUN_GRAD_ACCUMULATION), its loss (RUN_LOSS) and its mixed-precision mode (`run_amp`)
+    too, so that a prediction of the plan prices what the run does."""
+    grad = run_grad_bytes(precision, bf16_mode)
+    amp = run_amp(precision, bf16_mode)
     return {"tp": 1, "pp": 1, "dp": 1, "micro_batch": micro_batch, "global_batch": global_batch,
             "recompute": recompute, "precision": precision,
-            **({"grad_bytes": GRAD_BYTES[precision]} if precision in GRAD_BYTES else {}),
-            "grad_accumulation": RUN_GRAD_ACCUMULATION, "loss": RUN_LOSS}
+            **({"grad_bytes": grad} if grad is not None else {}),
+            "grad_accumulation": RUN_GRAD_ACCUMULATION, "loss": RUN_LOSS,
+            **({"amp": amp} if amp != "half" else {})}
 
 
 def check_step_data(spec: GpuTrainSpec, shape: Any) -> None:

@@ -207,12 +207,30 @@ def grad_accumulation_of(framework: str) -> str:
     return "clip_add" if framework.startswith("TensorFlow") else "add"
 
 
-def loss_of(framework: str) -> str:
-    """How a BERT row's code computes its masked-LM loss (workload/transformer_kinds.py LOSS_KERNELS):
-    DeepLearningExamples' PyTorch BERT with torch's CrossEntropyLoss under autocast, which
-    casts the logits to fp32 (run_pretraining.py, BertPretrainingCriterion: 'torch');
-    TensorFlow 1's is not read, so it keeps the default."""
-    return "torch" if framework.startswith("PyTorch") else "inplace"
+def loss_of(framework: str, precision: str) -> str:
+    """How a BERT row's code computes its masked-LM loss (workload/transformer_kinds.py
+    LOSS_KERNELS). DeepLearningExamples' PyTorch BERT: torch's CrossEntropyLoss
+    (run_pretraining.py BertPretrainingCriterion at 729963dd) on the logits as the model
+    writes them; its fp16 runs cast the model to fp16 with autocast off
+    (scripts/run_pretraining.sh's default allreduce_post_accumulation_fp16=true, then
+    model.half()), so the loss runs on the 16-bit logits, 'torch16'; in tf32/fp32 the logits
+    are fp32 ('torch', the same at 4 bytes). TensorFlow 1's: tf.nn.log_softmax, then the
+    one-hot labels' product summed (run_pretraining.py get_masked_lm_output), and TF-AMP
+    runs LogSoftmax on float32 (its black list), so an fp32 cast of the logits and an fp32
+    log-softmax, 'torch' (the one-hot product's pass is not priced)."""
+    if framework.startswith("PyTorch") and precision == "fp16":
+        return "torch16"
+    return "torch"
+
+
+def amp_of(framework: str, precision: str) -> dict[str, str]:
+    """How a BERT row's code runs its memory-bound kernels in fp16 (the plan's `amp`,
+    workload/transformer_kinds.py AMP_MODES): TensorFlow 1 BERT's --amp is TF-AMP's graph
+    rewrite ('tf-amp'; run_pretraining.py: amp defaults to True, the rows' fp16); the PyTorch
+    BERT casts the model to fp16 ('half', the default: `loss_of`). Nothing for tf32/fp32."""
+    if framework.startswith("TensorFlow") and precision == "fp16":
+        return {"amp": "tf-amp"}
+    return {}
 
 
 def _data_parallel(row: dict[str, str], precision: str) -> dict[str, Any]:
@@ -297,7 +315,8 @@ def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
                 f"predictions={predictions}")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
-                {**_data_parallel(row, precision), "loss": loss_of(row["framework"])}, seq,
+                {**_data_parallel(row, precision), "loss": loss_of(row["framework"], precision),
+                 **amp_of(row["framework"], precision)}, seq,
                 _samples_per_s(row, seq), precision, int(row["num_devices"]), closest,
                 LDDL_BIN64_NOTE if binned else "")
 

@@ -684,6 +684,55 @@ LOSS_KERNEL_NAMES = {"inplace": "Megatron's vocabulary-parallel cross-entropy",
 """What each of LOSS_KERNELS is, in words (engine differences, export assumptions)."""
 
 
+AMP_MODES = ("half", "autocast", "tf-amp")
+"""How a 16-bit plan's memory-bound kernels run (a plan's `amp`; AMP_FP32_KINDS lists the
+kinds each runs on float32 values):
+
+'half': the model itself is cast to 16 bits, every kernel reads and writes 16-bit values
+  (Megatron-LM, Megatron-DeepSpeed, DeepSpeed, torchtitan's FSDP2 with bf16 parameters, apex
+  O2, DeepLearningExamples' PyTorch BERT, whose default --allreduce_post_accumulation_fp16
+  runs model.half() with autocast off: run_pretraining.py at 729963dd).
+'autocast': torch.autocast over float32 weights (PyTorch's usual recipe; Hugging Face's
+  fp16/bf16 flags, Lightning's 16-mixed, `run --gpu --bf16-mode autocast`). Its CUDA op lists
+  (torch.amp's autocast op reference) run linear, matmul and the convolutions in 16 bits and
+  layer_norm, softmax and log_softmax in float32; an op on neither list runs in its inputs'
+  widest type. So the embedding's float32 table gives a float32 residual stream, each residual
+  add of a 16-bit branch to it stays float32, and the norms read and write it in float32; the
+  attention softmax writes float32 probabilities; the MLP's activation, fed by a linear, runs
+  in 16 bits.
+'tf-amp': TensorFlow's automatic mixed-precision graph rewrite (TF-AMP, DeepLearningExamples'
+  TensorFlow 1 BERT with --amp). Its lists (tensorflow/core/grappler/optimizers/
+  auto_mixed_precision_lists.h, NVIDIA/tensorflow 0936b2e6) put MatMul and BatchMatMul on the
+  white list (16 bits), Mean, Pow, Softmax and the log-softmax losses on the black list
+  (float32), Add, Mul, Sub, Tanh and BiasAdd on the gray list and Gather and Reshape on the
+  clear list; its second pass paints every gray and clear op downstream of a black one black
+  until a white op (PropagateBlackFwdThroughClearAndGray). BERT's layer norm takes a Mean, its
+  GELU a Pow (modeling.py gelu: tf.pow(x, 3)), its attention a Softmax: the norms, the
+  residual adds behind them, the GELU chain, the softmax and its dropout all run in float32.
+  An activation on the clear list (Relu) would not; this mode prices BERT's.
+Priced: each listed kind's traffic at 4 bytes a value (Workload.with_amp), a value read from a
+16-bit GEMM priced as a float32 one; the casts between the widths are taken to be fused into
+the kernels beside them (DeepLearningExamples runs its PyTorch BERT under TorchScript's fuser
+and its TensorFlow BERT under XLA), not priced as passes of their own. Its memory:
+model/memory.transformer_block_activation_bytes. CNN kinds are not listed: autocast runs batch
+norm and ReLU in 16 bits (neither is on its float32 list) and TF-AMP puts FusedBatchNormV3 on
+the gray and Relu on the clear list."""
+
+AMP_FP32_KINDS: dict[str, frozenset[str]] = {
+    "half": frozenset(),
+    "autocast": frozenset({"embedding", "layernorm", "rmsnorm", "residual_add", "attn_softmax",
+                           "lm_positions"}),
+    "tf-amp": frozenset({"embedding", "layernorm", "rmsnorm", "residual_add", "attn_softmax",
+                         "mlp_act", "lm_positions"}),
+}
+"""The memory-bound kinds each of AMP_MODES runs on float32 values (see AMP_MODES)."""
+
+AMP_NAMES = {"half": "the model cast to 16 bits",
+             "autocast": "torch.autocast over float32 weights",
+             "tf-amp": "TensorFlow's automatic mixed-precision graph rewrite"}
+"""What each of AMP_MODES is, in words (engine differences, export assumptions)."""
+
+
 def loss_traffic_per_logit(loss: str, logit_bytes: int) -> tuple[float, float]:
     """(forward, input-gradient) bytes each kernel of the `loss` moves per logit of b =
     `logit_bytes` bytes, each reading its inputs and writing its outputs once; c = b + 4, the

@@ -13,6 +13,8 @@ from dnnscale.workload.kinds import build_layer, check_layer, check_shape
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.transformer_shape import TransformerShape
 
+HALF = ("half", 0)
+"""Workload.amp of a workload whose every layer is built at its own width."""
 MAX_LAYERS = 10_000
 """The most layers a workload may have (a 100-block transformer imported op by op has ~2,000).
 At 10,000 layers predict takes under a second and optimize about 20 s on a 2-core machine."""
@@ -30,6 +32,9 @@ class Workload:
     description: str = ""
     # The shape summary of a transformer workload (None for CNNs, MLPs and imported models).
     transformer: TransformerShape | None = None
+    amp: tuple[str, int] = ("half", 0)
+    """The mixed-precision mode and activation width its layers are priced at (`with_amp`;
+    HALF: every layer at bytes_per_value)."""
 
     @functools.cached_property
     def outside_block_indices(self) -> tuple[int, ...]:
@@ -55,6 +60,38 @@ class Workload:
             same = all(new is old for new, old in zip(layers, self.layers))
             known = self if same else replace(self, layers=layers)
             self._loss_variants[loss] = known
+        return known
+
+    @functools.cached_property
+    def _amp_variants(self) -> dict[tuple[str, int], "Workload"]:
+        """`with_amp`'s workloads, one per (mode, activation width) asked for."""
+        return {}
+
+    def with_amp(self, amp: str, activation_bytes: int) -> "Workload":
+        """This workload with the kinds `amp` runs on float32 values
+        (transformer_kinds.AMP_FP32_KINDS) rebuilt at 4 bytes a value, for a plan whose
+        activations are `activation_bytes` wide (the model scales every layer's traffic by
+        activation_bytes / bytes_per_value, model/predict.plan_stage_costs, so they are built
+        at 4 · bytes_per_value / activation_bytes), and the kinds an earlier mode widened
+        rebuilt at its own width; itself where it is priced so already ('half', 4-byte
+        activations and a workload with none of those kinds are all priced as 'half'). A
+        plan's `amp` prices its step on it; built once per (mode, width)."""
+        wide = transformer_kinds.AMP_FP32_KINDS[amp]
+        key = ((amp, activation_bytes) if wide and activation_bytes < transformer_kinds.FP32_BYTES
+               else HALF)
+        if key == self.amp:
+            return self
+        known = self._amp_variants.get(key)
+        if known is None:
+            wide = transformer_kinds.AMP_FP32_KINDS[key[0]]
+            touched = wide | transformer_kinds.AMP_FP32_KINDS[self.amp[0]]
+            width = (transformer_kinds.FP32_BYTES * self.bytes_per_value // activation_bytes
+                     if wide else self.bytes_per_value)
+            layers = tuple(
+                _rebuilt(layer, width if layer.kind in wide else self.bytes_per_value)
+                if layer.kind in touched else layer for layer in self.layers)
+            known = replace(self, layers=layers, amp=key)
+            self._amp_variants[key] = known
         return known
 
     @property
@@ -97,9 +134,16 @@ def _with_loss(layer: Layer, loss: str, bytes_per_value: int) -> Layer:
     another (its hyper-parameters as built, the kernel replaced), else `layer` itself."""
     if layer.kind != "cross_entropy" or layer.hyper.get("loss", "inplace") == loss:
         return layer
-    hyper = {**layer.hyper, "loss": loss}
+    return _rebuilt(layer, bytes_per_value, {**layer.hyper, "loss": loss})
+
+
+def _rebuilt(layer: Layer, bytes_per_value: int,
+             hyper: Mapping[str, object] | None = None) -> Layer:
+    """`layer` rebuilt at `bytes_per_value` bytes a value with `hyper` (default: its
+    hyper-parameters as built)."""
     return build_layer(layer.kind, layer.name, layer.input_shape, bytes_per_value,
-                       layer.input_grad_bytes > 0, hyper, f"layers.{layer.name}")
+                       layer.input_grad_bytes > 0, dict(layer.hyper if hyper is None else hyper),
+                       f"layers.{layer.name}")
 
 
 def build_workload(name: str, input_shape: Sequence[int], layer_specs: Sequence[Mapping[str, object]],
