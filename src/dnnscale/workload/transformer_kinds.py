@@ -669,10 +669,11 @@ LOSS_KERNELS = ("inplace", "torch", "torch16", "fused")
 traffic (`loss_traffic_per_logit`) and its memory (model/memory.loss_bytes). 'inplace',
 Megatron's vocabulary-parallel cross-entropy (Megatron-LM, Megatron-DeepSpeed: an fp32 copy of
 the logits turned into the softmax in place and kept, the gradient written over it); 'torch',
-torch's cross_entropy on an fp32 cast of the logits (torchtitan, Hugging Face and
-DeepLearningExamples' BERT under autocast: log-softmax kept in fp32); 'torch16', the same on
-16-bit logits as they are, with no cast (a model run in 16 bits without autocast, as apex's O2:
-DeepLearningExamples' Transformer-XL); 'fused', a kernel that keeps the 16-bit logits and
+torch's cross_entropy on an fp32 cast of the logits (torchtitan, Hugging Face under autocast:
+log-softmax kept in fp32; TensorFlow 1 BERT's log-softmax under TF-AMP moves the same);
+'torch16', the same on 16-bit logits as they are, with no cast (a model run in 16 bits without
+autocast: apex's O2 in DeepLearningExamples' Transformer-XL, model.half() in its PyTorch
+BERT); 'fused', a kernel that keeps the 16-bit logits and
 writes their gradient beside them (flash-attn's cross_entropy, llm-foundry's default
 loss_fn)."""
 
