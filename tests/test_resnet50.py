@@ -158,3 +158,59 @@ def test_the_zoo_counts_what_pytorch_runs() -> None:
     assert imported.params == zoo.params == 25_557_032
     for phase in ("fwd_flops", "input_grad_flops", "weight_grad_flops"):
         assert getattr(imported, phase) == pytest.approx(getattr(zoo, phase), rel=1e-9), phase
+
+
+RELU_AND_ADD_OUTPUTS = 15_128_064
+"""Values per image the ReLUs and residual adds write (none in place), by hand: conv1's ReLU
+64·112² = 802,816; stage 1, three blocks of 64·56² + 64·56² + 2 · 256·56² (two 1x1/3x3 ReLUs,
+the add and the block's ReLU) = 6,021,120; stage 2, 128·56² + 128·28² + 2 · 512·28² for its
+first block (v1.5: the stride on the 3x3) and three of 2 · 128·28² + 2 · 512·28², 4,315,136;
+stage 3 the same at 256 and 28 -> 14, 652,288 + 5 · 501,760 = 3,161,088; stage 4 at 512 and
+14 -> 7, 326,144 + 2 · 250,880 = 827,904."""
+
+
+def test_in_place_relus_and_adds_keep_no_buffer_of_their_own() -> None:
+    """PyTorch's bottleneck runs nn.ReLU(inplace=True) and `out += residual`: the zoo's default
+    keeps 37,562,832 - 15,128,064 = 22,434,768 values per image, inplace=false all 37,562,832;
+    the bytes moved are the same either way."""
+    inplace, separate = zoo_workload("resnet50"), load_workload("resnet50:inplace=false")
+    assert separate.name == "resnet50:inplace=false"
+    assert sum(layer.activation_values for layer in separate.layers) == 37_562_832
+    assert sum(layer.kept_values for layer in separate.layers) == 37_562_832
+    assert sum(layer.kept_values for layer in inplace.layers) == 37_562_832 - RELU_AND_ADD_OUTPUTS
+    assert inplace.activation_values == 22_434_768 + 3 * 224 * 224  # the input too
+    assert [(a.fwd_bytes, a.input_grad_bytes) for a in inplace.layers] == [
+        (b.fwd_bytes, b.input_grad_bytes) for b in separate.layers]
+    # fused into the norms (MXNet's float16 runs) there is nothing left to run in place
+    assert sum(layer.kept_values for layer in load_workload("resnet50:fuse_bn=all").layers) == (
+        22_434_768)
+
+
+def test_in_place_decides_whether_nvidias_v100_batch_fits() -> None:
+    """DeepLearningExamples ran 256 images a GPU in fp16 on 16 GB V100s: in place the
+    activations are 22,434,768 values x 2 B x 256 = 11.49 GB and the plan fits; with a buffer
+    each, 37,562,832 x 2 x 256 = 19.23 GB, and it does not."""
+    plan = {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 256, "global_batch": 256,
+            "precision": "fp16", "amp": "autocast"}
+    inplace = dnnscale.predict("resnet50", "dgx-1-v100-16g:1", plan)
+    separate = dnnscale.predict("resnet50:inplace=false", "dgx-1-v100-16g:1", plan)
+    activations = {p.name: p.bytes for p in inplace.memory}["activations"]
+    assert activations == 22_434_768 * 2 * 256
+    assert {p.name: p.bytes for p in separate.memory}["activations"] == 37_562_832 * 2 * 256
+    assert inplace.fits and not separate.fits
+    assert inplace.step_time_s == pytest.approx(separate.step_time_s)
+
+
+def test_in_place_survives_the_yaml_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    save_workload_yaml(zoo_workload("resnet50"), path)
+    assert load_workload(path).activation_values == zoo_workload("resnet50").activation_values
+
+
+@pytest.mark.parametrize("spec", [{"kind": "relu", "inplace": "yes"},
+                                  {"kind": "shortcut_add", "inplace": 1}])
+def test_a_bad_inplace_names_its_field(spec) -> None:
+    with pytest.raises(InputError, match=r"inplace: must be true or false"):
+        build_workload("r", [8, 8, 8], [spec], samples_per_epoch=1)
+    with pytest.raises(InputError, match=r"resnet50 takes .*inplace=true\|false"):
+        load_workload("resnet50:inplace=maybe")

@@ -138,7 +138,8 @@ def workload_json(w: Any) -> dict[str, Any]:
                         "fwd_flops": layer.fwd_flops, "input_grad_flops": layer.input_grad_flops,
                         "weight_grad_flops": layer.weight_grad_flops,
                         "activation_values": layer.activation_values,
-                        "activation_bytes": layer.activation_values * w.bytes_per_value}
+                        "activation_bytes": layer.activation_values * w.bytes_per_value,
+                        "kept_values": layer.kept_values}
                        for layer in w.layers],
             "totals": {**w.totals(), "activation_values": w.activation_values,
                        "activation_bytes": w.activation_values * w.bytes_per_value}}

@@ -61,7 +61,8 @@ class LayerCost(NamedTuple):
     """Kernels (compute and collectives) the host launches for the forward phase."""
     backward_launches: int = 0
     activation_values: float = 0.0
-    """Work fraction × the layer's output values per sample: what this member keeps of it."""
+    """Work fraction × the values per sample the layer keeps (Layer.kept_values: its outputs,
+    0 for a layer run in place): what this member keeps of it."""
     ep_comm_s: float = 0.0
     """Expert parallelism's all-to-alls (dispatch, combine), forward and backward."""
     cp_comm_s: float = 0.0
@@ -384,7 +385,7 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
     return LayerCost(layer.name, layer.kind, shard.scheme, shard.work_fraction, fwd, ing, wg,
                      comm_bytes, comm_messages, tp_s[0], shard.replicated_params, tp_s[1],
                      block if isinstance(block, int) else None, launches[0], launches[1],
-                     shard.work_fraction * layer.activation_values, ep_s[0], cp_s[0],
+                     shard.work_fraction * layer.kept_values, ep_s[0], cp_s[0],
                      ep_s[1], cp_s[1], hidden_forward + hidden_backward, hidden_forward,
                      rerun_s)
 

@@ -30,16 +30,17 @@ def workload_table(workload: Workload) -> Table:
     for layer in workload.layers:
         table.add_row(layer.name, layer.kind, "x".join(map(str, layer.output_shape)),
                       _count(layer.params), _count(layer.fwd_flops), _count(layer.input_grad_flops),
-                      _count(layer.weight_grad_flops), _count(layer.activation_values),
-                      format_si(layer.activation_values * width, "B"))
+                      _count(layer.weight_grad_flops), _count(layer.kept_values),
+                      format_si(layer.kept_values * width, "B"))
     table.add_section()
     table.add_row("total", "", "", _count(workload.params), _count(workload.fwd_flops),
                   _count(workload.input_grad_flops), _count(workload.weight_grad_flops),
                   _count(workload.activation_values),
                   format_si(workload.activation_values * width, "B"))
     table.caption = (f"{workload.fwd_macs:,.0f} forward multiply-adds (connections) per sample; "
-                     f"per-sample counts, 1 multiply-add = 2 FLOP; activation values are each "
-                     f"layer's output (the total adds the input), their bytes at {width} B per "
+                     f"per-sample counts, 1 multiply-add = 2 FLOP; activation values are what "
+                     f"each layer keeps for the backward, its output (0 for a layer run in place "
+                     f"over its input; the total adds the input), their bytes at {width} B per "
                      f"value")
     return table
 

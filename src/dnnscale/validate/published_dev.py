@@ -364,15 +364,30 @@ def resnet50_bn_fusion(framework: str, precision: str) -> str:
     return "all" if framework.startswith("MXNet") and precision == "fp16" else "none"
 
 
+def resnet50_amp(framework: str, precision: str) -> dict[str, str]:
+    """How DeepLearningExamples' ResNet-50 runs fp16 (the plan's `amp`): the PyTorch one under
+    torch.cuda.amp.autocast over its fp32 model since its 20.12 update (ConvNets
+    image_classification/training.py at 097c7ff9, 2021-03-04: `with autocast(enabled=use_amp)`),
+    which its 21.03 rows ran: 'autocast', fp32 weights with no master copy (no CNN kind runs in
+    float32 under it). MXNet's AMP is not modelled: 'half'."""
+    if framework.startswith("PyTorch") and precision == "fp16":
+        return {"amp": "autocast"}
+    return {}
+
+
 def _resnet50(row: dict[str, str], node: str, closest: bool) -> Case:
     """One sample is one 224x224 image (Case.seq 1); the layout is `resnet50_layout`'s, the
-    batch-norm fusions `resnet50_bn_fusion`'s."""
+    batch-norm fusions `resnet50_bn_fusion`'s, its ReLUs and adds in place (the zoo's default:
+    DeepLearningExamples' PyTorch resnet.py runs nn.ReLU(inplace=True) and `out += residual`;
+    MXNet's rows keep the default too, not checked against its memory planner: memory only, the
+    time is the same either way), fp16 `resnet50_amp`'s."""
     precision = _precision(row["precision"])
     workload = zoo_name("resnet50", layout=resnet50_layout(precision),
                         fuse_bn=resnet50_bn_fusion(row["framework"], precision))
     return Case(row["id"], "dle", row["model"], workload, _system(row, node),
-                _data_parallel(row, precision), 1, _samples_per_s(row, 1), precision,
-                int(row["num_devices"]), closest, RESNET_NOTE)
+                {**_data_parallel(row, precision), **resnet50_amp(row["framework"], precision)},
+                1, _samples_per_s(row, 1), precision, int(row["num_devices"]), closest,
+                RESNET_NOTE)
 
 
 def case_of(row: dict[str, str]) -> Case | Unexpressed:

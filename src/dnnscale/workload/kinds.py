@@ -347,8 +347,11 @@ def _elementwise(kind: str, name: str, input_shape: tuple[int, ...], output_shap
 
 @register_kind("relu", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def relu(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-         needs_input_grad: bool) -> Layer:
-    """Element-wise ReLU: 0 FLOP, memory bound."""
+         needs_input_grad: bool, inplace: bool = False) -> Layer:
+    """Element-wise ReLU: 0 FLOP, memory bound. `inplace`: it overwrites its input (PyTorch's
+    nn.ReLU(inplace=True)): the same bytes, but no buffer of its own (Layer.kept_values); its
+    backward reads the output it kept there."""
+    _flag(inplace, f"layers.{name}.inplace")
     return _elementwise("relu", name, input_shape, input_shape, bytes_per_value, needs_input_grad)
 
 
@@ -414,7 +417,8 @@ def batchnorm2d(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 
 @register_kind("shortcut_add", kernel=KernelClass.MEMORY, splits=ADAM_SPLIT)
 def shortcut_add(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-                 needs_input_grad: bool, identity: bool = True, fused: bool = False) -> Layer:
+                 needs_input_grad: bool, identity: bool = True, fused: bool = False,
+                 inplace: bool = False) -> Layer:
     """A residual block's add (He et al. 2016): the chain's value plus the other branch, of
     the same (C, H, W) shape, from outside the chain: the block's input itself (`identity`,
     an identity shortcut) or, after a projection (`shortcut_conv2d` and its norm in the
@@ -430,8 +434,11 @@ def shortcut_add(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 
     `fused`: the add (and the ReLU after it) runs in the block's last batch norm
     (batchnorm2d's fuse: add_relu, which counts its bytes): forward 0 here; the identity
-    fork's sum remains.
+    fork's sum remains. `inplace`: the sum is written over the chain's value (`out +=
+    residual`, DeepLearningExamples' and torchvision's bottleneck): the same bytes, no buffer of
+    its own (Layer.kept_values); neither input is needed for the backward.
     """
+    _flag(inplace, f"layers.{name}.inplace")
     c, h, w = _need_3d(input_shape, "shortcut_add", name)
     values, b = c * h * w, bytes_per_value
     fork = 3.0 * values * b if _flag(identity, f"layers.{name}.identity") else 0.0

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 COST_HYPER_KEYS = ("hidden", "seq", "heads", "kv_heads", "ffn", "vocab", "attention_kernel",
                    "experts", "top_k", "capacity_factor", "memory", "relative", "layout",
-                   "predictions")
+                   "predictions", "inplace")
 """Hyper-parameters (besides shapes and counts) that cost rules read."""
 
 
@@ -63,6 +63,14 @@ class Layer:
     def activation_values(self) -> int:
         """Values this layer outputs per sample (A_l in performance-model.md)."""
         return math.prod(self.output_shape)
+
+    @property
+    def kept_values(self) -> int:
+        """Values per sample this layer's own output takes in memory until the backward: its
+        outputs, or 0 where it writes into a buffer another layer counts (`inplace` in its
+        hyper-parameters: a ReLU run in place over its input, PyTorch's nn.ReLU(inplace=True),
+        or a residual add into its branch's output, `out += residual`)."""
+        return 0 if self.hyper.get("inplace") else self.activation_values
 
     @property
     def fwd_macs(self) -> float:

@@ -118,10 +118,11 @@ class Workload:
 
     @property
     def activation_values(self) -> int:
-        """Values kept for backward per sample: the input plus every layer's output."""
+        """Values kept for backward per sample: the input plus every layer's own output buffer
+        (Layer.kept_values: 0 for a layer run in place)."""
         from math import prod
 
-        return prod(self.input_shape) + sum(layer.activation_values for layer in self.layers)
+        return prod(self.input_shape) + sum(layer.kept_values for layer in self.layers)
 
     def totals(self) -> dict[str, float]:
         return {"params": self.params, "fwd_flops": self.fwd_flops, "fwd_macs": self.fwd_macs,

@@ -5,7 +5,8 @@ workload/transformer_zoo.py (gpt3-*, llama2-*, llama3-*, bert-large, and the mix
 mixtral-8x7b, mixtral-8x22b, deepseek-v3-like). alexnet, vgg16 and resnet50 take their
 activations' layout: ``resnet50:layout=nchw`` (default nhwc, channels last; conv2d's
 `layout`); resnet50 also the batch-norm fusions its framework runs: ``resnet50:fuse_bn=all``
-(RESNET_BN_FUSIONS; several arguments joined by commas). `mlp` takes widths in its name:
+(RESNET_BN_FUSIONS), and whether its ReLUs and adds run in place (``resnet50:inplace=false``:
+each with its own buffer; RESNET_INPLACE); several arguments joined by commas. `mlp` takes widths in its name:
 ``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
 ``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200`` (``experts=8,top_k=2`` more for a
 mixture of experts).
@@ -61,8 +62,15 @@ RESNET_BN_FUSIONS = ("none", "relu", "all")
 last norm ('all': --fuse-bn-relu and --fuse-bn-add-relu, which DeepLearningExamples' MXNet
 runner passes for float16). batchnorm2d's `fuse` prices it (workload/kinds.py)."""
 
+RESNET_INPLACE = ("true", "false")
+"""Whether resnet50's ReLUs and residual adds write over their input (its `inplace` argument):
+'true', PyTorch's bottleneck (torchvision's and DeepLearningExamples' resnet.py:
+nn.ReLU(inplace=True) and `out += residual`), the default; 'false' for a framework that gives
+each its own output buffer. Memory only: the bytes moved are the same (Layer.kept_values)."""
+
 ZOO_ARGUMENTS = {"alexnet": {"layout": CONV_LAYOUTS}, "vgg16": {"layout": CONV_LAYOUTS},
-                 "resnet50": {"layout": CONV_LAYOUTS, "fuse_bn": RESNET_BN_FUSIONS}}
+                 "resnet50": {"layout": CONV_LAYOUTS, "fuse_bn": RESNET_BN_FUSIONS,
+                              "inplace": RESNET_INPLACE}}
 """The zoo's convolutional networks and the key=value arguments each takes after ':'
 (``resnet50:layout=nchw,fuse_bn=all``), with their values; the first value of each is the
 default."""
@@ -219,30 +227,36 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 
 
 def _conv_bn(name: str, out_channels: int, kernel: int, stride: int = 1,
-             relu: bool = True, fuse_bn: str = "none") -> list[dict[str, object]]:
+             relu: bool = True, fuse_bn: str = "none",
+             inplace: bool = True) -> list[dict[str, object]]:
     """A bias-free convolution (padding kernel // 2), its batch norm, and a ReLU unless not:
-    a layer of its own, or run by the norm where `fuse_bn` fuses it (RESNET_BN_FUSIONS)."""
+    a layer of its own (over the norm's output in place with `inplace`), or run by the norm
+    where `fuse_bn` fuses it (RESNET_BN_FUSIONS)."""
     fused = relu and fuse_bn != "none"
     specs: list[dict[str, object]] = [
         {"kind": "conv2d", "name": name, "out_channels": out_channels, "kernel": kernel,
          "stride": stride, "padding": kernel // 2, "bias": False},
         {"kind": "batchnorm2d", "name": f"{name}_bn", **({"fuse": "relu"} if fused else {})}]
-    return specs + ([{"kind": "relu", "name": f"{name}_relu"}] if relu and not fused else [])
+    return specs + ([{"kind": "relu", "name": f"{name}_relu", **({"inplace": True} if inplace
+                                                                else {})}]
+                    if relu and not fused else [])
 
 
 def _bottleneck(name: str, block_input: tuple[int, int, int], width: int,
-                stride: int, fuse_bn: str = "none"
+                stride: int, fuse_bn: str = "none", inplace: bool = True
                 ) -> tuple[list[dict[str, object]], tuple[int, int, int]]:
     """One v1.5 bottleneck on `block_input` (C, H, W): 1x1 to `width`, 3x3 with the stride,
     1x1 to 4·width, each with batch norm; a projection shortcut (1x1 with the stride, batch
     norm) where the shape changes; the add; ReLU. With `fuse_bn` 'all' the last norm runs the
     add and the ReLU (fuse: add_relu; MXNet's BatchNormAddRelu on the main branch, the
-    shortcut's norm apart). Returns its specs and its output shape."""
+    shortcut's norm apart). `inplace`: the ReLUs and the add write over their input
+    (RESNET_INPLACE); a fused add's sum is the norm's own output, so it keeps no buffer either.
+    Returns its specs and its output shape."""
     channels, height, width_px = block_input
     out = (4 * width, (height - 1) // stride + 1, (width_px - 1) // stride + 1)
     add_relu = fuse_bn == "all"
-    specs = (_conv_bn(f"{name}.conv1", width, 1, fuse_bn=fuse_bn)
-             + _conv_bn(f"{name}.conv2", width, 3, stride, fuse_bn=fuse_bn)
+    specs = (_conv_bn(f"{name}.conv1", width, 1, fuse_bn=fuse_bn, inplace=inplace)
+             + _conv_bn(f"{name}.conv2", width, 3, stride, fuse_bn=fuse_bn, inplace=inplace)
              + _conv_bn(f"{name}.conv3", 4 * width, 1, relu=False))
     if add_relu:
         specs[-1] = {**specs[-1], "fuse": "add_relu"}
@@ -252,14 +266,16 @@ def _bottleneck(name: str, block_input: tuple[int, int, int], width: int,
                    "block_input": list(block_input), "stride": stride},
                   {"kind": "batchnorm2d", "name": f"{name}.shortcut_bn"}]
     specs.append({"kind": "shortcut_add", "name": f"{name}.add", "identity": not projection,
-                  **({"fused": True} if add_relu else {})})
+                  **({"fused": True} if add_relu else {}),
+                  **({"inplace": True} if add_relu or inplace else {})})
     if not add_relu:
-        specs.append({"kind": "relu", "name": f"{name}.relu"})
+        specs.append({"kind": "relu", "name": f"{name}.relu",
+                      **({"inplace": True} if inplace else {})})
     return specs, out
 
 
 @register_workload("resnet50")
-def resnet50(layout: str = "nhwc", fuse_bn: str = "none") -> Workload:
+def resnet50(layout: str = "nhwc", fuse_bn: str = "none", inplace: str = "true") -> Workload:
     """ResNet-50 v1.5 (He et al. 2016, Table 1's 50-layer network, with the stride-2 of each
     downsampling bottleneck on its 3x3 convolution instead of the first 1x1: NVIDIA
     DeepLearningExamples' resnet50v1.5 README, torchvision's resnet50).
@@ -279,22 +295,29 @@ def resnet50(layout: str = "nhwc", fuse_bn: str = "none") -> Workload:
 
     `fuse_bn` (RESNET_BN_FUSIONS): which ReLUs and adds run inside the batch norms' kernels;
     the parameters and FLOPs do not change, only the bytes moved and the kernels launched.
+    `inplace` (RESNET_INPLACE): whether the ReLUs and adds write over their input, which
+    changes only what the activations keep (Layer.kept_values).
     """
     if fuse_bn not in RESNET_BN_FUSIONS:
         raise InputError("workload", f"resnet50's fuse_bn must be one of "
                          f"{', '.join(RESNET_BN_FUSIONS)}, got {short_repr(fuse_bn)}")
-    specs = (_conv_bn("conv1", 64, 7, 2, fuse_bn=fuse_bn)
+    if inplace not in RESNET_INPLACE:
+        raise InputError("workload", f"resnet50's inplace must be one of "
+                         f"{', '.join(RESNET_INPLACE)}, got {short_repr(inplace)}")
+    in_place = inplace == "true"
+    specs = (_conv_bn("conv1", 64, 7, 2, fuse_bn=fuse_bn, inplace=in_place)
              + [{"kind": "maxpool2d", "name": "maxpool", "kernel": 3, "stride": 2,
                  "padding": 1}])
     shape = (64, 56, 56)
     for stage, (width, blocks, stride) in enumerate(RESNET50_STAGES, start=1):
         for block in range(blocks):
             block_specs, shape = _bottleneck(f"layer{stage}.{block}", shape, width,
-                                             stride if block == 0 else 1, fuse_bn)
+                                             stride if block == 0 else 1, fuse_bn, in_place)
             specs += block_specs
     specs += [{"kind": "avgpool2d", "name": "avgpool", "kernel": shape[1]},
               {"kind": "flatten", "name": "flatten"}] + _fc_block("fc", 1000, last=True)
-    return build_workload(zoo_name("resnet50", layout=layout, fuse_bn=fuse_bn), [3, 224, 224],
+    return build_workload(zoo_name("resnet50", layout=layout, fuse_bn=fuse_bn, inplace=inplace),
+                          [3, 224, 224],
                           _laid_out(specs, layout),
                           samples_per_epoch=IMAGENET_TRAIN_IMAGES,
                           description=resnet50.__doc__ or "")
