@@ -149,10 +149,19 @@ def test_engines_cast_the_model_and_exports_say_what_was_assumed() -> None:
         assert "amp" in fields
         assert "amp" not in [d.field for d in engine_differences(
             engine, plan_facts(modern_plan_from_dict(FP16)))]
+    from dnnscale.export.assumptions import AMP_KIND_WORDS
+
+    assert set(AMP_KIND_WORDS) == set().union(*AMP_FP32_KINDS.values())
     lines = plan_assumptions(plan, BERT.transformer)
-    assert ("torch.autocast over float32 weights: the attn_softmax, embedding, layernorm, "
-            "lm_positions, residual_add, rmsnorm kernels on float32 values, the rest in 16 bits"
-            in lines)
+    assert ("torch.autocast over float32 weights: the embedding's output, the norms, the "
+            "residual adds, the attention softmax and the gathered positions on float32 values, "
+            "the rest in 16 bits" in lines)
+    llama = transformer_workload("amp-llama", 2, H, A, S, 512, ffn=F, gated=True,
+                                 norm="rmsnorm", flash_attention=True)
+    assert ("TensorFlow's automatic mixed-precision graph rewrite: the embedding's output, the "
+            "norms, the residual adds and the MLP activation on float32 values, the rest in 16 "
+            "bits" in plan_assumptions(modern_plan_from_dict({**FP16, "amp": "tf-amp"}),
+                                       llama.transformer))
     assert not any("float32 values" in line
                    for line in plan_assumptions(modern_plan_from_dict(FP16), BERT.transformer))
 
@@ -219,3 +228,23 @@ def test_predict_and_optimize_in_real_processes() -> None:
                    "64", "--engine", "megatron", "--amp", "autocast")
     assert refused.returncode == 2 and refused.stderr.startswith(
         "error: --amp: Megatron-LM runs the model cast to 16 bits")
+
+
+def test_an_autocast_plan_exports_with_a_note_in_real_processes(tmp_path) -> None:
+    """predict --amp autocast --json, then export --to megatron: the plan reads back with its
+    mode, the export goes on, and stderr says what Megatron-LM runs instead and which kernels
+    the price took as float32."""
+    predicted = _cli("predict", "-w", "gpt3-125m", "-c", "dgx-a100-80g:1", "--dp", "8",
+                     "--micro-batch", "4", "--global-batch", "32", "--precision", "bf16",
+                     "--amp", "autocast", "--json")
+    assert predicted.returncode == 0, predicted.stderr
+    plan = tmp_path / "pred.json"
+    plan.write_text(predicted.stdout)
+    script = tmp_path / "run.sh"
+    exported = _cli("export", str(plan), "-w", "gpt3-125m", "--to", "megatron", "-o",
+                    str(script))
+    assert exported.returncode == 0, exported.stderr
+    assert script.is_file()
+    assert "use amp half" in exported.stderr
+    assert ("torch.autocast over float32 weights: the embedding's output, the norms, the "
+            "residual adds and the attention softmax on float32 values" in exported.stderr)

@@ -103,18 +103,21 @@ def test_predict_json(tmp_path) -> None:
        precision=st.sampled_from(["fp32", "tf32", "bf16", "fp16", "fp8"]),
        sp=st.booleans(), overlap=st.booleans(), overlap_tp=st.booleans(),
        buckets=st.booleans(), accumulation=st.sampled_from(["fused", "add", "clip_add"]),
-       loss=st.sampled_from(["inplace", "torch", "torch16", "fused"]))
+       loss=st.sampled_from(["inplace", "torch", "torch16", "fused"]),
+       amp=st.sampled_from(["half", "autocast", "tf-amp"]))
 def test_to_dict_reads_back_to_the_same_plan(tp, pp, dp, micro, steps, zero, recompute,
                                              precision, sp, overlap, overlap_tp, buckets,
-                                             accumulation, loss) -> None:
+                                             accumulation, loss, amp) -> None:
     """Every field a GPU plan carries reads back from its to_dict() (predict --json's plan),
-    the tp overlap, ZeRO-3's gathers, the accumulation and the loss too."""
+    the tp overlap, ZeRO-3's gathers, the accumulation, the loss and the mixed-precision mode
+    (with its float32 weights) too."""
     zero = zero if pp == 1 else min(zero, 1)
     fields = dict(tp=tp, pp=pp, dp=dp, micro_batch=micro, global_batch=dp * micro * steps,
                   zero=zero, recompute=recompute, precision=precision, sequence_parallel=sp,
                   overlap_dp=overlap, overlap_tp=overlap_tp and sp and tp > 1,
                   zero3_fetch="buckets" if buckets and zero == 3 else "blocks",
-                  grad_accumulation=accumulation, loss=loss)
+                  grad_accumulation=accumulation, loss=loss,
+                  amp=amp if precision in ("bf16", "fp16", "fp8") else "half")
     plan = modern_plan_from_dict(fields)
     from dnnscale.export.plan_source import _from_plan_dict
 

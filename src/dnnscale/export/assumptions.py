@@ -49,6 +49,26 @@ LOSS_MEMORY_TEXT = {
 it)."""
 
 
+AMP_KIND_WORDS = {"embedding": "the embedding's output", "layernorm": "the norms",
+                  "rmsnorm": "the norms", "residual_add": "the residual adds",
+                  "attn_softmax": "the attention softmax", "mlp_act": "the MLP activation",
+                  "lm_positions": "the gathered positions"}
+"""The memory-bound kinds a mixed-precision mode may run in float32, in words, in the order
+the assumption line names them."""
+
+
+def _fp32_kernels(amp: str, shape: TransformerShape) -> str:
+    """What `amp` runs in float32 in a model of `shape` (AMP_FP32_KINDS less the kinds it
+    has none of: one norm kind, the softmax only unfused, the positions only with
+    predictions), in words."""
+    absent = {"rmsnorm" if shape.norm == "layernorm" else "layernorm"}
+    absent |= {"attn_softmax"} if shape.flash_attention else set()
+    absent |= set() if shape.predictions else {"lm_positions"}
+    words = [AMP_KIND_WORDS[kind] for kind in AMP_KIND_WORDS
+             if kind in AMP_FP32_KINDS[amp] and kind not in absent]
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
+
+
 def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tuple[str, ...]:
     """The priced assumptions of `plan` on the workload of `shape`, one sentence each."""
     grad = plan.precision.grad_bytes
@@ -70,9 +90,8 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
         out.append(RECOMPUTE_TEXT[plan.memory.recompute].format(
             core="the fused attention kernel" if fused else "the scores, softmax and context"))
     if shape is not None and plan.precision.amp != "half":
-        out.append(f"{AMP_NAMES[plan.precision.amp]}: the "
-                   f"{', '.join(sorted(AMP_FP32_KINDS[plan.precision.amp]))} kernels on float32 "
-                   "values, the rest in 16 bits")
+        out.append(f"{AMP_NAMES[plan.precision.amp]}: {_fp32_kernels(plan.precision.amp, shape)} "
+                   "on float32 values, the rest in 16 bits")
     if shape is not None:
         loss = plan.memory.loss
         out.append(f"the loss computed {'as' if loss == 'inplace' else 'by'} "

@@ -58,11 +58,10 @@ def plan_stage_costs(workload: Workload, system: System, plan: ParallelPlan,
 
 
 def plan_workload(workload: Workload, plan: ParallelPlan) -> Workload:
-    """`workload` as `plan` runs it: its loss layers computed by the plan's loss kernel
-    (Workload.with_loss) and the kinds its mixed-precision mode runs in float32 at 4 bytes a
-    value (Workload.with_amp)."""
-    return workload.with_loss(plan.memory.loss).with_amp(
-        plan.precision.amp, plan.precision.activation_bytes or workload.bytes_per_value)
+    """`workload` as `plan` runs it (Workload.as_run): its loss kernel, and its
+    mixed-precision mode at the plan's activation width."""
+    return workload.as_run(plan.memory.loss, plan.precision.amp,
+                           plan.precision.activation_bytes or workload.bytes_per_value)
 
 
 def predict_plan(workload: Workload, system: System, plan: ParallelPlan,

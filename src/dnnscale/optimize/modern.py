@@ -936,8 +936,9 @@ def _search(workload: Workload, system: System, space: ModernSpace, devices: int
             objective: str, caches: Caches | None = None) -> tuple[list[Prediction], _Search]:
     caches = caches or Caches()
     # every plan of the space computes its loss so and runs its mixed-precision mode
-    workload = workload.with_loss(space.loss).with_amp(
-        space.amp, PRECISION_PRESETS[space.precision].activation_bytes or workload.bytes_per_value)
+    workload = workload.as_run(space.loss, space.amp,
+                               PRECISION_PRESETS[space.precision].activation_bytes
+                               or workload.bytes_per_value)
     search = _Search(workload, system, space, objective, caches=caches)
     found = search.run(devices, top)
     checked = []

@@ -94,6 +94,13 @@ class Workload:
             self._amp_variants[key] = known
         return known
 
+    def as_run(self, loss: str, amp: str, activation_bytes: int) -> "Workload":
+        """This workload as a plan runs it: its loss layers computed by the `loss` kernel
+        (`with_loss`) and the kinds the mixed-precision mode `amp` runs in float32 at 4 bytes a
+        value for `activation_bytes`-wide activations (`with_amp`). predict and the search
+        both price on it."""
+        return self.with_loss(loss).with_amp(amp, activation_bytes)
+
     @property
     def params(self) -> int:
         """W: parameters (weights + biases) of the whole model."""
