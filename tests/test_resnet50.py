@@ -214,3 +214,22 @@ def test_a_bad_inplace_names_its_field(spec) -> None:
         build_workload("r", [8, 8, 8], [spec], samples_per_epoch=1)
     with pytest.raises(InputError, match=r"resnet50 takes .*inplace=true\|false"):
         load_workload("resnet50:inplace=maybe")
+
+
+@pytest.mark.parametrize("name, relu_outputs", [
+    # conv ReLUs 2 · 64·224² + 2 · 128·112² + 3 · 256·56² + 3 · 512·28² + 3 · 512·14², and the
+    # two FC ReLUs 2 · 4,096
+    ("vgg16", 6_422_528 + 3_211_264 + 2_408_448 + 1_204_224 + 301_056 + 8_192),
+    # conv ReLUs 64·55² + 192·27² + 384·13² + 256·13² + 256·13², FC 2 · 4,096
+    ("alexnet", 193_600 + 139_968 + 64_896 + 43_264 + 43_264 + 8_192),
+])
+def test_torchvisions_in_place_relus(name: str, relu_outputs: int) -> None:
+    """torchvision's AlexNet and VGG-16 run nn.ReLU(inplace=True) too: by default their ReLUs
+    keep no buffer (13,555,712 and 493,184 values an image fewer); inplace=false keeps them."""
+    inplace, separate = zoo_workload(name), load_workload(f"{name}:inplace=false")
+    kept = sum(layer.kept_values for layer in inplace.layers)
+    assert sum(layer.kept_values for layer in separate.layers) - kept == relu_outputs
+    assert [layer.fwd_bytes for layer in inplace.layers] == [
+        layer.fwd_bytes for layer in separate.layers]
+    assert load_workload(f"{name}:layout=nchw,inplace=false").name == (
+        f"{name}:layout=nchw,inplace=false")

@@ -4,9 +4,9 @@ Names: adam-mnist, adam-cifar10, adam-imagenet22k, alexnet, vgg16, resnet50, mlp
 workload/transformer_zoo.py (gpt3-*, llama2-*, llama3-*, bert-large, and the mixtures of experts
 mixtral-8x7b, mixtral-8x22b, deepseek-v3-like). alexnet, vgg16 and resnet50 take their
 activations' layout: ``resnet50:layout=nchw`` (default nhwc, channels last; conv2d's
-`layout`); resnet50 also the batch-norm fusions its framework runs: ``resnet50:fuse_bn=all``
-(RESNET_BN_FUSIONS), and whether its ReLUs and adds run in place (``resnet50:inplace=false``:
-each with its own buffer; RESNET_INPLACE); several arguments joined by commas. `mlp` takes widths in its name:
+`layout`) and whether their ReLUs (and resnet50's adds) run in place (``vgg16:inplace=false``:
+each with its own buffer; INPLACE_CHOICES); resnet50 also the batch-norm fusions its framework
+runs: ``resnet50:fuse_bn=all`` (RESNET_BN_FUSIONS); several arguments joined by commas. `mlp` takes widths in its name:
 ``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
 ``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200`` (``experts=8,top_k=2`` more for a
 mixture of experts).
@@ -62,15 +62,19 @@ RESNET_BN_FUSIONS = ("none", "relu", "all")
 last norm ('all': --fuse-bn-relu and --fuse-bn-add-relu, which DeepLearningExamples' MXNet
 runner passes for float16). batchnorm2d's `fuse` prices it (workload/kinds.py)."""
 
-RESNET_INPLACE = ("true", "false")
-"""Whether resnet50's ReLUs and residual adds write over their input (its `inplace` argument):
-'true', PyTorch's bottleneck (torchvision's and DeepLearningExamples' resnet.py:
-nn.ReLU(inplace=True) and `out += residual`), the default; 'false' for a framework that gives
-each its own output buffer. Memory only: the bytes moved are the same (Layer.kept_values)."""
+INPLACE_CHOICES = ("true", "false")
+"""Whether alexnet's, vgg16's and resnet50's ReLUs and residual adds write over their input (their
+`inplace` argument): 'true', as torchvision runs them (nn.ReLU(inplace=True) in all three,
+`out += residual` in ResNet's bottleneck; DeepLearningExamples' resnet.py the same), the
+default; 'false' for a framework that gives each its own output buffer. Memory only: the bytes
+moved are the same (Layer.kept_values)."""
+IN_PLACE_KINDS = ("relu", "shortcut_add")
+"""The kinds `inplace` marks (workload/kinds.py: each takes `inplace`)."""
 
-ZOO_ARGUMENTS = {"alexnet": {"layout": CONV_LAYOUTS}, "vgg16": {"layout": CONV_LAYOUTS},
+ZOO_ARGUMENTS = {"alexnet": {"layout": CONV_LAYOUTS, "inplace": INPLACE_CHOICES},
+                 "vgg16": {"layout": CONV_LAYOUTS, "inplace": INPLACE_CHOICES},
                  "resnet50": {"layout": CONV_LAYOUTS, "fuse_bn": RESNET_BN_FUSIONS,
-                              "inplace": RESNET_INPLACE}}
+                              "inplace": INPLACE_CHOICES}}
 """The zoo's convolutional networks and the key=value arguments each takes after ':'
 (``resnet50:layout=nchw,fuse_bn=all``), with their values; the first value of each is the
 default."""
@@ -81,6 +85,19 @@ def _laid_out(specs: list[dict[str, object]], layout: str) -> list[dict[str, obj
     if layout == "nhwc":
         return specs
     return [{**spec, "layout": layout} if spec["kind"] in CONV_KINDS else spec
+            for spec in specs]
+
+
+def _in_place(specs: list[dict[str, object]], inplace: str, base: str
+              ) -> list[dict[str, object]]:
+    """`specs` with every ReLU and residual add writing over its input where `inplace` is
+    'true' (INPLACE_CHOICES); InputError naming the workload for another value."""
+    if inplace not in INPLACE_CHOICES:
+        raise InputError("workload", f"{base}'s inplace must be one of "
+                         f"{', '.join(INPLACE_CHOICES)}, got {short_repr(inplace)}")
+    if inplace == "false":
+        return specs
+    return [{**spec, "inplace": True} if spec["kind"] in IN_PLACE_KINDS else spec
             for spec in specs]
 
 
@@ -178,12 +195,13 @@ def adam_imagenet22k(width: float = 1.0, image_size: int = 224) -> Workload:
 
 
 @register_workload("alexnet")
-def alexnet(layout: str = "nhwc") -> Workload:
+def alexnet(layout: str = "nhwc", inplace: str = "true") -> Workload:
     """AlexNet (Krizhevsky et al., 2012) in torchvision's single-tower form.
 
     3x224x224 input; conv 11x11/4 3->64 (pad 2), 5x5 64->192 (pad 2), 3x3 192->384, 384->256,
     256->256 (pad 1), 3x3/2 max-pools after conv1, conv2, conv5; FC 9216->4096->4096->1000.
-    Dropout is omitted (no FLOPs). ImageNet-1k: 1,281,167 training images.
+    Dropout is omitted (no FLOPs). ImageNet-1k: 1,281,167 training images. Its ReLUs run in
+    place unless `inplace` is 'false' (INPLACE_CHOICES).
     """
     specs = (_conv_block("conv1", 64, 11, stride=4, padding=2, pool=("maxpool2d", 3, 2))
              + _conv_block("conv2", 192, 5, padding=2, pool=("maxpool2d", 3, 2))
@@ -192,18 +210,19 @@ def alexnet(layout: str = "nhwc") -> Workload:
              + _conv_block("conv5", 256, 3, padding=1, pool=("maxpool2d", 3, 2))
              + [{"kind": "flatten", "name": "flatten"}]
              + _fc_block("fc1", 4096) + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
-    return build_workload(zoo_name("alexnet", layout=layout), [3, 224, 224],
-                          _laid_out(specs, layout),
+    return build_workload(zoo_name("alexnet", layout=layout, inplace=inplace), [3, 224, 224],
+                          _laid_out(_in_place(specs, inplace, "alexnet"), layout),
                           samples_per_epoch=1_281_167,
                           description=alexnet.__doc__ or "")
 
 
 @register_workload("vgg16")
-def vgg16(layout: str = "nhwc") -> Workload:
+def vgg16(layout: str = "nhwc", inplace: str = "true") -> Workload:
     """VGG-16, configuration D (Simonyan & Zisserman, 2015), as in torchvision without dropout.
 
     Thirteen 3x3 convolutions (pad 1) in five blocks of 64, 128, 256, 512, 512 channels, each
     block closed by a 2x2 max-pool; FC 25088->4096->4096->1000. ImageNet-1k: 1,281,167 images.
+    Its ReLUs run in place unless `inplace` is 'false' (INPLACE_CHOICES).
     """
     specs: list[dict[str, object]] = []
     blocks = [(64, 2), (128, 2), (256, 3), (512, 3), (512, 3)]
@@ -214,8 +233,8 @@ def vgg16(layout: str = "nhwc") -> Workload:
                                  pool=pool)
     specs += ([{"kind": "flatten", "name": "flatten"}] + _fc_block("fc1", 4096)
               + _fc_block("fc2", 4096) + _fc_block("fc3", 1000, last=True))
-    return build_workload(zoo_name("vgg16", layout=layout), [3, 224, 224],
-                          _laid_out(specs, layout),
+    return build_workload(zoo_name("vgg16", layout=layout, inplace=inplace), [3, 224, 224],
+                          _laid_out(_in_place(specs, inplace, "vgg16"), layout),
                           samples_per_epoch=1_281_167,
                           description=vgg16.__doc__ or "")
 
@@ -227,36 +246,31 @@ IMAGENET_TRAIN_IMAGES = 1_281_167
 
 
 def _conv_bn(name: str, out_channels: int, kernel: int, stride: int = 1,
-             relu: bool = True, fuse_bn: str = "none",
-             inplace: bool = True) -> list[dict[str, object]]:
+             relu: bool = True, fuse_bn: str = "none") -> list[dict[str, object]]:
     """A bias-free convolution (padding kernel // 2), its batch norm, and a ReLU unless not:
-    a layer of its own (over the norm's output in place with `inplace`), or run by the norm
-    where `fuse_bn` fuses it (RESNET_BN_FUSIONS)."""
+    a layer of its own, or run by the norm where `fuse_bn` fuses it (RESNET_BN_FUSIONS)."""
     fused = relu and fuse_bn != "none"
     specs: list[dict[str, object]] = [
         {"kind": "conv2d", "name": name, "out_channels": out_channels, "kernel": kernel,
          "stride": stride, "padding": kernel // 2, "bias": False},
         {"kind": "batchnorm2d", "name": f"{name}_bn", **({"fuse": "relu"} if fused else {})}]
-    return specs + ([{"kind": "relu", "name": f"{name}_relu", **({"inplace": True} if inplace
-                                                                else {})}]
-                    if relu and not fused else [])
+    return specs + ([{"kind": "relu", "name": f"{name}_relu"}] if relu and not fused else [])
 
 
 def _bottleneck(name: str, block_input: tuple[int, int, int], width: int,
-                stride: int, fuse_bn: str = "none", inplace: bool = True
+                stride: int, fuse_bn: str = "none"
                 ) -> tuple[list[dict[str, object]], tuple[int, int, int]]:
     """One v1.5 bottleneck on `block_input` (C, H, W): 1x1 to `width`, 3x3 with the stride,
     1x1 to 4·width, each with batch norm; a projection shortcut (1x1 with the stride, batch
     norm) where the shape changes; the add; ReLU. With `fuse_bn` 'all' the last norm runs the
     add and the ReLU (fuse: add_relu; MXNet's BatchNormAddRelu on the main branch, the
-    shortcut's norm apart). `inplace`: the ReLUs and the add write over their input
-    (RESNET_INPLACE); a fused add's sum is the norm's own output, so it keeps no buffer either.
-    Returns its specs and its output shape."""
+    shortcut's norm apart); a fused add's sum is the norm's own output, so it keeps no buffer
+    of its own (`inplace`). Returns its specs and its output shape."""
     channels, height, width_px = block_input
     out = (4 * width, (height - 1) // stride + 1, (width_px - 1) // stride + 1)
     add_relu = fuse_bn == "all"
-    specs = (_conv_bn(f"{name}.conv1", width, 1, fuse_bn=fuse_bn, inplace=inplace)
-             + _conv_bn(f"{name}.conv2", width, 3, stride, fuse_bn=fuse_bn, inplace=inplace)
+    specs = (_conv_bn(f"{name}.conv1", width, 1, fuse_bn=fuse_bn)
+             + _conv_bn(f"{name}.conv2", width, 3, stride, fuse_bn=fuse_bn)
              + _conv_bn(f"{name}.conv3", 4 * width, 1, relu=False))
     if add_relu:
         specs[-1] = {**specs[-1], "fuse": "add_relu"}
@@ -266,11 +280,9 @@ def _bottleneck(name: str, block_input: tuple[int, int, int], width: int,
                    "block_input": list(block_input), "stride": stride},
                   {"kind": "batchnorm2d", "name": f"{name}.shortcut_bn"}]
     specs.append({"kind": "shortcut_add", "name": f"{name}.add", "identity": not projection,
-                  **({"fused": True} if add_relu else {}),
-                  **({"inplace": True} if add_relu or inplace else {})})
+                  **({"fused": True, "inplace": True} if add_relu else {})})
     if not add_relu:
-        specs.append({"kind": "relu", "name": f"{name}.relu",
-                      **({"inplace": True} if inplace else {})})
+        specs.append({"kind": "relu", "name": f"{name}.relu"})
     return specs, out
 
 
@@ -295,30 +307,26 @@ def resnet50(layout: str = "nhwc", fuse_bn: str = "none", inplace: str = "true")
 
     `fuse_bn` (RESNET_BN_FUSIONS): which ReLUs and adds run inside the batch norms' kernels;
     the parameters and FLOPs do not change, only the bytes moved and the kernels launched.
-    `inplace` (RESNET_INPLACE): whether the ReLUs and adds write over their input, which
+    `inplace` (INPLACE_CHOICES): whether the ReLUs and adds write over their input, which
     changes only what the activations keep (Layer.kept_values).
     """
     if fuse_bn not in RESNET_BN_FUSIONS:
         raise InputError("workload", f"resnet50's fuse_bn must be one of "
                          f"{', '.join(RESNET_BN_FUSIONS)}, got {short_repr(fuse_bn)}")
-    if inplace not in RESNET_INPLACE:
-        raise InputError("workload", f"resnet50's inplace must be one of "
-                         f"{', '.join(RESNET_INPLACE)}, got {short_repr(inplace)}")
-    in_place = inplace == "true"
-    specs = (_conv_bn("conv1", 64, 7, 2, fuse_bn=fuse_bn, inplace=in_place)
+    specs = (_conv_bn("conv1", 64, 7, 2, fuse_bn=fuse_bn)
              + [{"kind": "maxpool2d", "name": "maxpool", "kernel": 3, "stride": 2,
                  "padding": 1}])
     shape = (64, 56, 56)
     for stage, (width, blocks, stride) in enumerate(RESNET50_STAGES, start=1):
         for block in range(blocks):
             block_specs, shape = _bottleneck(f"layer{stage}.{block}", shape, width,
-                                             stride if block == 0 else 1, fuse_bn, in_place)
+                                             stride if block == 0 else 1, fuse_bn)
             specs += block_specs
     specs += [{"kind": "avgpool2d", "name": "avgpool", "kernel": shape[1]},
               {"kind": "flatten", "name": "flatten"}] + _fc_block("fc", 1000, last=True)
     return build_workload(zoo_name("resnet50", layout=layout, fuse_bn=fuse_bn, inplace=inplace),
                           [3, 224, 224],
-                          _laid_out(specs, layout),
+                          _laid_out(_in_place(specs, inplace, "resnet50"), layout),
                           samples_per_epoch=IMAGENET_TRAIN_IMAGES,
                           description=resnet50.__doc__ or "")
 
