@@ -60,7 +60,7 @@ from dnnscale.plan.rules import (Violation, amp_needs_16_bit, batch_divides, bat
                                  require, schedule_violation, sequence_parallel_splits,
                                  tensor_divides_heads, tensor_overlap_needs_sequence_parallel)
 from dnnscale.system.system import System
-from dnnscale.workload.transformer_kinds import AMP_MODES, LOSS_KERNELS
+from dnnscale.workload.transformer_kinds import AMP_MODES, AMP_NAMES, LOSS_KERNELS
 from dnnscale.workload.transformer_shape import TransformerShape
 from dnnscale.workload.workload import Workload
 
@@ -421,7 +421,7 @@ def _amp(amp: object, engine: str | None, precision: str) -> str:
     if not isinstance(amp, str) or amp not in AMP_MODES:
         raise InputError("amp", f"must be one of {', '.join(AMP_MODES)}, got {short_repr(amp)}")
     if engine is not None and amp != ENGINE_AMP:
-        raise InputError("amp", f"{ENGINE_NAMES[engine]} runs the model cast to 16 bits "
+        raise InputError("amp", f"{ENGINE_NAMES[engine]} runs {AMP_NAMES[ENGINE_AMP]} "
                          f"(amp {ENGINE_AMP}), not {amp}: leave amp out or name no engine")
     require(amp_needs_16_bit(amp, precision, PRECISION_PRESETS[precision].activation_bytes), "")
     return amp

@@ -32,7 +32,7 @@ class Workload:
     description: str = ""
     # The shape summary of a transformer workload (None for CNNs, MLPs and imported models).
     transformer: TransformerShape | None = None
-    amp: tuple[str, int] = ("half", 0)
+    amp: tuple[str, int] = HALF
     """The mixed-precision mode and activation width its layers are priced at (`with_amp`;
     HALF: every layer at bytes_per_value)."""
 

@@ -6,10 +6,10 @@ mixtral-8x7b, mixtral-8x22b, deepseek-v3-like). alexnet, vgg16 and resnet50 take
 activations' layout: ``resnet50:layout=nchw`` (default nhwc, channels last; conv2d's
 `layout`) and whether their ReLUs (and resnet50's adds) run in place (``vgg16:inplace=false``:
 each with its own buffer; INPLACE_CHOICES); resnet50 also the batch-norm fusions its framework
-runs: ``resnet50:fuse_bn=all`` (RESNET_BN_FUSIONS); several arguments joined by commas. `mlp` takes widths in its name:
-``mlp:784-1024-1024-10`` (input width first, classes last); `gpt` takes its shape:
-``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200`` (``experts=8,top_k=2`` more for a
-mixture of experts).
+runs: ``resnet50:fuse_bn=all`` (RESNET_BN_FUSIONS); several arguments joined by commas.
+`mlp` takes widths in its name: ``mlp:784-1024-1024-10`` (input width first, classes last);
+`gpt` takes its shape: ``gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200``
+(``experts=8,top_k=2`` more for a mixture of experts).
 """
 
 from __future__ import annotations
