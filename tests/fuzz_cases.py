@@ -710,6 +710,8 @@ HF_FILES: dict[str, tuple[str, "str | bytes | None"]] = {
     "model-type-unknown": ("hf_config.model_type", json.dumps({**GPT2_CONFIG,
                                                                "model_type": "mamba"})),
     "dropout-one": ("hf_config.attn_pdrop", json.dumps({**GPT2_CONFIG, "attn_pdrop": 1.0})),
+    "hidden-dropout-text": ("hf_config.resid_pdrop",
+                            json.dumps({**GPT2_CONFIG, "resid_pdrop": "0.1"})),
     "layers-string": ("hf_config.n_layer", json.dumps({**GPT2_CONFIG, "n_layer": "2"})),
 }
 
@@ -727,6 +729,8 @@ GPT_NAMES: dict[str, tuple[str, str]] = {
     "no-value": ("workload.gpt", "layers=2,hidden"),
     "bool-bad": ("workload.gpt.flash", "layers=2,hidden=64,heads=4,seq=8,vocab=10,flash=maybe"),
     "norm-bad": ("workload.gpt.norm", "layers=2,hidden=64,heads=4,seq=8,vocab=10,norm=batch"),
+    "attention-dropout-bad": ("workload.gpt.attention_dropout",
+                              "layers=2,hidden=64,heads=4,seq=8,vocab=10,attention_dropout=0.1"),
 }
 
 TRANSFORMER_LAYERS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -72,10 +72,11 @@ def test_zoo_attention_follows_the_family(name: str, fused: bool) -> None:
 
 def test_hf_configs_default_to_fused_attention(tmp_path: Path) -> None:
     """Hugging Face runs SDPA by default; flash=false prices the unfused kernels. Llama-2-7B at
-    its 4,096 tokens, micro-batch 1, no recomputation: the unfused attention core keeps
-    5·a·s²·b bytes a block (Korthikanti et al. 2022, the 5as/h term), the fused one only its
-    fp32 log-sum-exp, 4·a·s·b: 32 blocks · (5 · 32 · 4096² − 4 · 32 · 4096) · 1 B =
-    85,882,568,704 B (the "106 GB instead of 21 GB" of issue 23)."""
+    its 4,096 tokens, micro-batch 1, no recomputation: the unfused attention core keeps its
+    softmax output, 2·a·s²·b bytes a block (Korthikanti et al. 2022's 5as/h term less the
+    dropout's mask and dropped copy: Llama drops nothing, attention_dropout 0.0), the fused one
+    only its fp32 log-sum-exp, 4·a·s·b: 32 blocks · (2 · 32 · 4096² − 4 · 32 · 4096) · 1 B =
+    34,342,961,152 B (issue 23's "106 GB instead of 21 GB" counted the masks Llama has not)."""
     config = {"hidden_size": 4096, "intermediate_size": 11008, "max_position_embeddings": 4096,
               "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
               "num_key_value_heads": 32, "tie_word_embeddings": False, "vocab_size": 32000}
@@ -89,8 +90,8 @@ def test_hf_configs_default_to_fused_attention(tmp_path: Path) -> None:
     system, plan = load_system("dgx-a100-80g:1"), modern_plan_from_dict({"global_batch": 1})
     difference = (predict_plan(unfused, system, plan).memory_bytes["activations"]
                   - predict_plan(fused, system, plan).memory_bytes["activations"])
-    assert difference == pytest.approx(32 * (5 * 32 * 4096**2 - 4 * 32 * 4096), rel=1e-12) \
-        == 85_882_568_704
+    assert difference == pytest.approx(32 * (2 * 32 * 4096**2 - 4 * 32 * 4096), rel=1e-12) \
+        == 34_342_961_152
 
 
 def test_run_gpu_keeps_its_own_gradient_width() -> None:

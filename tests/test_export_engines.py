@@ -87,6 +87,19 @@ def test_megatron_llama_fsdp_fp8_model_flags() -> None:
     assert "--num-layers-per-virtual-pipeline-stage" not in result.files[0].text
 
 
+@pytest.mark.parametrize(("options", "wanted"), [
+    ("", []),                                          # Megatron's defaults: 0.1 each
+    (",attention_dropout=false", ["--attention-dropout 0"]),
+    (",dropout=false,attention_dropout=true", ["--hidden-dropout 0"]),
+    (",dropout=false", ["--attention-dropout 0", "--hidden-dropout 0"]),
+])
+def test_megatron_dropout_flags_follow_each_dropout(options: str, wanted: list[str]) -> None:
+    plan = modern_plan_from_dict(dict(tp=1, pp=1, dp=8, micro_batch=1, global_batch=8))
+    shape = load_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10" + options).transformer
+    flags = lines(export_megatron(plan, shape, "tiny").files[0].text)
+    assert [f for f in flags if "dropout" in f] == wanted
+
+
 def test_megatron_zero2_and_full_recompute_and_fp16() -> None:
     plan = modern_plan_from_dict(dict(tp=4, pp=1, dp=8, micro_batch=4, global_batch=64, zero=2,
                                       recompute="full", precision="fp16", grad_bytes=4))

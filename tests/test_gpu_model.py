@@ -59,6 +59,58 @@ def test_korthikanti_activation_formulas_gpt3() -> None:
                                               recompute="full", **common) == pytest.approx(2 * sbh)
 
 
+def test_activations_without_dropout_keep_no_masks() -> None:
+    """GPT-3 175B's block (as above, t = 1): without the hidden dropout the two 1-byte masks,
+    2·sbh, go: 32·sbh + 5·a·s²·b; without the attention dropout the core keeps only the softmax
+    output, 2·a·s²·b (its mask and dropped copy, 3·a·s²·b, go): 34·sbh + 2·a·s²·b; neither:
+    32·sbh + 2·a·s²·b. A float32 softmax (autocast's) keeps P at 4 bytes and the 16-bit copy
+    the second matmul reads: 7 bytes a score with dropout, 6 without."""
+    from dnnscale.model.memory import softmax_core_bytes_per_score
+    s, b, h, a = 2048, 1, 12288, 96
+    sbh, scores = s * b * h, a * s * s * b
+    common = dict(seq=s, micro_batch=b, hidden=h, heads=a, kv_hidden=h, ffn_in=4 * h,
+                  ffn_out=4 * h, flash_attention=False, tensor=1, sequence_parallel=False,
+                  recompute="none")
+    assert transformer_block_activation_bytes(**common, hidden_dropout=False) == \
+        pytest.approx(32 * sbh + 5 * scores)
+    assert transformer_block_activation_bytes(**common, attention_dropout=False) == \
+        pytest.approx(34 * sbh + 2 * scores)
+    assert transformer_block_activation_bytes(**common, hidden_dropout=False,
+                                              attention_dropout=False) == \
+        pytest.approx(32 * sbh + 2 * scores)
+    assert [softmax_core_bytes_per_score(wide, drop) for wide in (False, True)
+            for drop in (True, False)] == [5, 2, 7, 6]
+    # flash attention keeps no score-sized tensor, dropout or not (FA2 regenerates its mask)
+    flash = {**common, "flash_attention": True}
+    assert transformer_block_activation_bytes(**flash, attention_dropout=False) == \
+        transformer_block_activation_bytes(**flash)
+
+
+def test_a_workload_without_attention_dropout_prices_and_keeps_less() -> None:
+    """gpt: with attention_dropout=false: the softmax moves 2·a·s² values·b forward and
+    3·a·s²·b backward (no mask, no dropped copy), the residual adds keep their dropout, and
+    the predicted activation memory falls by 3 bytes a score value per block (the mask and the
+    dropped copy; a·s² = 32 scores: 96 B a sample per block) against the shape with both."""
+    import dnnscale
+    from dnnscale.workload import load_workload
+    base = "gpt:layers=2,hidden=8,heads=2,seq=4,vocab=10"
+    both, attn_off = (load_workload(name) for name in (base, base + ",attention_dropout=false"))
+    softmax = {w: next(l for l in w.layers if l.kind == "attn_softmax") for w in (both, attn_off)}
+    assert not softmax[attn_off].hyper["dropout"] and softmax[both].hyper["dropout"]
+    assert (softmax[attn_off].fwd_bytes, softmax[attn_off].input_grad_bytes) == \
+        (2 * 32 * 2, 3 * 32 * 2)
+    assert all(l.hyper["dropout"] for l in attn_off.layers if l.kind == "residual_add")
+    assert attn_off.transformer.dropout and not attn_off.transformer.attention_dropout
+    # dropout=false alone turns both off; attention_dropout=true keeps the attention's
+    off = load_workload(base + ",dropout=false")
+    assert not off.transformer.attention_dropout
+    assert load_workload(base + ",dropout=false,attention_dropout=true").transformer.attention_dropout
+    plan = {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 3, "global_batch": 3}
+    kept = {name: dnnscale.predict(w, "dgx-a100-80g:1", plan).memory_bytes["activations"]
+            for name, w in (("both", both), ("attn_off", attn_off))}
+    assert kept["both"] - kept["attn_off"] == 2 * 3 * 32 * 3  # blocks x 3 B x a·s² x samples
+
+
 def test_hierarchical_allreduce_by_hand() -> None:
     """TP 16 over two nodes of 8 (NVLink 100 GB/s, IB 10 GB/s, no latency), 16 MB: reduce-
     scatter in the node 7/8·16 MB, all-reduce of 2 MB between 2 nodes 2·1/2·2 MB, all-gather

@@ -47,6 +47,20 @@ def test_module_has_the_workloads_parameters(name):
     assert parameter_count(model) == workload.params
 
 
+def test_attention_dropout_is_its_own_probability():
+    # attention_dropout=false: the blocks' attention runs no dropout, their residual adds do
+    from dnnscale.runtime.gpt_model import DROPOUT_P
+    model = GptModel(load_workload(TINY + ",attention_dropout=false").transformer)
+    assert all((b.dropout_p, b.attention_dropout_p) == (DROPOUT_P, 0.0) for b in model.blocks)
+    only = GptModel(load_workload(TINY + ",dropout=false,attention_dropout=true").transformer)
+    assert all((b.dropout_p, b.attention_dropout_p) == (0.0, DROPOUT_P) for b in only.blocks)
+    # with the attention's dropout off and the hidden one off too, two forward passes in
+    # training mode give one loss (nothing is drawn at random)
+    quiet = GptModel(load_workload(TINY + ",dropout=false").transformer)
+    tokens = torch.randint(0, 100, (2, 32), generator=torch.Generator().manual_seed(0))
+    assert quiet(tokens, tokens).item() == quiet(tokens, tokens).item()
+
+
 def test_module_forward_on_meta_at_full_size():
     shape = load_workload("gpt3-125m").transformer
     with torch.device("meta"):

@@ -71,6 +71,33 @@ def test_gpt2_config(tmp_path: Path) -> None:
     assert w.params == 124_439_808
 
 
+@pytest.mark.parametrize(("change", "hidden", "attention"), [
+    ({}, True, True),                                          # GPT-2: 0.1 everywhere
+    ({"attn_pdrop": 0.0}, True, False),                        # the attention's alone off
+    ({"resid_pdrop": 0.0, "embd_pdrop": 0.0}, False, True),    # the hidden ones off
+    ({"attn_pdrop": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0}, False, False),
+])
+def test_attention_and_hidden_dropouts_are_read_apart(tmp_path: Path, change: dict,
+                                                      hidden: bool, attention: bool) -> None:
+    """attn_pdrop drops the attention probabilities, resid_pdrop and embd_pdrop the hidden
+    states (GPT-2's names); a probability 0 runs no dropout; the unfused softmax prices its
+    dropout only when the attention's is on."""
+    w = load_hf_config(_write(tmp_path, {**GPT2, **change}), flash_attention=False)
+    assert (w.transformer.dropout, w.transformer.attention_dropout) == (hidden, attention)
+    softmax = next(l for l in w.layers if l.kind == "attn_softmax")
+    residual = next(l for l in w.layers if l.kind == "residual_add")
+    assert (residual.hyper["dropout"], softmax.hyper["dropout"]) == (hidden, attention)
+
+
+def test_llama_attention_dropout_zero_and_bert_both(tmp_path: Path) -> None:
+    """Llama 3's attention_dropout 0.0 and no hidden key: no dropout at all (the zoo's entry);
+    BERT's attention_probs_dropout_prob and hidden_dropout_prob 0.1: both on."""
+    llama = load_hf_config(_write(tmp_path, LLAMA3_8B)).transformer
+    assert (llama.dropout, llama.attention_dropout) == (False, False)
+    bert = load_hf_config(_write(tmp_path, BERT_LARGE, "bert")).transformer
+    assert (bert.dropout, bert.attention_dropout) == (True, True)
+
+
 def test_bert_config(tmp_path: Path) -> None:
     """bert-large-uncased: the encoder's 334,092,288 parameters (HF's BertModel, 335,141,888,
     adds the 1,049,600-parameter pooler)."""
@@ -111,6 +138,7 @@ def test_seq_override(tmp_path: Path) -> None:
     ({"head_dim": 64}, "hf_config.head_dim"),
     ({"num_local_experts": 8}, "hf_config.num_local_experts"),
     ({"attention_dropout": 1.5}, "hf_config.attention_dropout"),
+    ({"hidden_dropout": -0.1}, "hf_config.hidden_dropout"),
     ({"max_position_embeddings": None}, "hf_config.max_position_embeddings"),
 ])
 def test_bad_keys_are_named(tmp_path: Path, change: dict, field: str) -> None:

@@ -4,6 +4,7 @@ read by hand from their columns, and the benchmark that re-predicts them."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +28,11 @@ def test_an_mpt_row_by_hand(rows) -> None:
     # 15,863,837 tokens/s
     case = case_of(rows["PM0320"])
     assert isinstance(case, Case) and case.source == "llm-foundry"
+    # MPTConfig's defaults, which the benchmark's yamls keep: a learned position table of
+    # max_seq_len rows, biases, no dropout
     assert case.workload == ("gpt:layers=12,hidden=768,heads=12,seq=2048,vocab=50368,"
-                             "positional=none,flash=true,attention_kernel=triton,tied=true,bias=false,"
+                             "positional=learned,positions=2048,flash=true,"
+                             "attention_kernel=triton,tied=true,bias=true,dropout=false,"
                              "metrics=2")
     assert case.system == "dgx-a100-40g:16"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 128, "zero": 3, "micro_batch": 26,
@@ -41,6 +45,34 @@ def test_an_mpt_row_by_hand(rows) -> None:
     assert isinstance(h100, Case) and h100.system == "dgx-h100:8"
     assert h100.plan["recompute"] == "full" and h100.plan["grad_bytes"] == 4
     assert h100.plan["micro_batch"] == 8 and h100.plan["global_batch"] == 2048
+
+
+def test_every_mpt_workload_has_the_parameters_the_readme_prints(rows) -> None:
+    # llm-foundry's README prints each run's parameter count (0.13B-64.86B); the workload
+    # built from MPTConfig's defaults has that count, rounded, at every size and sequence:
+    # MPT-30b at 2,048 tokens 29.98B needs the biases (29.97B without), MPT-7b at 65,536
+    # tokens 6.92B the learned position table (6.65B without)
+    from dnnscale.workload.transformer_zoo import gpt_from_name
+    checked = 0
+    for row in rows.values():
+        if not row["model"].startswith("MPT"):
+            continue
+        case = case_of(row)
+        assert isinstance(case, Case)
+        printed = float(re.search(r"([\d.]+)B params", row["model_details"]).group(1))
+        params = gpt_from_name(case.workload.removeprefix("gpt:")).params
+        assert round(params / 1e9, 2) == printed, (row["id"], params)
+        checked += 1
+    assert checked == 63
+    # MPT-7b by hand at 65,536 tokens: 32 blocks of 12·4096² weights, 4·4096 + 4·4·4096
+    # biases (Q|K|V, out, up, down) and two norms of 2·4096; the final norm; the tied
+    # 50,368-word table and the 65,536-row position table
+    seven = case_of(rows["PM0294"])
+    assert isinstance(seven, Case)
+    h = 4096
+    block = 12 * h * h + (3 * h + h + 4 * h + h) + 2 * 2 * h
+    expected = 32 * block + 2 * h + 50368 * h + 65536 * h
+    assert gpt_from_name(seven.workload.removeprefix("gpt:")).params == expected == 6_918_905_856
 
 
 def test_a_bert_row_by_hand(rows) -> None:
@@ -113,8 +145,10 @@ def test_a_transformer_xl_row_by_hand(rows) -> None:
     # 32 per GPU, global 256, FP16 AMP, 449,890 tokens/s
     case = case_of(rows["PM0160"])
     assert isinstance(case, Case) and case.source == "dle" and case.seq == 192
+    # base's dropatt is 0 (wt103_base.yaml): no attention dropout, the hidden one kept
     assert case.workload == ("gpt:layers=16,hidden=512,heads=8,ffn=2048,seq=192,memory=192,"
-                             "vocab=267735,positional=relative,norm_position=post,tied=true")
+                             "vocab=267735,positional=relative,norm_position=post,tied=true,"
+                             "attention_dropout=false")
     assert case.system == "dgx-a100-40g:1"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 32,
                          "global_batch": 256, "precision": "fp16", "grad_accumulation": "add",
@@ -125,6 +159,7 @@ def test_a_transformer_xl_row_by_hand(rows) -> None:
     large = case_of(rows["PM0152"])
     assert isinstance(large, Case) and not large.closest_preset and large.system == "dgx-2h:8"
     assert "layers=18,hidden=1024,heads=16,ffn=4096,seq=384,memory=384" in large.workload
+    assert large.workload.endswith("attention_dropout=true")  # large's dropatt is 0.2
     assert large.plan["micro_batch"] == 4 and large.plan["global_batch"] == 512
 
 

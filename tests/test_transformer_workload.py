@@ -384,6 +384,25 @@ def test_bad_yaml_fields_name_the_field() -> None:
         workload_from_dict(data)
 
 
+def test_attention_dropout_round_trips_and_is_checked(tmp_path) -> None:
+    """The attention dropout is a field of its own: unset it follows the hidden dropout, set it
+    stays apart; a YAML round trip keeps it; a non-bool is refused, naming the field."""
+    assert _tiny(dropout=False).transformer.attention_dropout is False
+    apart = _tiny(attention_dropout=False)
+    assert (apart.transformer.dropout, apart.transformer.attention_dropout) == (True, False)
+    path = tmp_path / "apart.yaml"
+    save_workload_yaml(apart, path)
+    again = load_workload(path)
+    assert again == apart and again.transformer.attention_dropout is False
+    data = workload_to_dict(apart)
+    data["transformer"]["attention_dropout"] = "no"
+    with pytest.raises(InputError, match=r"transformer\.attention_dropout"):
+        workload_from_dict(data)
+    with pytest.raises(InputError) as info:
+        zoo_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,attention_dropout=maybe")
+    assert info.value.field == "workload.gpt.attention_dropout"
+
+
 def test_shape_summary_validation() -> None:
     with pytest.raises(InputError, match="transformer.kv_heads"):
         TransformerShape(layers=1, hidden=8, heads=4, kv_heads=3, ffn=32, vocab=10, seq=4)

@@ -130,8 +130,10 @@ def model_flags(shape: TransformerShape) -> list[Flag]:
         flags.append(("--untie-embeddings-and-output-weights", None))
     if not shape.bias:
         flags.append(("--disable-bias-linear", None))
+    if not shape.drops_attention:
+        flags.append(("--attention-dropout", "0"))
     if not shape.dropout:
-        flags += [("--attention-dropout", "0"), ("--hidden-dropout", "0")]
+        flags.append(("--hidden-dropout", "0"))
     return flags
 
 

@@ -111,7 +111,9 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
                                        flash_attention: bool, context: int = 1,
                                        moe: MoeActivations | None = None, memory: int = 0,
                                        relative: bool = False,
-                                       fp32_kinds: frozenset[str] = frozenset()) -> float:
+                                       fp32_kinds: frozenset[str] = frozenset(),
+                                       hidden_dropout: bool = True,
+                                       attention_dropout: bool = True) -> float:
     """Activation bytes one transformer block keeps for its backward, per micro-batch.
 
     Formula: (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
@@ -120,7 +122,11 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
         4sbh, two dropout masks 2sbh) — divided by t under sequence parallelism;
       split by t: 4·s·b·h + 4·s·b·h_kv (Q, K, V, the output projection's input) +
         2·s·b·f_in + 2·s·b·f_out (the MLP activation's input and output);
+      without the hidden dropout (`hidden_dropout` false: each sub-layer's output added to the
+        stream as it is) no masks, 2·s·b·h less;
       the attention core: 5·a·s²·b (softmax output, its dropout mask and output), split by t;
+        without the attention dropout (`attention_dropout` false) the second batched matmul
+        reads the softmax output itself, 2·a·s²·b;
         4·a·s·b (FlashAttention's fp32 log-sum-exp) with flash attention; 0 with selective
         recomputation, which checkpoints either (Megatron-Core: the checkpoint keeps Q, K and
         V, counted below, and the output projection keeps O);
@@ -142,7 +148,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
         value: the two norm inputs (norms in float32), + 4·s·b·h (/t under sequence
         parallelism); the softmax output of the unfused attention core (attn_softmax), +
         2·a·s·s_k·b/t (its dropped copy is cast to 16 bits for the second batched matmul, which
-        keeps that copy); the MLP activation's input (mlp_act), + 2·s·b·f_in/t; the block
+        keeps that copy; without the dropout that cast copy of the softmax output, + 4·a·s·s_k·b
+        /t over the 16-bit core's 2·a·s·s_k·b); the MLP activation's input (mlp_act), + 2·s·b·f_in/t; the block
         input a checkpoint keeps (a float32 residual stream, residual_add), + 2·s·b·h (/t under
         sequence parallelism).
     For MHA with f = 4h this is Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) without tensor
@@ -166,7 +173,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
         return (per_op_checkpoint_bytes(s, b, h, heads, kv_hidden, ffn_in, t, sequence_parallel)
                 + wide_input)
     wide_norms = 4 if fp32_kinds & {"layernorm", "rmsnorm"} else 0
-    whole = (8 * s + 2 * s_k + wide_norms * s) * b * h / (t if sequence_parallel else 1)
+    masks = 2 if hidden_dropout else 0
+    whole = ((6 + masks) * s + 2 * s_k + wide_norms * s) * b * h / (t if sequence_parallel else 1)
     if moe is None:
         wide_act = 2 if "mlp_act" in fp32_kinds else 0
         mlp = ((2 + wide_act) * s * b * ffn_in + 2 * s * b * ffn_out) / t
@@ -182,8 +190,23 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     elif flash_attention:
         core = _flash_stat_bytes(heads, s, b, t)
     else:
-        core = (5 + 2 * ("attn_softmax" in fp32_kinds)) * heads * s * s_k * b / t
+        core = softmax_core_bytes_per_score("attn_softmax" in fp32_kinds,
+                                            attention_dropout) * heads * s * s_k * b / t
     return whole + split + core
+
+
+def softmax_core_bytes_per_score(fp32_softmax: bool, dropout: bool) -> int:
+    """Bytes an unfused attention core keeps per score value for its backward: the softmax
+    output P for the softmax's backward (2, or 4 when the softmax runs in float32), and with
+    the attention dropout its 1-byte mask and the dropped P the second batched matmul reads
+    (16-bit: 2); without the dropout that matmul reads P itself, or, when P is float32, the
+    16-bit copy autocast makes of it (2).
+    Formula: 2 + 2·w + (3 if dropout else 2·w), w = 1 for a float32 softmax, else 0 (5, 7,
+    2, 6). Units: flags -> bytes per score value.
+    Source: Korthikanti et al. 2023 §4.1 (5·a·s² bytes with dropout); the fp32 copies as
+    `transformer_block_activation_bytes` counts them."""
+    wide = 2 if fp32_softmax else 0
+    return 2 + wide + (3 if dropout else wide)
 
 
 def per_op_checkpoint_bytes(seq: float, micro_batch: int, hidden: int, heads: int,

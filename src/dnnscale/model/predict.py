@@ -153,7 +153,8 @@ def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
         shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
         ffn_in, shape.ffn, plan.tensor.degree, plan.tensor.sequence_parallel,
         plan.memory.recompute, shape.flash_attention, plan.context.degree, moe, shape.memory,
-        shape.positional == "relative", AMP_FP32_KINDS[plan.precision.amp])
+        shape.positional == "relative", AMP_FP32_KINDS[plan.precision.amp], shape.dropout,
+        shape.drops_attention)
 
 
 def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,

@@ -151,9 +151,11 @@ def make_norm(shape: TransformerShape) -> nn.Module:
 class Block(nn.Module):
     """One transformer block (workload/transformer.py `_block_specs`)."""
 
-    def __init__(self, shape: TransformerShape, dropout_p: float) -> None:
+    def __init__(self, shape: TransformerShape, dropout_p: float,
+                 attention_dropout_p: float) -> None:
         super().__init__()
         self.shape, self.dropout_p = shape, dropout_p
+        self.attention_dropout_p = attention_dropout_p
         h = shape.hidden
         self.attn_norm = make_norm(shape)
         self.attn_qkv = nn.Linear(h, h + 2 * shape.kv_hidden, bias=shape.bias)
@@ -167,7 +169,7 @@ class Block(nn.Module):
         q, k, v = split_heads(self.attn_qkv(x), shape.heads, shape.kv_heads)
         if rope is not None:
             q, k = rotate(q, *rope), rotate(k, *rope)
-        out = attention(q, k, v, shape.causal, self.dropout_p, shape.flash_attention)
+        out = attention(q, k, v, shape.causal, self.attention_dropout_p, shape.flash_attention)
         return self.attn_out(merge_heads(out))
 
     def _mlp(self, x: torch.Tensor) -> torch.Tensor:
@@ -193,13 +195,15 @@ class GptModel(nn.Module):
         super().__init__()
         self.shape, self.recompute = shape, recompute
         self.dropout_p = DROPOUT_P if shape.dropout else 0.0
+        self.attention_dropout_p = DROPOUT_P if shape.drops_attention else 0.0
         h = shape.hidden
         self.token_table = nn.Embedding(shape.vocab, h)
         self.position_table = nn.Embedding(shape.positions, h) if shape.positions else None
         self.type_table = nn.Embedding(shape.token_types, h) if shape.token_types else None
         post = shape.norm_position == "post"
         self.embedding_norm = make_norm(shape) if post else None
-        self.blocks = nn.ModuleList(Block(shape, self.dropout_p) for _ in range(shape.layers))
+        self.blocks = nn.ModuleList(Block(shape, self.dropout_p, self.attention_dropout_p)
+                                    for _ in range(shape.layers))
         self.final_norm = None if post else make_norm(shape)
         self.head = None if shape.tied_embeddings else nn.Linear(h, shape.vocab, bias=False)
         self._initialise()

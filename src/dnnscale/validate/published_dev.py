@@ -7,10 +7,11 @@ pretraining by data parallelism with gradient accumulation; Transformer-XL; ResN
 MosaicML llm-foundry (MPT 125M-70B under FSDP FULL_SHARD). What each row becomes (precision:
 fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
 
-- MPT: ``gpt:`` with the row's layers, d_model, heads, vocab and sequence, no positional
-  embedding (ALiBi adds no parameters), tied embeddings, no biases, flash attention by the
-  Triton kernel (MPT's yamls: ``no_bias: true``, ``attn_impl: triton``; on H100 its speed is
-  derived from A100's, presets/attention_kernels.yaml says why); the plan dp = the GPUs,
+- MPT: ``gpt:`` with the row's layers, d_model, heads, vocab and sequence, as the
+  benchmark's models are built (`mpt_workload`): a learned position table of max_seq_len
+  (the row's sequence) rows, tied embeddings, biases in every linear and norm, no dropout,
+  flash attention by the Triton kernel (on H100 its speed is derived from A100's,
+  presets/attention_kernels.yaml says why); the plan dp = the GPUs,
   ZeRO-3 (FSDP FULL_SHARD), the row's micro-batch and global batch, full recompute where activation
   checkpointing is on, bf16 or fp8 (``amp_fp8``), and gradients reduced in fp32 under
   ``mixed_precision=DEFAULT`` (llm-foundry's FSDP default reduces in float32) or bf16 under
@@ -29,7 +30,8 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
   LDDL README's figure implies (`lddl_padded_seq`, 296 tokens); TF1's tfrecords pad to 512.
 - Transformer-XL base and large (PyTorch DDP): ``gpt:`` with the row's layers, d_model, heads,
   d_inner, tgt_len as the sequence and mem_len as the memory, relative positions, post-norm
-  (its reference code's pre_lnorm false), tied embeddings, WikiText-103's vocabulary of
+  (its reference code's pre_lnorm false), attention dropout for large only (base's dropatt is
+  0, `XL_DROPATT`), tied embeddings, WikiText-103's vocabulary of
   267,735 words (Merity et al. 2016); dp = the GPUs, ZeRO-0, the row's per-GPU batch and
   global batch. Its adaptive softmax and adaptive input (cutoffs 19,997, 39,997, 199,997;
   div_val 1 for base, 4 for large: wt103_base.yaml and wt103_large.yaml) are not expressed:
@@ -259,14 +261,31 @@ _eval_train_metrics), each a torch CrossEntropyLoss over every logit under the r
 autocast (TransformerShape.metrics)."""
 
 
+def mpt_workload(layers: int, hidden: int, heads: int, vocab: int, seq: int) -> str:
+    """The ``gpt:`` workload of an MPT of llm-foundry's benchmarks at sequence `seq`.
+
+    The benchmark (scripts/train/benchmarking/submit_benchmarks.py at the data's commit)
+    trains the pretraining yamls (scripts/train/yamls/pretrain/mpt-*.yaml), which give the
+    shape and ``attn_impl: triton`` only; it sets max_seq_len to the row's sequence and
+    norm_type low_precision_layernorm (16-bit norms, the default `amp`). The rest is
+    MPTConfig's defaults (llmfoundry/models/mpt/configuration_mpt.py): learned_pos_emb true
+    (a max_seq_len x d_model position table; alibi false), no_bias false (biases in every
+    linear and norm), resid_pdrop, emb_pdrop and attn_pdrop 0.0 (no dropout, which PyTorch
+    skips at p = 0), tied embeddings; its loss is LLM_FOUNDRY_LOSS and its two training
+    metrics LLM_FOUNDRY_TRAIN_METRICS. The parameter counts the README prints with each row
+    (0.13B to 64.86B) are this workload's, rounded, at every size and sequence (they grow
+    with the position table: MPT-7b 6.65B at 1,024 tokens, 6.92B at 65,536)."""
+    return (f"gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},"
+            f"positional=learned,positions={seq},flash=true,attention_kernel=triton,tied=true,"
+            f"bias=true,dropout=false,metrics={LLM_FOUNDRY_TRAIN_METRICS}")
+
+
 def _mpt(row: dict[str, str], node: str, closest: bool) -> Case:
     rid, details, config = row["id"], row["model_details"], row["parallel_config"]
     layers, hidden, heads, vocab, seq = (int(v) for v in _find(
         r"(\d+) layers, d_model (\d+), (\d+) heads, FFN 4x, vocab (\d+), seq len (\d+)",
         details, rid, "the MPT shape").groups())
-    workload = (f"gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},"
-                "positional=none,flash=true,attention_kernel=triton,tied=true,bias=false,"
-                f"metrics={LLM_FOUNDRY_TRAIN_METRICS}")
+    workload = mpt_workload(layers, hidden, heads, vocab, seq)
     checkpointing = "activation checkpointing=True" in config
     pure = "mixed_precision=PURE" in config
     precision = "fp8" if "fp8" in row["precision"] else "bf16"
@@ -328,6 +347,20 @@ default --amp_mode at the rows' container (train.py at f838cf32), leaves in fp16
 compute it in fp32 (the 'torch' kernel's bytes)."""
 
 
+XL_DROPATT = {"base": 0.0, "large": 0.2}
+"""Transformer-XL's attention dropout (dropatt) by model size: wt103_base.yaml 0.0, wt103_large
+.yaml 0.2 (DeepLearningExamples' PyTorch Transformer-XL at f838cf32; both keep a hidden
+dropout, 0.1 and 0.2). At 0.0 its nn.Dropout(0.0) runs no kernel."""
+
+
+def xl_attention_dropout(row: dict[str, str]) -> str:
+    """'true' when the row's Transformer-XL size drops its attention probabilities
+    (XL_DROPATT), else 'false'."""
+    size = _find(r"Transformer-XL (base|large)", row["model"], row["id"],
+                 "the Transformer-XL size").group(1)
+    return "true" if XL_DROPATT[size] > 0 else "false"
+
+
 def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
     rid = row["id"]
     layers, hidden, heads, head_dim, ffn, seq, memory = (int(v) for v in _find(
@@ -338,7 +371,7 @@ def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
         raise ValueError(f"{rid}: {heads} heads of {head_dim} are not d_model {hidden}")
     workload = (f"gpt:layers={layers},hidden={hidden},heads={heads},ffn={ffn},seq={seq},"
                 f"memory={memory},vocab={WIKITEXT103_VOCAB},positional=relative,"
-                "norm_position=post,tied=true")
+                f"norm_position=post,tied=true,attention_dropout={xl_attention_dropout(row)}")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
                 {**_data_parallel(row, precision), "loss": XL_LOSS}, seq,

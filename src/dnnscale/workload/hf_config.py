@@ -4,7 +4,10 @@ Keys read (the first one present wins): hidden_size | n_embd, num_attention_head
 num_key_value_heads (default: the heads), intermediate_size | n_inner (default 4·hidden),
 num_hidden_layers | n_layer, vocab_size, max_position_embeddings | n_positions | n_ctx (the
 sequence length unless `seq` overrides it, and the rows of a learned position table),
-tie_word_embeddings, head_dim (must be hidden / heads), the dropout probabilities, RoPE's
+tie_word_embeddings, head_dim (must be hidden / heads), the dropout probabilities (the
+attention probabilities' attention_dropout | attn_pdrop | attention_probs_dropout_prob, the
+hidden ones hidden_dropout | resid_pdrop | embd_pdrop | hidden_dropout_prob; each kind is on
+when any of its keys is above 0), RoPE's
 base rope_theta | rotary_emb_base (GPT-NeoX's name; absent: 10,000, Hugging Face's default),
 and model_type, which gives the rest:
 
@@ -90,8 +93,10 @@ FAMILIES: dict[str, dict[str, object]] = {
     "deepseek_v2": _LLAMA,
     "deepseek_v3": _LLAMA,
 }
-_DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop",
-                 "embd_pdrop", "attention_probs_dropout_prob", "hidden_dropout_prob")
+ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+HIDDEN_DROPOUT_KEYS = ("hidden_dropout", "resid_pdrop", "embd_pdrop", "hidden_dropout_prob")
+"""The configs' names of the attention probabilities' dropout (Llama/Mistral/Falcon/OPT,
+GPT-2, BERT) and of the hidden dropouts (Falcon/BLOOM, GPT-2's residual and embedding, BERT)."""
 _MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 EXPERTS_KEY = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts",
                "qwen3_moe": "num_experts", "deepseek_v2": "n_routed_experts",
@@ -135,6 +140,14 @@ def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise InputError(_field(key), f"must be true or false, got {short_repr(value)}")
     return value
+
+
+def _probability(config: dict[str, Any], key: str) -> float:
+    """A dropout probability in [0, 1) (absent: 0); errors name the key."""
+    value = config.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise InputError(_field(key), f"must be a probability in [0, 1), got {short_repr(value)}")
+    return float(value)
 
 
 def _rope_theta(config: dict[str, Any]) -> float | None:
@@ -222,19 +235,16 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
     elif model_type in _ATTENTION_BIAS:
         family["bias"] = _flag(config, "attention_bias", False)
     experts, experts_text = _experts(config, model_type, layers, ffn)
-    dropouts = []
-    for key in _DROPOUT_KEYS:
-        value = config.get(key, 0.0)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise InputError(_field(key), f"must be a probability in [0, 1), got {short_repr(value)}")
-        dropouts.append(value)
+    attention_dropout, dropout = (any([_probability(config, key) > 0 for key in keys])
+                                  for keys in (ATTENTION_DROPOUT_KEYS, HIDDEN_DROPOUT_KEYS))
     token_types = (_integer(config, ("type_vocab_size",), 2) if model_type == "bert" else 0)
     rope_theta = _rope_theta(config) if family["positional"] == "rope" else None
     positions = max_positions if family["positional"] == "learned" else 0
     return transformer_workload(
         name, layers, hidden, heads, seq, vocab, ffn=ffn, kv_heads=kv_heads,
         flash_attention=flash_attention, samples_per_epoch=samples_per_epoch,
-        positions=positions, token_types=token_types, dropout=any(dropouts),
+        positions=positions, token_types=token_types, dropout=dropout,
+        attention_dropout=attention_dropout,
         rope_theta=rope_theta, predictions=predictions,
         description=f"from Hugging Face config ({model_type}): {layers} layers x {hidden}, "
                     f"{heads} heads ({kv_heads} key/value), ffn {ffn}, vocab {vocab}, seq {seq}"

@@ -54,6 +54,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH, *,
                          positions: int | None = None, token_types: int = 0,
                          norm_position: str = "pre", bias: bool = True, dropout: bool = True,
+                         attention_dropout: bool | None = None,
                          rope_theta: float | None = None, attention_kernel: str = "fa2",
                          experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
                          shared_ffn: int = 0, capacity_factor: float | None = None,
@@ -64,7 +65,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
 
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
-    `dropout` the attention and residual dropouts, `rope_theta` RoPE's base (None: 10,000).
+    `dropout` the hidden (residual) dropouts, `attention_dropout` the attention probabilities'
+    (None: as `dropout`), `rope_theta` RoPE's base (None: 10,000).
     `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape), except the
     blocks listed in `dense_blocks`. `memory` > 0 (with `positional="relative"`) makes it a
     Transformer-XL (TransformerShape): each block attends over its cached memory too.
@@ -84,7 +86,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         tied_embeddings=tied_embeddings, causal=causal, positional=positional,
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
-        rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
+        attention_dropout=attention_dropout, rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
         top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn,
         capacity_factor=capacity_factor, dense_blocks=dense_blocks, memory=memory,
         predictions=predictions, metrics=metrics)
@@ -162,7 +164,8 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
         specs += [_spec(shape, "attn_scores", "attn_scores", i, causal=shape.causal,
                         **({"relative": True} if relative else {})),
                   _spec(shape, "attn_softmax", "attn_softmax", i, causal=shape.causal,
-                        dropout=shape.dropout, **({"unfused": True} if relative else {})),
+                        dropout=shape.drops_attention,
+                        **({"unfused": True} if relative else {})),
                   _spec(shape, "attn_context", "attn_context", i)]
     specs += [_spec(shape, "attn_out", "attn_out", i, bias=shape.bias),
               _spec(shape, "residual_add", "attn_residual", i, dropout=shape.dropout),

@@ -44,6 +44,12 @@ class TransformerShape:
     (`rotary_base`); only a RoPE shape has one. It changes no count, only the engines' options.
     `attention_kernel` is the fused attention kernel (ATTENTION_KERNELS) when
     `flash_attention` is on; it changes no count, only the kernel's speed.
+    `dropout` is the hidden dropout: each sub-layer's output before its residual add (and the
+    embedding's output); `attention_dropout` the dropout of the attention probabilities (None
+    on construction: the same as `dropout`). Models set them apart: OPT, Falcon and Mistral
+    configs give attention_dropout 0 beside a hidden dropout, Transformer-XL base's dropatt is 0
+    beside dropout 0.1 (wt103_base.yaml). A dropout of probability 0 runs no kernel (PyTorch's
+    dropout returns its input when p is 0), so it is off here.
 
     Transformer-XL (Dai et al. 2019, "Transformer-XL: Attentive Language Models Beyond a
     Fixed-Length Context"): `memory` (mem_len, 0: none) is the number of hidden states of the
@@ -99,6 +105,7 @@ class TransformerShape:
     norm_position: str = "pre"
     bias: bool = True
     dropout: bool = True
+    attention_dropout: bool | None = None
     rope_theta: float | None = None
     attention_kernel: str = "fa2"
     experts: int = 0
@@ -114,6 +121,8 @@ class TransformerShape:
     def __post_init__(self) -> None:
         if isinstance(self.dense_blocks, list):  # YAML and JSON give a list
             object.__setattr__(self, "dense_blocks", tuple(self.dense_blocks))
+        if self.attention_dropout is None:  # unset: the hidden dropout's
+            object.__setattr__(self, "attention_dropout", self.dropout)
         for name in REQUIRED_FIELDS:
             _require_int(name, getattr(self, name), 1)
         for name in ("positions", "token_types", "experts", "top_k", "expert_ffn", "shared_ffn",
@@ -122,7 +131,8 @@ class TransformerShape:
         if self.predictions > self.seq:
             raise InputError("transformer.predictions", f"the LM head runs on at most the seq = "
                              f"{self.seq} positions of a sequence, got {self.predictions}")
-        for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias", "dropout"):
+        for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias", "dropout",
+                     "attention_dropout"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"transformer.{name}", f"must be true or false, got "
                                  f"{getattr(self, name)!r}")
@@ -198,6 +208,12 @@ class TransformerShape:
     def predicted(self) -> int:
         """The positions per sequence the LM head runs on: `predictions`, or every one."""
         return self.predictions or self.seq
+
+    @property
+    def drops_attention(self) -> bool:
+        """Whether the attention probabilities go through dropout (`attention_dropout`, which
+        construction resolves to a bool)."""
+        return bool(self.attention_dropout)
 
     @property
     def keys(self) -> int:

@@ -238,7 +238,7 @@ _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
               "tied": "tied_embeddings", "causal": "causal", "bias": "bias",
-              "dropout": "dropout"}
+              "dropout": "dropout", "attention_dropout": "attention_dropout"}
 _GPT_CHOICES = {"norm": ("layernorm", "rmsnorm"), "positional": POSITIONALS,
                 "attention_kernel": ATTENTION_KERNELS, "norm_position": NORM_POSITIONS}
 GPT_REQUIRED = ("layers", "hidden", "heads", "seq", "vocab")
@@ -294,8 +294,9 @@ def parse_options(text: str, field: str, ints: tuple[str, ...], bools: dict[str,
 def gpt_from_name(argument: str) -> Workload:
     """The workload of ``gpt:<argument>``, e.g. ``layers=24,hidden=1024,heads=16,seq=1024,
     vocab=51200``; optional keys ffn, kv_heads, positions, samples (per epoch), rope_theta
-    (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout
-    (true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
+    (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout (the hidden
+    dropouts), attention_dropout (the attention probabilities'; default: as dropout) (each
+    true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
     attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), memory (Transformer-XL's cached memory
     length, with positional=relative; default 0), predictions (the positions per sequence the
     LM head runs on, a masked language model's masked tokens; default 0, every position),
