@@ -729,6 +729,8 @@ GPT_NAMES: dict[str, tuple[str, str]] = {
     "no-value": ("workload.gpt", "layers=2,hidden"),
     "bool-bad": ("workload.gpt.flash", "layers=2,hidden=64,heads=4,seq=8,vocab=10,flash=maybe"),
     "norm-bad": ("workload.gpt.norm", "layers=2,hidden=64,heads=4,seq=8,vocab=10,norm=batch"),
+    "token-types-text": ("workload.gpt.token_types",
+                         "layers=2,hidden=64,heads=4,seq=8,vocab=10,token_types=two"),
     "attention-dropout-bad": ("workload.gpt.attention_dropout",
                               "layers=2,hidden=64,heads=4,seq=8,vocab=10,attention_dropout=0.1"),
 }

@@ -384,6 +384,19 @@ def test_bad_yaml_fields_name_the_field() -> None:
         workload_from_dict(data)
 
 
+def test_gpt_name_with_token_types_is_the_zoo_bert() -> None:
+    """token_types is a gpt: key (BERT's segment table): with post-norm it names the zoo's
+    BERT-Large, 334,092,288 parameters (2 more rows of 1024 than without)."""
+    base = ("gpt:layers=24,hidden=1024,heads=16,seq=512,vocab=30522,causal=false,"
+            "positions=512,norm_position=post,predictions=80")
+    bert = zoo_workload(base + ",token_types=2")
+    assert bert.transformer == zoo_workload("bert-large").transformer
+    assert bert.params == 334_092_288 == zoo_workload(base).params + 2 * 1024
+    with pytest.raises(InputError) as info:
+        zoo_workload(base + ",token_types=-1")
+    assert info.value.field == "workload.gpt.token_types"
+
+
 def test_attention_dropout_round_trips_and_is_checked(tmp_path) -> None:
     """The attention dropout is a field of its own: unset it follows the hidden dropout, set it
     stays apart; a YAML round trip keeps it; a non-bool is refused, naming the field."""

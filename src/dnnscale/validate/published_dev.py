@@ -21,7 +21,9 @@ fp16 for AMP or FP16 mixed precision, else tf32 or fp32, as the row says):
   its two training metrics recompute the loss over the logits after every micro-batch
   (``metrics=2``, LLM_FOUNDRY_TRAIN_METRICS).
 - BERT-Large: ``gpt:`` 24 x 1024, 16 heads, the row's sequence (128 or 512), vocab 30,522,
-  bidirectional, learned positions (512), tied decoder, its masked-LM head on the masked
+  bidirectional, learned positions (512) and 2 token types, post-norm (a norm after the
+  embedding and after each residual add: the zoo's ``bert-large``), tied decoder, its
+  masked-LM head on the masked
   positions only (`bert_predictions`: TensorFlow's 20 / 80 max_predictions_per_seq, PyTorch's
   15 % of the priced tokens, LDDL's static masking); dp = the GPUs, ZeRO-0, the row's
   per-GPU batch as the micro-batch, its global batch (the accumulation in between), fp16 for
@@ -330,8 +332,8 @@ def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
     priced = lddl_padded_seq(seq) if binned else seq
     predictions = bert_predictions(row["framework"], seq, priced)
     workload = (f"gpt:layers=24,hidden=1024,heads=16,seq={priced},vocab={BERT_VOCAB},"
-                "causal=false,positional=learned,positions=512,tied=true,"
-                f"predictions={predictions}")
+                "causal=false,positional=learned,positions=512,token_types=2,"
+                f"norm_position=post,tied=true,predictions={predictions}")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
                 {**_data_parallel(row, precision), "loss": loss_of(row["framework"], precision),

@@ -232,8 +232,8 @@ TRANSFORMER_ZOO: dict[str, Callable[[], Workload]] = {
 
 # The parametric name: gpt:layers=24,hidden=1024,heads=16,seq=1024,vocab=51200[,...]
 _GPT_INTS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "kv_heads", "positions",
-             "samples", "rope_theta", "experts", "top_k", "expert_ffn", "shared_ffn",
-             "first_dense", "memory", "predictions", "metrics")
+             "token_types", "samples", "rope_theta", "experts", "top_k", "expert_ffn",
+             "shared_ffn", "first_dense", "memory", "predictions", "metrics")
 _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
@@ -293,7 +293,8 @@ def parse_options(text: str, field: str, ints: tuple[str, ...], bools: dict[str,
 
 def gpt_from_name(argument: str) -> Workload:
     """The workload of ``gpt:<argument>``, e.g. ``layers=24,hidden=1024,heads=16,seq=1024,
-    vocab=51200``; optional keys ffn, kv_heads, positions, samples (per epoch), rope_theta
+    vocab=51200``; optional keys ffn, kv_heads, positions, token_types (the rows of BERT's
+    segment table; default 0, none), samples (per epoch), rope_theta
     (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout (the hidden
     dropouts), attention_dropout (the attention probabilities'; default: as dropout) (each
     true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
