@@ -104,7 +104,8 @@ def test_a_workload_without_attention_dropout_prices_and_keeps_less() -> None:
     # dropout=false alone turns both off; attention_dropout=true keeps the attention's
     off = load_workload(base + ",dropout=false")
     assert not off.transformer.attention_dropout
-    assert load_workload(base + ",dropout=false,attention_dropout=true").transformer.attention_dropout
+    kept_attention = load_workload(base + ",dropout=false,attention_dropout=true")
+    assert kept_attention.transformer.attention_dropout
     plan = {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 3, "global_batch": 3}
     kept = {name: dnnscale.predict(w, "dgx-a100-80g:1", plan).memory_bytes["activations"]
             for name, w in (("both", both), ("attn_off", attn_off))}

@@ -119,14 +119,14 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     Formula: (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
     h_kv key/value width, f_in/f_out the MLP activation's input/output width, t tensor degree):
       kept whole on each member: 10·s·b·h (two norm inputs 4sbh, the attention and MLP inputs
-        4sbh, two dropout masks 2sbh) — divided by t under sequence parallelism;
+        4sbh, two dropout masks 2sbh; 8·s·b·h without the hidden dropout, `hidden_dropout`
+        false, whose sub-layer outputs join the stream as they are) — divided by t under
+        sequence parallelism;
       split by t: 4·s·b·h + 4·s·b·h_kv (Q, K, V, the output projection's input) +
         2·s·b·f_in + 2·s·b·f_out (the MLP activation's input and output);
-      without the hidden dropout (`hidden_dropout` false: each sub-layer's output added to the
-        stream as it is) no masks, 2·s·b·h less;
       the attention core: 5·a·s²·b (softmax output, its dropout mask and output), split by t;
-        without the attention dropout (`attention_dropout` false) the second batched matmul
-        reads the softmax output itself, 2·a·s²·b;
+        2·a·s²·b without the attention dropout (`attention_dropout` false: the second batched
+        matmul reads the softmax output itself; `softmax_core_bytes_per_score`);
         4·a·s·b (FlashAttention's fp32 log-sum-exp) with flash attention; 0 with selective
         recomputation, which checkpoints either (Megatron-Core: the checkpoint keeps Q, K and
         V, counted below, and the output projection keeps O);
@@ -148,10 +148,10 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
         value: the two norm inputs (norms in float32), + 4·s·b·h (/t under sequence
         parallelism); the softmax output of the unfused attention core (attn_softmax), +
         2·a·s·s_k·b/t (its dropped copy is cast to 16 bits for the second batched matmul, which
-        keeps that copy; without the dropout that cast copy of the softmax output, + 4·a·s·s_k·b
-        /t over the 16-bit core's 2·a·s·s_k·b); the MLP activation's input (mlp_act), + 2·s·b·f_in/t; the block
-        input a checkpoint keeps (a float32 residual stream, residual_add), + 2·s·b·h (/t under
-        sequence parallelism).
+        keeps that copy; without the dropout the matmul keeps a 16-bit cast of the softmax
+        output: + 4·a·s·s_k·b/t over the 16-bit core's 2·a·s·s_k·b); the MLP activation's input
+        (mlp_act), + 2·s·b·f_in/t; the block input a checkpoint keeps (a float32 residual
+        stream, residual_add), + 2·s·b·h (/t under sequence parallelism).
     For MHA with f = 4h this is Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) without tensor
     parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with it, and (34 + 5·a·s/h)/t with sequence
     parallelism.

@@ -350,9 +350,9 @@ compute it in fp32 (the 'torch' kernel's bytes)."""
 
 
 XL_DROPATT = {"base": 0.0, "large": 0.2}
-"""Transformer-XL's attention dropout (dropatt) by model size: wt103_base.yaml 0.0, wt103_large
-.yaml 0.2 (DeepLearningExamples' PyTorch Transformer-XL at f838cf32; both keep a hidden
-dropout, 0.1 and 0.2). At 0.0 its nn.Dropout(0.0) runs no kernel."""
+"""Transformer-XL's attention dropout (dropatt) by model size, as wt103_base.yaml and
+wt103_large.yaml set it (DeepLearningExamples' PyTorch Transformer-XL at f838cf32; both keep a
+hidden dropout, 0.1 and 0.2). At 0.0 its nn.Dropout(0.0) runs no kernel."""
 
 
 def xl_attention_dropout(row: dict[str, str]) -> str:

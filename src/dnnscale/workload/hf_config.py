@@ -235,6 +235,8 @@ def workload_from_hf_config(config: dict[str, Any], name: str, seq: int | None =
     elif model_type in _ATTENTION_BIAS:
         family["bias"] = _flag(config, "attention_bias", False)
     experts, experts_text = _experts(config, model_type, layers, ffn)
+    # every key is checked (a list, not a short-circuiting generator), then each kind is on
+    # when any of its probabilities is above 0
     attention_dropout, dropout = (any([_probability(config, key) > 0 for key in keys])
                                   for keys in (ATTENTION_DROPOUT_KEYS, HIDDEN_DROPOUT_KEYS))
     token_types = (_integer(config, ("type_vocab_size",), 2) if model_type == "bert" else 0)

@@ -86,10 +86,10 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         tied_embeddings=tied_embeddings, causal=causal, positional=positional,
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
-        attention_dropout=attention_dropout, rope_theta=rope_theta, attention_kernel=attention_kernel, experts=experts,
-        top_k=top_k, expert_ffn=expert_ffn, shared_ffn=shared_ffn,
-        capacity_factor=capacity_factor, dense_blocks=dense_blocks, memory=memory,
-        predictions=predictions, metrics=metrics)
+        attention_dropout=attention_dropout, rope_theta=rope_theta,
+        attention_kernel=attention_kernel, experts=experts, top_k=top_k, expert_ffn=expert_ffn,
+        shared_ffn=shared_ffn, capacity_factor=capacity_factor, dense_blocks=dense_blocks,
+        memory=memory, predictions=predictions, metrics=metrics)
     # Blocks of one kind (MoE or dense MLP) differ only in their names and `block` index: build
     # the chain with the first block of each kind once (through build_workload, as a YAML file
     # of it would be) and copy its layers for the rest.
