@@ -13,6 +13,10 @@ prediction uses the presets as committed; rows the model refuses are listed with
 
 Roles: `moe` (ep >= 2) and `context` (cp >= 2) rows make the headline; `control` rows are
 the cp = 1 rows of the same tables, to tell the cp rows' error from the source's base error.
+
+Where a source also published the peak memory a GPU held (`measured_memory_gib`: torchtitan's
+tables), the model's memory of its fullest device is compared with it too (`memory` in the
+summary), a check of the memory model as the steps are of the time model.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ DATA = ROOT / "benchmarks" / "data" / "moe_context_measurements.yaml"
 OUT = ROOT / "results" / "moe_context"
 ROLES = ("moe", "context", "control")
 CONSISTENCY = 0.01
+GIB = 2**30
+"""Bytes in a GiB, the unit torchtitan reports its memory in (metrics.py _to_gib)."""
 """Relative gap allowed between the prediction's own tokens_per_s and global batch x seq /
 step_time_s before a row is flagged (both come from the same prediction)."""
 
@@ -94,6 +100,10 @@ def check_row(row: dict[str, Any]) -> None:
     if plan["global_batch"] % lanes:
         raise ValueError(f"{rid}: global_batch {plan['global_batch']} is not a multiple of "
                          f"dp*ep*micro_batch = {lanes}")
+    memory = row.get("measured_memory_gib")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, (int, float))
+                               or not 0 < memory < 10_000):
+        raise ValueError(f"{rid}: measured_memory_gib must be a number of GiB, got {memory!r}")
     role = row["role"]
     if role not in ROLES:
         raise ValueError(f"{rid}: role {role!r} (known: {', '.join(ROLES)})")
@@ -137,6 +147,15 @@ def predict_row(row: dict[str, Any]) -> dict[str, Any]:
     step = prediction.step_time_s
     predicted = tokens_per_step / (step * devices)
     own = (prediction.tokens_per_s or math.nan) / devices
+    predicted_memory = prediction.memory_bytes["worker"] / GIB
+    out.update(predicted_memory_gib=predicted_memory,
+               capacity_gib=prediction.memory_capacity_bytes["worker"] / GIB)
+    if row.get("measured_memory_gib") is not None:
+        measured_memory = float(row["measured_memory_gib"])
+        out.update(measured_memory_gib=measured_memory,
+                   memory_ratio=predicted_memory / measured_memory,
+                   memory_relative_error=abs(predicted_memory - measured_memory)
+                   / measured_memory)
     out.update(
         predicted_step_s=step, predicted_tokens_per_gpu_s=predicted,
         prediction_tokens_per_gpu_s=own,
@@ -161,6 +180,37 @@ def block(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "median_relative_error": statistics.median(r["relative_error"] for r in scored),
             "max_relative_error": max(r["relative_error"] for r in scored),
             "median_ratio": statistics.median(r["ratio"] for r in scored)}
+
+
+def memory_block(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median and max relative error and the median ratio of the predicted peak memory of the
+    rows whose source published one (`measured_memory_gib`)."""
+    scored = [r for r in rows if "memory_relative_error" in r]
+    if not scored:
+        return {"rows": 0, "median_relative_error": None, "max_relative_error": None,
+                "median_ratio": None}
+    return {"rows": len(scored),
+            "median_relative_error": statistics.median(r["memory_relative_error"]
+                                                       for r in scored),
+            "max_relative_error": max(r["memory_relative_error"] for r in scored),
+            "median_ratio": statistics.median(r["memory_ratio"] for r in scored)}
+
+
+def memory_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The peak-memory table of the rows with a published memory reading."""
+    scored = [r for r in rows if "memory_relative_error" in r]
+    if not scored:
+        return []
+    lines = ["Peak memory a GPU, where the source published it (torchtitan: the caching "
+             "allocator's peak reserved bytes, the maximum over the GPUs) against the model's "
+             "fullest device (its reserve included); capacity is the preset's.", "",
+             "| id | measured GiB | predicted GiB | ratio pred/meas | error | preset capacity GiB |",
+             "|---|---|---|---|---|---|"]
+    for r in scored:
+        lines.append(f"| {r['id']} | {r['measured_memory_gib']:.1f} | "
+                     f"{r['predicted_memory_gib']:.1f} | {r['memory_ratio']:.2f} | "
+                     f"{r['memory_relative_error']:.1%} | {r['capacity_gib']:.1f} |")
+    return lines + [""]
 
 
 def git_head() -> dict[str, Any]:
@@ -213,7 +263,13 @@ def summary_markdown(summary: dict[str, Any], rows: list[dict[str, Any]]) -> str
     for name, b in summary["groups"].items():
         lines.append(f"| {name} | {b['rows']} | {fmt(b['median_relative_error'], '.1%')} | "
                      f"{fmt(b['max_relative_error'], '.1%')} | {fmt(b['median_ratio'], '.2f')} |")
-    lines += ["", *table_lines(rows), ""]
+    memory = summary["memory"]
+    if memory["rows"]:
+        lines += ["", f"Peak memory: {memory['rows']} rows, median error "
+                  f"{fmt(memory['median_relative_error'], '.1%')}, max "
+                  f"{fmt(memory['max_relative_error'], '.1%')}, median ratio "
+                  f"{fmt(memory['median_ratio'], '.2f')}."]
+    lines += ["", *table_lines(rows), "", *memory_lines(rows)]
     return "\n".join(lines)
 
 
@@ -243,6 +299,7 @@ def main() -> int:
         "rows_in_data": len(rows),
         "rows_predicted": sum("relative_error" in r for r in rows),
         "groups": groups,
+        "memory": memory_block(rows),
         "not_predicted": [{"id": r["id"], "error": r["error"]} for r in rows if "error" in r],
         "inconsistent": [r["id"] for r in rows if "consistent" in r and not r["consistent"]],
         "rows": rows,

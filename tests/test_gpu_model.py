@@ -112,6 +112,27 @@ def test_a_workload_without_attention_dropout_prices_and_keeps_less() -> None:
     assert kept["both"] - kept["attn_off"] == 2 * 3 * 32 * 3  # blocks x 3 B x a·s² x samples
 
 
+def test_a_recomputed_block_holds_its_activations_once_more() -> None:
+    """Full recomputation keeps each block's input, 2·s·b·h = 1,024 B a sample (s 8, h 64),
+    but the block being recomputed holds what it would keep without recomputation, 34·s·b·h +
+    5·a·s²·b = 17,408 + 1,280 = 18,688 B a sample, while it runs its backward: 17,664 B more.
+    The loss (inplace, 80 logits a sample at 2 bytes: 4 kept + 2 transient) has run its
+    backward by then, so only the excess over its 480 B counts: 17,184 B a sample, 34,368 B at
+    micro-batch 2. Without recomputation there is no such part; with a loss larger than the
+    block (a 100,000-word vocabulary) none either."""
+    import dnnscale
+    base = "gpt:layers=2,hidden=64,heads=4,seq=8,vocab={v}"
+    plan = {"tp": 1, "pp": 1, "dp": 1, "micro_batch": 2, "global_batch": 2, "recompute": "full"}
+    full = dnnscale.predict(base.format(v=10), "dgx-a100-80g:1", plan).memory_bytes
+    assert full["recompute"] == 34_368 == 2 * (18_688 - 1_024 - 80 * 6)
+    assert full["loss"] == 2 * 80 * 6
+    plain = dnnscale.predict(base.format(v=10), "dgx-a100-80g:1",
+                             {**plan, "recompute": "none"}).memory_bytes
+    assert "recompute" not in plain
+    big_vocab = dnnscale.predict(base.format(v=100_000), "dgx-a100-80g:1", plan).memory_bytes
+    assert "recompute" not in big_vocab and big_vocab["loss"] == 2 * 8 * 100_000 * 6
+
+
 def test_hierarchical_allreduce_by_hand() -> None:
     """TP 16 over two nodes of 8 (NVLink 100 GB/s, IB 10 GB/s, no latency), 16 MB: reduce-
     scatter in the node 7/8·16 MB, all-reduce of 2 MB between 2 nodes 2·1/2·2 MB, all-gather

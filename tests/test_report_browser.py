@@ -30,7 +30,7 @@ GPU_FLAGS = ["-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp", "8", "--pp", "8
 TIGHT_FLAGS = ["-w", "gpt3-175b", "-c", "dgx-a100-80g:64", "--tp", "8", "--pp", "8", "--dp",
                "8", "--global-batch", "1536", "--schedule", "interleaved", "--virtual-stages",
                "4", "--recompute", "selective", "--grad-bytes", "2"]
-"""An interleaved plan whose fullest stage needs 98.1 % of the GPU's memory (bf16 gradients,
+"""An interleaved plan whose fullest stage needs 98.4 % of the GPU's memory (bf16 gradients,
 the reserve included)."""
 
 OVERLAPS_JS = """(selector => {
@@ -124,8 +124,9 @@ def test_report_of_make_runs_plan(tmp_path: Path) -> None:
 def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:
     """GPT-3 175B, TP8 PP8 DP8, 1536 per step: 8 stage lanes, 192 micro-batches → 192 forward
     and 192 backward passes per stage in the full-step chart, then dp and optimizer parts;
-    the memory chart has a bar of the GPU's five parts per stage (weights, gradients, optimizer
-    state, activations, reserve) and the loss on the last; no two labels overlap."""
+    the memory chart has a bar of the GPU's six parts per stage (weights, gradients, optimizer
+    state, activations, the block recomputed in the backward pass, reserve) and the loss on the
+    last; no two labels overlap."""
     out = tmp_path / "gpu.html"
     dnnscale_cli("predict", *GPU_FLAGS, "--html", str(out), "-q")
     with Browser() as browser:
@@ -136,7 +137,7 @@ def test_gpu_report_draws_each_stage(tmp_path: Path) -> None:
         assert _count(browser, f"{first} .seg[data-part=backward]") == 8 * 192
         assert _count(browser, f"{first} .seg[data-part=dp_comm]") == 8
         assert _count(browser, "svg.timeline") == 3  # the whole step, the fill, the drain
-        assert _count(browser, "svg.memory .mem-part") == 8 * 5 + 1  # + the last's loss
+        assert _count(browser, "svg.memory .mem-part") == 8 * 6 + 1  # + the last's loss
         assert _count(browser, "svg.memory .mem-part[data-part=loss]") == 1
         assert _overlapping_labels(browser, "svg.chart") == []
 
@@ -145,7 +146,7 @@ def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
     """TIGHT_FLAGS: GPT-3 175B (96 blocks) on 8 stages of 4 interleaved chunks each. The model
     (model/schedule.py) gives block b to chunk ⌊b·32/96⌋ = ⌊b/3⌋ and chunk c to stage c mod 8:
     stage d holds blocks 3d..3d+2, 24+3d.., 48+3d.., 72+3d..; the embedding goes with block 0,
-    the final norm, logits and loss with block 95. The fullest stage (the first) needs 84.2 GB
+    the final norm, logits and loss with block 95. The fullest stage (the first) needs 84.5 GB
     of the A100's 85.9 GB (bf16 gradients; 1.13 GB of it the reserve), so its total label ends
     where the capacity line is: the two labels must not overlap, nor the total label cross the
     line."""
@@ -168,11 +169,11 @@ def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
     with Browser() as browser:
         _check_page(browser, out)
         # the memory chart: one bar per stage, the total and capacity labels apart
-        assert _count(browser, "svg.memory .mem-part") == 8 * 5 + 1  # the last's loss
+        assert _count(browser, "svg.memory .mem-part") == 8 * 6 + 1  # the last's loss
         totals = _boxes(browser, "svg.memory .bar-total")
         (cap,) = _boxes(browser, "svg.memory .capacity-label")
         (line,) = _boxes(browser, "svg.memory line.capacity")
-        assert [t["text"] for t in totals][0] == "84.2 GB"
+        assert [t["text"] for t in totals][0] == "84.5 GB"
         for box in totals:
             apart = (box["right"] <= cap["left"] or box["left"] >= cap["right"]
                      or box["bottom"] <= cap["top"] or box["top"] >= cap["bottom"])
@@ -198,7 +199,7 @@ def test_tight_memory_and_interleaved_stage_labels(tmp_path: Path) -> None:
         assert ["GPUs (64 nodes of 8)", "512"] in cards
         assert any(k == "time per epoch: 300 B tokens (146,484,375 sequences of 2,048 tokens)"
                    for k, _ in cards)
-        assert ["fits in memory (84.2 GB of 85.9 GB per GPU, reserve included)",
+        assert ["fits in memory (84.5 GB of 85.9 GB per GPU, reserve included)",
                 "yes"] in cards
         stage_rows = browser.evaluate("[...document.querySelectorAll('table.stage-memory "
                                       "tbody tr')].map(r => r.cells[0].textContent)")

@@ -303,6 +303,24 @@ def loss_bytes(logits: float, held: float, kernel: str, logit_bytes: int) -> flo
     return logits * (held * kept + transient)
 
 
+def recompute_peak_bytes(rerun_bytes: float, loss_peak_bytes: float) -> float:
+    """Memory a device needs beyond what it keeps, while a checkpointed block runs its forward
+    again in the backward pass (recompute full, selective or op).
+
+    Formula: max(0, R − L): R what the block being recomputed holds for its backward, its
+    activations as it would keep them without recomputation less what it keeps with it, for
+    one micro-batch (the largest block kind the stage holds); L the loss's peak on the same
+    device (`loss_bytes`), which is free by then: its backward runs first, so only the excess
+    over it counts.
+    Units: bytes -> bytes.
+    Source: torch.utils.checkpoint (and Megatron-LM's CheckpointFunction): a checkpointed
+    segment's backward re-runs its forward with grad enabled, so its tensors are saved as in a
+    plain forward, and frees them with that segment's backward; blocks are recomputed one at
+    a time, last first.
+    """
+    return max(0.0, rerun_bytes - loss_peak_bytes)
+
+
 def gathered_unit_bytes(unit_params: float, param_bytes: float, grad_bytes: float,
                         gradient_values: float | None = None) -> tuple[float, float]:
     """(weights, gradients) a ZeRO-3 / FSDP member holds whole beyond its shards, at its peak

@@ -11,6 +11,7 @@ from dnnscale.model.expert_parallel import expert_load_factor
 from dnnscale.model.gpu_compute import peak_flops_per_s
 from dnnscale.model.mesh_split import MeshSplit
 from dnnscale.model.memory import (MoeActivations, gathered_unit_bytes, loss_bytes,
+                                   recompute_peak_bytes,
                                    plan_reserve_bytes, ps_memory_parts, sharded_state_parts,
                                    transformer_block_activation_bytes, worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
@@ -133,12 +134,13 @@ def memory_parts(workload: Workload, system: System, plan: ParallelPlan,
 
 
 def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
-                           experts: bool | None = None) -> float:
+                           experts: bool | None = None, recompute: str | None = None) -> float:
     """Activation bytes one transformer block of `shape` keeps per micro-batch under `plan`
     (model/memory.transformer_block_activation_bytes), its MLP's terms those of its mixture
     of experts where it has one: the routed experts' at the busiest ep member's load.
     `experts`: whether the block is one of the mixture-of-experts blocks (default: whether the
-    shape is a mixture of experts); False prices a dense block (`dense_blocks`)."""
+    shape is a mixture of experts); False prices a dense block (`dense_blocks`). `recompute`:
+    the recomputation it keeps for (default: the plan's)."""
     ffn_in = 2 * shape.ffn if shape.gated else shape.ffn
     moe = None
     if shape.is_moe if experts is None else experts:
@@ -152,7 +154,8 @@ def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
     return transformer_block_activation_bytes(
         shape.seq, plan.batch.micro_batch, shape.hidden, shape.heads, shape.kv_hidden,
         ffn_in, shape.ffn, plan.tensor.degree, plan.tensor.sequence_parallel,
-        plan.memory.recompute, shape.flash_attention, plan.context.degree, moe, shape.memory,
+        plan.memory.recompute if recompute is None else recompute, shape.flash_attention,
+        plan.context.degree, moe, shape.memory,
         shape.positional == "relative", AMP_FP32_KINDS[plan.precision.amp], shape.dropout,
         shape.drops_attention)
 
@@ -187,10 +190,13 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: Me
     shape = workload.transformer
     p = plan.pipeline.stages
     moe_block = dense_block = 0.0  # bytes of a block with a mixture of experts, with a dense MLP
+    moe_rerun = dense_rerun = 0.0  # what such a block holds more while it is recomputed
     if shape is not None:
         dense_block = block_activation_bytes(shape, plan, experts=False)
+        dense_rerun = block_activation_bytes(shape, plan, False, "none") - dense_block
         if shape.is_moe:
             moe_block = block_activation_bytes(shape, plan, experts=True)
+            moe_rerun = block_activation_bytes(shape, plan, True, "none") - moe_block
     out: list[tuple[MemoryPart, ...]] = []
     seen: set[tuple[object, ...]] = set()
     zero_stage = memory_zero_stage(zero, plan.pipeline.stages)
@@ -224,11 +230,13 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: Me
         held = in_flight_micro_batches(plan.pipeline.schedule, index, p, plan.batch.accumulation,
                                        plan.pipeline.virtual_stages)
         blocks = stage.blocks
-        per_micro_batch = 0.0
+        per_micro_batch = rerun = 0.0
         if shape is not None and blocks:
             moe_blocks = stage.expert_blocks
             per_micro_batch = (moe_block * moe_blocks + dense_block * (blocks - moe_blocks)
                                ) * act_bytes / 2
+            rerun = max(moe_rerun if moe_blocks else 0.0,
+                        dense_rerun if blocks > moe_blocks else 0.0) * act_bytes / 2
         outside = (stage.totals.outside_activation_values if shape is not None
                    else stage.totals.activation_values)
         # the loss reads the logits (its input, the layer before it: as many values as its
@@ -236,7 +244,10 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: Me
         # layer's values are already its member's share (tp's split, cp's tokens)
         logits = stage.totals.loss_values * plan.batch.micro_batch
         per_micro_batch += (outside * plan.batch.micro_batch - 2 * logits) * act_bytes
-        loss = ((MemoryPart("loss", loss_bytes(logits, held, plan.memory.loss, act_bytes)),)
-                if logits else ())
-        out.append(state + (MemoryPart("activations", per_micro_batch * held), *loss, reserve))
+        loss_peak = loss_bytes(logits, held, plan.memory.loss, act_bytes) if logits else 0.0
+        loss = (MemoryPart("loss", loss_peak),) if logits else ()
+        over = recompute_peak_bytes(rerun, loss_peak)
+        again = (MemoryPart("recompute", over),) if over else ()
+        out.append(state + (MemoryPart("activations", per_micro_batch * held), *loss, *again,
+                            reserve))
     return tuple(out)
