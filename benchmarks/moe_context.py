@@ -12,7 +12,9 @@ measured. A held-out style check: nothing here is fitted or tuned to these rows,
 prediction uses the presets as committed; rows the model refuses are listed with the reason.
 
 Roles: `moe` (ep >= 2) and `context` (cp >= 2) rows make the headline; `control` rows are
-the cp = 1 rows of the same tables, to tell the cp rows' error from the source's base error.
+the cp = 1 rows of the same tables, to tell the cp rows' error from the source's base error;
+`dense` rows (ep = cp = 1) are the same source's other tables, dense plans and memory
+readings beside them.
 
 Where a source also published the peak memory a GPU held (`measured_memory_gib`: torchtitan's
 tables), the model's memory of its fullest device is compared with it too (`memory` in the
@@ -38,7 +40,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 DATA = ROOT / "benchmarks" / "data" / "moe_context_measurements.yaml"
 OUT = ROOT / "results" / "moe_context"
-ROLES = ("moe", "context", "control")
+ROLES = ("moe", "context", "control", "dense")
 CONSISTENCY = 0.01
 GIB = 2**30
 """Bytes in a GiB, the unit torchtitan reports its memory in (metrics.py _to_gib)."""
@@ -109,6 +111,8 @@ def check_row(row: dict[str, Any]) -> None:
         raise ValueError(f"{rid}: role {role!r} (known: {', '.join(ROLES)})")
     if role == "moe" and plan.get("ep", 1) < 2 or role == "context" and plan.get("cp", 1) < 2:
         raise ValueError(f"{rid}: a {role} row needs {'ep' if role == 'moe' else 'cp'} >= 2")
+    if role == "dense" and (plan.get("ep", 1) > 1 or plan.get("cp", 1) > 1):
+        raise ValueError(f"{rid}: a dense row has ep = cp = 1")
 
 
 def predict_row(row: dict[str, Any]) -> dict[str, Any]:

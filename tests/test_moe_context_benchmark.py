@@ -27,19 +27,37 @@ def test_memory_readings_are_scored_against_the_fullest_device(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     scored = [r for r in summary["rows"] if "memory_relative_error" in r]
-    # torchtitan's Table 2 (Llama 3.1 8B) and Table 6 (405B) print Memory(GiB) for each row
-    assert [r["id"] for r in scored] == [f"torchtitan-{m}-cp{c}-{k}k" for m in ("8b", "405b")
-                                        for c, k in ((1, 32), (2, 64), (4, 128), (8, 256))]
+    # torchtitan's tables print Memory(GiB) for each row: Table 2 (Llama 3.1 8B, CP) and
+    # Table 6 (405B, CP), then the dense rows of Tables 1, 3, 4 and 5
+    cp_rows = [f"torchtitan-{m}-cp{c}-{k}k" for m in ("8b", "405b")
+               for c, k in ((1, 32), (2, 64), (4, 128), (8, 256))]
+    dense_rows = ["torchtitan-8b-fsdp8-8k", "torchtitan-8b-fsdp128-8k", "torchtitan-70b-2d",
+                  "torchtitan-70b-2d-asynctp", "torchtitan-405b-3d-1f1b"]
+    assert [r["id"] for r in scored] == cp_rows + dense_rows
     assert [r["measured_memory_gib"] for r in scored] == [83.9, 84.2, 84.0, 84.5,
-                                                         75.3, 75.9, 77.1, 84.9]
+                                                         75.3, 75.9, 77.1, 84.9,
+                                                         82.4, 67.0, 71.9, 67.6, 82.5]
+    assert {r["id"] for r in summary["rows"] if r["role"] == "dense"} == set(dense_rows)
+    assert summary["groups"]["dense"]["rows"] == 5
     for r in scored:
         assert r["memory_ratio"] == pytest.approx(r["predicted_memory_gib"]
                                                   / r["measured_memory_gib"])
         assert r["memory_relative_error"] == pytest.approx(abs(r["memory_ratio"] - 1))
     memory = summary["memory"]
-    assert memory["rows"] == 8
+    assert memory["rows"] == 13
     assert memory["median_relative_error"] <= memory["max_relative_error"]
-    assert "Peak memory: 8 rows" in (tmp_path / "out" / "summary.md").read_text()
+    assert "Peak memory: 13 rows" in (tmp_path / "out" / "summary.md").read_text()
+
+
+@pytest.mark.timeout(60)
+def test_a_dense_row_with_context_parallelism_is_refused(tmp_path: Path) -> None:
+    data = yaml.safe_load(DATA.read_text())
+    row = next(r for r in data["rows"] if r["role"] == "dense")
+    data["rows"] = [dict(row, plan={**row["plan"], "cp": 2, "dp": row["plan"]["dp"] // 2})]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    done = _run(tmp_path, "--data", str(bad))
+    assert done.returncode == 2 and "a dense row has ep = cp = 1" in done.stderr
 
 
 @pytest.mark.timeout(60)
