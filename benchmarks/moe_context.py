@@ -42,10 +42,10 @@ DATA = ROOT / "benchmarks" / "data" / "moe_context_measurements.yaml"
 OUT = ROOT / "results" / "moe_context"
 ROLES = ("moe", "context", "control", "dense")
 CONSISTENCY = 0.01
-GIB = 2**30
-"""Bytes in a GiB, the unit torchtitan reports its memory in (metrics.py _to_gib)."""
 """Relative gap allowed between the prediction's own tokens_per_s and global batch x seq /
 step_time_s before a row is flagged (both come from the same prediction)."""
+GIB = 2**30
+"""Bytes in a GiB, the unit torchtitan reports its memory in (metrics.py _to_gib)."""
 
 
 # --- the published figure as tokens per second per GPU ------------------------------------
@@ -174,30 +174,19 @@ def predict_row(row: dict[str, Any]) -> dict[str, Any]:
 
 # --- summary ---------------------------------------------------------------------------------
 
-def block(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and max relative error and the median ratio of predicted rows."""
-    scored = [r for r in rows if "relative_error" in r]
+def block(rows: list[dict[str, Any]], error: str = "relative_error",
+          ratio: str = "ratio") -> dict[str, Any]:
+    """Median and max relative error and the median ratio of the rows that have them: the
+    step's (`relative_error`, `ratio`), or the peak memory's of the rows whose source
+    published one (`memory_relative_error`, `memory_ratio`)."""
+    scored = [r for r in rows if error in r]
     if not scored:
         return {"rows": 0, "median_relative_error": None, "max_relative_error": None,
                 "median_ratio": None}
     return {"rows": len(scored),
-            "median_relative_error": statistics.median(r["relative_error"] for r in scored),
-            "max_relative_error": max(r["relative_error"] for r in scored),
-            "median_ratio": statistics.median(r["ratio"] for r in scored)}
-
-
-def memory_block(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and max relative error and the median ratio of the predicted peak memory of the
-    rows whose source published one (`measured_memory_gib`)."""
-    scored = [r for r in rows if "memory_relative_error" in r]
-    if not scored:
-        return {"rows": 0, "median_relative_error": None, "max_relative_error": None,
-                "median_ratio": None}
-    return {"rows": len(scored),
-            "median_relative_error": statistics.median(r["memory_relative_error"]
-                                                       for r in scored),
-            "max_relative_error": max(r["memory_relative_error"] for r in scored),
-            "median_ratio": statistics.median(r["memory_ratio"] for r in scored)}
+            "median_relative_error": statistics.median(r[error] for r in scored),
+            "max_relative_error": max(r[error] for r in scored),
+            "median_ratio": statistics.median(r[ratio] for r in scored)}
 
 
 def memory_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -303,7 +292,7 @@ def main() -> int:
         "rows_in_data": len(rows),
         "rows_predicted": sum("relative_error" in r for r in rows),
         "groups": groups,
-        "memory": memory_block(rows),
+        "memory": block(rows, "memory_relative_error", "memory_ratio"),
         "not_predicted": [{"id": r["id"], "error": r["error"]} for r in rows if "error" in r],
         "inconsistent": [r["id"] for r in rows if "consistent" in r and not r["consistent"]],
         "rows": rows,

@@ -11,9 +11,9 @@ from dnnscale.model.expert_parallel import expert_load_factor
 from dnnscale.model.gpu_compute import peak_flops_per_s
 from dnnscale.model.mesh_split import MeshSplit
 from dnnscale.model.memory import (MoeActivations, gathered_unit_bytes, loss_bytes,
-                                   recompute_peak_bytes,
-                                   plan_reserve_bytes, ps_memory_parts, sharded_state_parts,
-                                   transformer_block_activation_bytes, worker_memory_parts)
+                                   plan_reserve_bytes, ps_memory_parts, recompute_peak_bytes,
+                                   sharded_state_parts, transformer_block_activation_bytes,
+                                   worker_memory_parts)
 from dnnscale.model.prediction import MemoryPart, Prediction
 from dnnscale.model.schedule import in_flight_micro_batches, stage_layers
 from dnnscale.model.stage import (StageCosts, pipeline_layout, stage_costs, stage_template,
@@ -178,8 +178,10 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: Me
                              distinct: bool = False) -> tuple[tuple[MemoryPart, ...], ...]:
     """Per pipeline stage, the memory parts of one of its devices: weights, gradients and
     optimizer state under ZeRO, the activations it keeps in flight (transformer blocks by
-    Korthikanti et al.'s formula, other layers by their outputs) and the reserve no tensor can
-    use (CUDA context, workspaces, NCCL buffers: memory.plan_reserve_bytes). `distinct`: leave
+    Korthikanti et al.'s formula, other layers by their outputs), the loss's peak, under
+    recomputation what the block being recomputed holds beyond the loss's peak
+    (memory.recompute_peak_bytes), and the reserve no tensor can use (CUDA context,
+    workspaces, NCCL buffers: memory.plan_reserve_bytes). `distinct`: leave
     out a stage like an earlier one (it holds no more micro-batches in flight), for a search
     that needs only the fullest."""
     aggregation = plan.data.aggregation
@@ -191,12 +193,15 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: Me
     p = plan.pipeline.stages
     moe_block = dense_block = 0.0  # bytes of a block with a mixture of experts, with a dense MLP
     moe_rerun = dense_rerun = 0.0  # what such a block holds more while it is recomputed
+    recomputes = plan.memory.recompute != "none"
     if shape is not None:
         dense_block = block_activation_bytes(shape, plan, experts=False)
-        dense_rerun = block_activation_bytes(shape, plan, False, "none") - dense_block
+        if recomputes:
+            dense_rerun = block_activation_bytes(shape, plan, False, "none") - dense_block
         if shape.is_moe:
             moe_block = block_activation_bytes(shape, plan, experts=True)
-            moe_rerun = block_activation_bytes(shape, plan, True, "none") - moe_block
+            if recomputes:
+                moe_rerun = block_activation_bytes(shape, plan, True, "none") - moe_block
     out: list[tuple[MemoryPart, ...]] = []
     seen: set[tuple[object, ...]] = set()
     zero_stage = memory_zero_stage(zero, plan.pipeline.stages)
