@@ -48,6 +48,32 @@ def test_bytes_per_logit_by_hand() -> None:
     assert loss_bytes(1000, 3, "torch", 2) == 1000 * (3 * 4 + 8)
 
 
+def test_vocabulary_parallel_torch_loss_by_hand() -> None:
+    """torch's loss on logits split by the vocabulary (loss_parallel, t > 1): torch keeps 4
+    and holds 12 more (the backward's zero gradient, exp, sum and product: 16 with the kept
+    log-softmax); torch16 at b = 2 keeps 2 and holds 2 + 12 = 14 (the forward's fp32 copy,
+    shifted logits and result beside the 16-bit logits and result: 2·2 + 12 = 16 with the kept
+    one), torch's at b = 4. Megatron's and the fused kernel are vocabulary parallel already:
+    unchanged."""
+    assert loss_bytes_per_logit("torch", 2, vocab_parallel=True) == (4.0, 12.0)
+    assert loss_bytes_per_logit("torch", 4, vocab_parallel=True) == (4.0, 12.0)
+    assert loss_bytes_per_logit("torch16", 2, vocab_parallel=True) == (2.0, 14.0)
+    assert loss_bytes_per_logit("torch16", 4, vocab_parallel=True) == (4.0, 12.0)
+    for kernel in ("inplace", "fused"):
+        for width in (2, 4):
+            assert (loss_bytes_per_logit(kernel, width, vocab_parallel=True)
+                    == loss_bytes_per_logit(kernel, width))
+    assert loss_bytes(1000, 3, "torch", 2, vocab_parallel=True) == 1000 * (3 * 4 + 12)
+
+
+def test_tensor_parallel_torch_loss_holds_its_decomposition() -> None:
+    """tp 2 under torch: each member's 524,288 logits (2 samples x 512 x 1024 / 2) x 16 B =
+    8,388,608 B (the same plan at tp 1 holds 1,048,576 x 12 = 12,582,912 B: half the logits
+    at 4/3 the bytes)."""
+    assert _parts({**ONE_GPU, "tp": 2, "loss": "torch"})["loss"] == 8_388_608
+    assert _parts({**ONE_GPU, "loss": "torch"})["loss"] == 12_582_912
+
+
 def test_traffic_per_logit_by_hand() -> None:
     """(forward, backward) bytes a logit: inplace: the cast 2 + 4, the max 4, subtraction,
     exp and division in place 8 each, the sum 4 = 38; the multiplication in place 8 and the

@@ -248,7 +248,8 @@ def _flash_stat_bytes(heads: int, seq: float, micro_batch: int, tensor: int) -> 
     return STAT_BYTES * heads * seq * micro_batch / tensor
 
 
-def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
+def loss_bytes_per_logit(kernel: str, logit_bytes: int,
+                         vocab_parallel: bool = False) -> tuple[float, float]:
     """(kept, transient) bytes per logit of the language-model loss computed by `kernel`
     (workload/transformer_kinds.py LOSS_KERNELS) on b = `logit_bytes` logits: what each
     micro-batch keeps from its loss's forward until its backward, and what the one being
@@ -271,6 +272,24 @@ def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
       gradient.
     torch16: kept b (the log-softmax at the logits' width), transient 2b (the backward's
       incoming gradient and its result); torch's at b = 4. Source: as torch, with no cast.
+    `vocab_parallel` (the logits split by the vocabulary over a tensor-parallel group, t > 1):
+      torch's cross_entropy on such logits is its loss_parallel decomposition (torchtitan's
+      default under tensor parallelism), whose passes are separate tensors:
+      torch: kept 4; transient 12: the backward builds a zero gradient, exp of the kept
+        log-softmax, their sum and its product with the incoming gradient, 4 bytes each, of
+        which three are alive beside the kept one (the forward's b-byte logits, fp32 cast,
+        shifted logits and their exp or the result, b + 12 <= 16 with the kept one).
+      torch16: kept b; transient b + 12: the forward computes in fp32 (the decomposition's
+        computation dtype) on a b-byte input: the input's fp32 copy, the shifted logits and
+        the fp32 result, 4 each, beside the b-byte logits and the b-byte result it keeps
+        (2b + 12); the backward's four passes run at b bytes (4b); torch's at b = 4.
+      Source: torch.distributed.tensor.parallel.loss (_log_softmax, after torch._decomp's
+      _log_softmax with the all-reduces inserted; _nll_loss_and_log_softmax_backward:
+      zeros_like, then (grad_input + exp(x)) * grad_output); torchtitan 9dec370 train.py
+      enables it when tp > 1 (training.disable_loss_parallel unset) and its
+      parallelize_llama.py leaves the output layer's logits sharded (Shard(-1)). Its time
+      is priced as torch's passes (transformer_kinds.loss_traffic_per_logit); the
+      decomposition's extra passes over the member's logits are not.
     fused: kept b (the logits themselves; the per-row fp32 log-sum-exp, 1/V of them, is left
       out); transient b (their gradient, a new tensor).
       Source: flash-attn flash_attn/ops/triton/cross_entropy.py: save_for_backward(logits, lse,
@@ -279,14 +298,20 @@ def loss_bytes_per_logit(kernel: str, logit_bytes: int) -> tuple[float, float]:
     """
     if kernel == "fused":
         return float(logit_bytes), float(logit_bytes)
-    if kernel == "torch16" and logit_bytes < FP32_BYTES:
+    sixteen = kernel == "torch16" and logit_bytes < FP32_BYTES
+    if vocab_parallel and kernel in ("torch", "torch16"):
+        if sixteen:
+            return float(logit_bytes), logit_bytes + 3.0 * FP32_BYTES
+        return float(FP32_BYTES), 3.0 * FP32_BYTES
+    if sixteen:
         return float(logit_bytes), 2.0 * logit_bytes
     if kernel in ("torch", "torch16"):
         return float(FP32_BYTES), 2.0 * FP32_BYTES
     return float(FP32_BYTES), float(logit_bytes if logit_bytes < FP32_BYTES else 0)
 
 
-def loss_bytes(logits: float, held: float, kernel: str, logit_bytes: int) -> float:
+def loss_bytes(logits: float, held: float, kernel: str, logit_bytes: int,
+               vocab_parallel: bool = False) -> float:
     """Memory the language-model loss takes on the device that computes it.
 
     Formula: L·(n·k + t): L logits per micro-batch on the member, n micro-batches held (each
@@ -299,7 +324,7 @@ def loss_bytes(logits: float, held: float, kernel: str, logit_bytes: int) -> flo
     Source: each kernel's code (`loss_bytes_per_logit`); the micro-batches held,
     model/schedule.in_flight_micro_batches.
     """
-    kept, transient = loss_bytes_per_logit(kernel, logit_bytes)
+    kept, transient = loss_bytes_per_logit(kernel, logit_bytes, vocab_parallel)
     return logits * (held * kept + transient)
 
 

@@ -249,7 +249,8 @@ def accelerator_stage_memory(workload: Workload, plan: ParallelPlan, members: Me
         # layer's values are already its member's share (tp's split, cp's tokens)
         logits = stage.totals.loss_values * plan.batch.micro_batch
         per_micro_batch += (outside * plan.batch.micro_batch - 2 * logits) * act_bytes
-        loss_peak = loss_bytes(logits, held, plan.memory.loss, act_bytes) if logits else 0.0
+        loss_peak = (loss_bytes(logits, held, plan.memory.loss, act_bytes,
+                                vocab_parallel=plan.tensor.degree > 1) if logits else 0.0)
         loss = (MemoryPart("loss", loss_peak),) if logits else ()
         over = recompute_peak_bytes(rerun, loss_peak)
         again = (MemoryPart("recompute", over),) if over else ()
