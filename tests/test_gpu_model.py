@@ -283,3 +283,27 @@ def test_vtrain_rows_accumulate_through_autograd() -> None:
     assert plan.batch.grad_accumulation == "add"
     m = plan.batch.accumulation
     assert accumulation_bytes_per_step("add", m, 1.0, 0.0, 2, 2, True) == (m - 1) * 3 * 2
+
+
+def test_eager_rmsnorms_keep_their_fp32_copies() -> None:
+    """RMSNorms run op by op keep the fp32 copy of their input and their 16-bit output, 4 bytes
+    a value more than the fused kernel's input, for each of a block's two: GPT-3 175B's block
+    (t = 1, flash attention) keeps 34·sbh + 8·sbh + the fp32 log-sum-exp; under sequence
+    parallelism t = 8 the extra is 8·sbh/8; full and per-operation recomputation keep no norm
+    input, so nothing changes there."""
+    s, b, h, a = 2048, 1, 12288, 96
+    sbh = s * b * h
+    common = dict(seq=s, micro_batch=b, hidden=h, heads=a, kv_hidden=h, ffn_in=4 * h,
+                  ffn_out=4 * h, flash_attention=True, tensor=1, sequence_parallel=False,
+                  recompute="none")
+    fused = transformer_block_activation_bytes(**common)
+    assert fused == pytest.approx(34 * sbh + 4 * a * s * b)
+    assert transformer_block_activation_bytes(**common, eager_norms=True) == \
+        pytest.approx(fused + 8 * sbh)
+    split = {**common, "tensor": 8, "sequence_parallel": True}
+    assert transformer_block_activation_bytes(**split, eager_norms=True) == pytest.approx(
+        transformer_block_activation_bytes(**split) + sbh)
+    for recompute in ("full", "op"):
+        again = {**common, "recompute": recompute}
+        assert transformer_block_activation_bytes(**again, eager_norms=True) == \
+            transformer_block_activation_bytes(**again)

@@ -61,6 +61,22 @@ def test_attention_dropout_is_its_own_probability():
     assert quiet(tokens, tokens).item() == quiet(tokens, tokens).item()
 
 
+def test_eager_rmsnorm_module_is_torchs_rmsnorm_op_by_op():
+    # norm_kernel=eager builds the op-by-op module, with the parameters of nn.RMSNorm and its
+    # values (eps 1e-6) on bf16 input, in the input's dtype
+    from dnnscale.runtime.gpt_model import OpByOpRMSNorm
+    name = ("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100,norm=rmsnorm,positional=rope,"
+            "gated=true,bias=false")
+    model = GptModel(load_workload(name + ",norm_kernel=eager").transformer)
+    assert all(isinstance(b.attn_norm, OpByOpRMSNorm) for b in model.blocks)
+    assert parameter_count(model) == parameter_count(GptModel(load_workload(name).transformer))
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    eager = OpByOpRMSNorm(64).to(torch.bfloat16)
+    reference = torch.nn.RMSNorm(64, eps=1e-6).to(torch.bfloat16)
+    assert eager(x).dtype == torch.bfloat16
+    assert torch.allclose(eager(x).float(), reference(x).float(), atol=2e-2)
+
+
 def test_module_forward_on_meta_at_full_size():
     shape = load_workload("gpt3-125m").transformer
     with torch.device("meta"):

@@ -14,7 +14,7 @@ from dnnscale.workload import build_workload, load_workload, zoo_workload
 from dnnscale.workload.spec import save_workload_yaml, workload_from_dict, workload_to_dict
 from dnnscale.workload.transformer import (default_ffn, transformer_layer_specs,
                                            transformer_workload)
-from dnnscale.workload.transformer_kinds import SHAPE_KEYS, TRANSFORMER_KINDS
+from dnnscale.workload.transformer_kinds import SHAPE_KEYS, TRANSFORMER_KINDS, rmsnorm
 from dnnscale.workload.transformer_shape import TransformerShape
 
 
@@ -498,3 +498,35 @@ def test_norm_gain_gradient_kernel_is_priced_as_its_own_memory_pass() -> None:
         moved = 4 * (2 * 128 * 256 + stats * 128) * 2
         assert norm.weight_grad_s == pytest.approx(memory_pass_s(system.machine, moved))
         assert norm.weight_grad_s > 0 and norm.input_grad_s > norm.weight_grad_s
+
+
+def test_eager_rmsnorm_bytes_by_hand(tmp_path) -> None:
+    """norm_kernel eager prices an RMSNorm op by op: s = 4 tokens of h = 8, b = 2: forward
+    (2·6 + 20 + 4)·32 + 24·4 = 1,248 B (the fused kernel's (2·32 + 4)·2 = 136); input gradient
+    (4 + 12 + 68)·32 + 96 = 2,784 B; the gain's gradient 8·32 = 256 B. At b = 4 the casts
+    vanish (.float() returns x): forward 28·32 + 96 = 992, input 76·32 + 96 = 2,528, gain
+    16·32 = 512. A YAML round trip keeps the field; a LayerNorm or an unknown word is refused,
+    naming the field."""
+    eager = _tiny(norm="rmsnorm", norm_kernel="eager")
+    fused = _tiny(norm="rmsnorm")
+    norm = next(layer for layer in eager.layers if layer.kind == "rmsnorm")
+    assert (norm.fwd_bytes, norm.input_grad_bytes, norm.weight_grad_bytes) == (1248, 2784, 256)
+    assert norm.hyper["eager"] is True and norm.params == 8
+    plain = next(layer for layer in fused.layers if layer.kind == "rmsnorm")
+    assert plain.fwd_bytes == 136 and "eager" not in plain.hyper
+    wide = rmsnorm("norm", (4, 8), 4, True, eager=True, hidden=8, seq=4)
+    assert (wide.fwd_bytes, wide.input_grad_bytes, wide.weight_grad_bytes) == (992, 2528, 512)
+    # every other layer is the same
+    assert [(a.kind, a.fwd_bytes) for a in eager.layers if a.kind != "rmsnorm"] == \
+        [(a.kind, a.fwd_bytes) for a in fused.layers if a.kind != "rmsnorm"]
+    path = tmp_path / "eager.yaml"
+    save_workload_yaml(eager, path)
+    assert load_workload(path) == eager
+    with pytest.raises(InputError, match=r"transformer\.norm_kernel"):
+        _tiny(norm_kernel="eager")  # a LayerNorm
+    with pytest.raises(InputError) as info:
+        zoo_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,norm_kernel=python")
+    assert info.value.field == "workload.gpt.norm_kernel"
+    named = zoo_workload("gpt:layers=2,hidden=8,heads=2,seq=4,vocab=10,norm=rmsnorm,"
+                         "norm_kernel=eager")
+    assert named.transformer is not None and named.transformer.norm_kernel == "eager"

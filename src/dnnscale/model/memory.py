@@ -113,7 +113,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
                                        relative: bool = False,
                                        fp32_kinds: frozenset[str] = frozenset(),
                                        hidden_dropout: bool = True,
-                                       attention_dropout: bool = True) -> float:
+                                       attention_dropout: bool = True,
+                                       eager_norms: bool = False) -> float:
     """Activation bytes one transformer block keeps for its backward, per micro-batch.
 
     Formula: (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
@@ -151,7 +152,12 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
         keeps that copy; without the dropout the matmul keeps a 16-bit cast of the softmax
         output: + 4·a·s·s_k·b/t over the 16-bit core's 2·a·s·s_k·b); the MLP activation's input
         (mlp_act), + 2·s·b·f_in/t; the block input a checkpoint keeps (a float32 residual
-        stream, residual_add), + 2·s·b·h (/t under sequence parallelism).
+        stream, residual_add), + 2·s·b·h (/t under sequence parallelism);
+      RMSNorms run as PyTorch operations (`eager_norms`, TransformerShape.norm_kernel 'eager')
+        keep the fp32 copy of their input (x², x·rsqrt) and their 16-bit normalized output
+        (the gain's product) instead of the input: 4 bytes a value more for each of the two,
+        + 8·s·b·h (/t under sequence parallelism) whatever the mixed-precision mode
+        (transformer_kinds.rmsnorm; torchtitan's RMSNorm at 9dec370).
     For MHA with f = 4h this is Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) without tensor
     parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with it, and (34 + 5·a·s/h)/t with sequence
     parallelism.
@@ -172,7 +178,7 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     if recompute == "op":
         return (per_op_checkpoint_bytes(s, b, h, heads, kv_hidden, ffn_in, t, sequence_parallel)
                 + wide_input)
-    wide_norms = 4 if fp32_kinds & {"layernorm", "rmsnorm"} else 0
+    wide_norms = (4 if fp32_kinds & {"layernorm", "rmsnorm"} else 0) + (8 if eager_norms else 0)
     masks = 2 if hidden_dropout else 0
     whole = ((6 + masks) * s + 2 * s_k + wide_norms * s) * b * h / (t if sequence_parallel else 1)
     if moe is None:

@@ -370,9 +370,15 @@ def workload_differences(engine: str, facts: EngineFacts,
                          shape: TransformerShape) -> tuple[Violation, ...]:
     """How `engine` runs the workload of `shape` otherwise than the plan priced it (field
     relative to the plan; '' for the workload); empty where it runs as priced."""
-    if engine != "deepspeed":
-        return ()
     found = []
+    if engine in ("megatron", "deepspeed") and shape.norm_kernel == "eager":
+        # Megatron-LM: Transformer Engine's or Apex's fused RMSNorm; Megatron-DeepSpeed:
+        # apex's MixedFusedRMSNorm where Apex is installed (megatron/model/__init__.py)
+        found.append(Violation("", f"{ENGINE_NAMES[engine]} runs its RMSNorms as fused "
+                               f"kernels, where the workload priced them op by op "
+                               f"(norm_kernel eager): use norm_kernel fused"))
+    if engine != "deepspeed":
+        return tuple(found)
     if facts.recompute == "selective" and shape.flash_attention:
         # megatron/model/transformer.py, ParallelAttention.forward: only the unfused core
         # attention goes through _checkpointed_attention_forward

@@ -139,9 +139,25 @@ def rope_tables(seq: int, head_dim: int, device: Any, dtype: Any) -> tuple[torch
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+class OpByOpRMSNorm(nn.Module):
+    """An RMSNorm run as separate PyTorch operations in fp32 between two casts
+    (TransformerShape.norm_kernel 'eager', the passes transformer_kinds.rmsnorm prices)."""
+
+    def __init__(self, hidden: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.float()
+        scale = torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (wide * scale).type_as(x) * self.weight
+
+
 def make_norm(shape: TransformerShape) -> nn.Module:
     if shape.norm == "rmsnorm":
-        return nn.RMSNorm(shape.hidden)
+        return OpByOpRMSNorm(shape.hidden) if shape.norm_kernel == "eager" else nn.RMSNorm(
+            shape.hidden)
     return nn.LayerNorm(shape.hidden, bias=shape.bias)
 
 

@@ -56,7 +56,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          norm_position: str = "pre", bias: bool = True, dropout: bool = True,
                          attention_dropout: bool | None = None,
                          rope_theta: float | None = None, attention_kernel: str = "fa2",
-                         experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
+                         norm_kernel: str = "fused", experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
                          shared_ffn: int = 0, capacity_factor: float | None = None,
                          dense_blocks: tuple[int, ...] = (), memory: int = 0,
                          predictions: int = 0, metrics: int = 0, bytes_per_value: int = 2,
@@ -66,7 +66,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
     `dropout` the hidden (residual) dropouts, `attention_dropout` the attention probabilities'
-    (None: as `dropout`), `rope_theta` RoPE's base (None: 10,000).
+    (None: as `dropout`), `rope_theta` RoPE's base (None: 10,000), `norm_kernel` how the
+    norms run (NORM_KERNELS: 'eager', an RMSNorm as PyTorch operations).
     `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape), except the
     blocks listed in `dense_blocks`. `memory` > 0 (with `positional="relative"`) makes it a
     Transformer-XL (TransformerShape): each block attends over its cached memory too.
@@ -87,7 +88,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
         attention_dropout=attention_dropout, rope_theta=rope_theta,
-        attention_kernel=attention_kernel, experts=experts, top_k=top_k, expert_ffn=expert_ffn,
+        attention_kernel=attention_kernel, norm_kernel=norm_kernel, experts=experts, top_k=top_k, expert_ffn=expert_ffn,
         shared_ffn=shared_ffn, capacity_factor=capacity_factor, dense_blocks=dense_blocks,
         memory=memory, predictions=predictions, metrics=metrics)
     # Blocks of one kind (MoE or dense MLP) differ only in their names and `block` index: build
@@ -139,6 +140,8 @@ def _spec(shape: TransformerShape, kind: str, role: str, block: int | None,
 
 def _norm(shape: TransformerShape, role: str, block: int | None) -> dict[str, object]:
     options: dict[str, object] = {"bias": shape.bias} if shape.norm == "layernorm" else {}
+    if shape.norm_kernel == "eager":
+        options["eager"] = True
     return _spec(shape, shape.norm, role, block, **options)
 
 

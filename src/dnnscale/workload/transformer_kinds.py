@@ -325,13 +325,42 @@ def layernorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 
 @register_kind("rmsnorm", kernel=KernelClass.MEMORY, splits=megatron("replicated"))
 def rmsnorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-            needs_input_grad: bool, **shape: object) -> Layer:
+            needs_input_grad: bool, eager: bool = False, **shape: object) -> Layer:
     """RMSNorm over h for each token (Zhang & Sennrich 2019; Llama): memory bound, 0 FLOP.
 
     Params h (a gain). Bytes as `layernorm` with one statistic per token (1/rms): forward
     (2·s·h + s)·b, input gradient (3·s·h + s)·b, weight gradient (the gain's column reduction,
     its own kernel as in `layernorm`) (2·s·h + s)·b.
+
+    `eager`: the norm as PyTorch code writes it, run op by op (torchtitan's RMSNorm at 9dec370,
+    ``self._norm(x.float()).type_as(x) * self.weight``; Hugging Face's LlamaRMSNorm does the
+    same passes), each op reading its inputs and writing its output once, in fp32 between the
+    casts (4 bytes a value; c = b + 4 a cast, 0 at b = 4, where .float() returns x itself):
+      forward: the cast c, x² 8, the row mean 4, x·rsqrt 8, the cast back c, the gain 2b:
+        (2c + 20 + 2b)·s·h (36 at b = 2), + 24·s for the per-token mean, eps add and rsqrt;
+      input gradient (autograd's formulas): the gain's product 2b, the cast's c, the
+        product's two gradients g·rsqrt 8 and g·x 12 with its row sum 4, the mean's expanded
+        gradient 4, the square's (pow_backward: x¹ copied 8, times 2 8, times the gradient 12)
+        28, the two gradients of x summed 12, the cast back c: (2b + 2c + 68)·s·h (84 at
+        b = 2), + 24·s;
+      weight gradient: the gradient times the normalized values and their column sum, 4b·s·h.
+    Launches are counted as the fused kernel's (each op here is one large, bandwidth-bound
+    kernel at training sizes).
+    Source: torchtitan 9dec370 torchtitan/models/norms.py (RMSNorm); PyTorch's autograd
+    formulas (tools/autograd/derivatives.yaml: mul, pow_backward, mean, to).
     """
+    if _flag(name, "eager", eager):
+        dims, hyper = _dims("rmsnorm", name, shape, ("hidden",))
+        s, h = dims.s, dims.h
+        assert h is not None
+        _expect("rmsnorm", name, input_shape, (s, h), "(seq, hidden)")
+        hyper["eager"] = True
+        b = bytes_per_value
+        cast = b + FP32_BYTES if b < FP32_BYTES else 0
+        moved = (float((2 * cast + 20 + 2 * b) * s * h + 24 * s),
+                 float((2 * b + 2 * cast + 68) * s * h + 24 * s), float(4 * b * s * h))
+        return _layer("rmsnorm", name, (s, h), (s, h), h, (0.0, 0.0, 0.0), moved,
+                      needs_input_grad, hyper)
     return _norm("rmsnorm", name, input_shape, bytes_per_value, needs_input_grad, shape, 1, 1)
 
 
