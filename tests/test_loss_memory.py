@@ -246,3 +246,21 @@ def test_torchtitan_llama3_8b_in_real_processes(tmp_path) -> None:  # type: igno
                  "--loss", "fused", "--engine", "torchtitan")
     assert clash.returncode == 2 and clash.stderr.startswith("error: --loss: torchtitan")
     assert clash.stderr.count("\n") == 1
+
+
+def test_exports_say_what_the_vocabulary_parallel_loss_and_eager_norms_hold() -> None:
+    """The assumption lines: torch's loss under tp 2 names loss_parallel and three more fp32
+    values; at tp 1 the two of torch's kernels; an eager-norm workload gets its own line."""
+    from dnnscale.export.assumptions import EAGER_NORM_TEXT, plan_assumptions
+    assert TINY.transformer is not None
+    split = plan_assumptions(modern_plan_from_dict({**ONE_GPU, "tp": 2, "loss": "torch"}),
+                             TINY.transformer)
+    [line] = [line for line in split if line.startswith("the loss")]
+    assert "loss_parallel" in line and "three more fp32 values" in line
+    whole = plan_assumptions(modern_plan_from_dict({**ONE_GPU, "loss": "torch"}),
+                             TINY.transformer)
+    [line] = [line for line in whole if line.startswith("the loss")]
+    assert "two more fp32 values" in line and EAGER_NORM_TEXT not in whole
+    eager = transformer_workload("loss-eager", 2, 256, 4, 512, 1024, norm="rmsnorm",
+                                 norm_kernel="eager").transformer
+    assert EAGER_NORM_TEXT in plan_assumptions(modern_plan_from_dict(ONE_GPU), eager)

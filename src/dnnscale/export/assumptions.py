@@ -47,6 +47,15 @@ LOSS_MEMORY_TEXT = {
     "fused": "the 16-bit logits kept, their gradient beside them at its peak"}
 """What each MemoryPolicy.loss holds, for its assumption line (model/memory.loss_bytes prices
 it)."""
+VOCAB_PARALLEL_LOSS_TEXT = {
+    "torch": "torch's loss_parallel on the vocabulary-split logits, the log-softmax kept in "
+             "fp32, three more fp32 values per logit at its backward's peak",
+    "torch16": "torch's loss_parallel on the vocabulary-split logits, the log-softmax kept at "
+               "their width, three fp32 values more per logit at its forward's peak"}
+"""What the torch kernels hold under tensor parallelism (model/memory.loss_bytes_per_logit's
+vocab_parallel)."""
+EAGER_NORM_TEXT = ("RMSNorms run op by op in fp32 between two casts (norm_kernel eager), each "
+                   "keeping an fp32 copy of its input")
 
 
 AMP_KIND_WORDS = {"embedding": "the embedding's output", "layernorm": "the norms",
@@ -94,8 +103,12 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
                    "on float32 values, the rest in 16 bits")
     if shape is not None:
         loss = plan.memory.loss
+        held = (VOCAB_PARALLEL_LOSS_TEXT[loss] if plan.tensor.degree > 1
+                and loss in VOCAB_PARALLEL_LOSS_TEXT else LOSS_MEMORY_TEXT[loss])
         out.append(f"the loss computed {'as' if loss == 'inplace' else 'by'} "
-                   f"{LOSS_KERNEL_NAMES[loss]}: {LOSS_MEMORY_TEXT[loss]}")
+                   f"{LOSS_KERNEL_NAMES[loss]}: {held}")
+    if shape is not None and shape.norm_kernel == "eager":
+        out.append(EAGER_NORM_TEXT)
     groups = parallel_groups(plan)
     out.append(f"{format_si(plan_reserve_bytes(plan), 'B')} per GPU held back for the CUDA "
                f"context, cuBLAS's workspace and NCCL's buffers of {groups} parallel "
