@@ -733,10 +733,7 @@ GPT_NAMES: dict[str, tuple[str, str]] = {
                          "layers=2,hidden=64,heads=4,seq=8,vocab=10,token_types=two"),
     "attention-dropout-bad": ("workload.gpt.attention_dropout",
                               "layers=2,hidden=64,heads=4,seq=8,vocab=10,attention_dropout=0.1"),
-    "norm-kernel-bad": ("workload.gpt.norm_kernel",
-                        "layers=2,hidden=64,heads=4,seq=8,vocab=10,norm_kernel=python"),
-    "norm-kernel-layernorm": ("workload.gpt.norm_kernel",
-                              "layers=2,hidden=64,heads=4,seq=8,vocab=10,norm_kernel=eager"),
+    "eager-bad": ("workload.gpt.eager", "layers=2,hidden=64,heads=4,seq=8,vocab=10,eager=op"),
 }
 
 TRANSFORMER_LAYERS: dict[str, tuple[str, dict[str, Any]]] = {

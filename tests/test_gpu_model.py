@@ -307,3 +307,19 @@ def test_eager_rmsnorms_keep_their_fp32_copies() -> None:
         again = {**common, "recompute": recompute}
         assert transformer_block_activation_bytes(**again, eager_norms=True) == \
             transformer_block_activation_bytes(**again)
+
+
+def test_an_eager_swiglu_keeps_silus_output() -> None:
+    """A SwiGLU run op by op keeps silu's output for the product's backward: f_out more values
+    a row, 2·s·b·f bytes (/t): GPT-3 175B's shape with a gated MLP of f = 4h keeps 8·sbh more
+    without TP and sbh more at t = 8."""
+    s, b, h, a = 2048, 1, 12288, 96
+    sbh = s * b * h
+    common = dict(seq=s, micro_batch=b, hidden=h, heads=a, kv_hidden=h, ffn_in=8 * h,
+                  ffn_out=4 * h, flash_attention=True, tensor=1, sequence_parallel=False,
+                  recompute="none")
+    assert transformer_block_activation_bytes(**common, eager_activation=True) == \
+        pytest.approx(transformer_block_activation_bytes(**common) + 8 * sbh)
+    split = {**common, "tensor": 8}
+    assert transformer_block_activation_bytes(**split, eager_activation=True) == \
+        pytest.approx(transformer_block_activation_bytes(**split) + sbh)

@@ -62,12 +62,12 @@ def test_attention_dropout_is_its_own_probability():
 
 
 def test_eager_rmsnorm_module_is_torchs_rmsnorm_op_by_op():
-    # norm_kernel=eager builds the op-by-op module, with the parameters of nn.RMSNorm and its
+    # eager=true builds the op-by-op module, with the parameters of nn.RMSNorm and its
     # values (eps 1e-6) on bf16 input, in the input's dtype
     from dnnscale.runtime.gpt_model import OpByOpRMSNorm
     name = ("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=100,norm=rmsnorm,positional=rope,"
             "gated=true,bias=false")
-    model = GptModel(load_workload(name + ",norm_kernel=eager").transformer)
+    model = GptModel(load_workload(name + ",eager=true").transformer)
     assert all(isinstance(b.attn_norm, OpByOpRMSNorm) for b in model.blocks)
     assert parameter_count(model) == parameter_count(GptModel(load_workload(name).transformer))
     x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)

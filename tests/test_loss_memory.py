@@ -251,7 +251,7 @@ def test_torchtitan_llama3_8b_in_real_processes(tmp_path) -> None:  # type: igno
 def test_exports_say_what_the_vocabulary_parallel_loss_and_eager_norms_hold() -> None:
     """The assumption lines: torch's loss under tp 2 names loss_parallel and three more fp32
     values; at tp 1 the two of torch's kernels; an eager-norm workload gets its own line."""
-    from dnnscale.export.assumptions import EAGER_NORM_TEXT, plan_assumptions
+    from dnnscale.export.assumptions import EAGER_TEXT, plan_assumptions
     assert TINY.transformer is not None
     split = plan_assumptions(modern_plan_from_dict({**ONE_GPU, "tp": 2, "loss": "torch"}),
                              TINY.transformer)
@@ -260,7 +260,7 @@ def test_exports_say_what_the_vocabulary_parallel_loss_and_eager_norms_hold() ->
     whole = plan_assumptions(modern_plan_from_dict({**ONE_GPU, "loss": "torch"}),
                              TINY.transformer)
     [line] = [line for line in whole if line.startswith("the loss")]
-    assert "two more fp32 values" in line and EAGER_NORM_TEXT not in whole
+    assert "two more fp32 values" in line and EAGER_TEXT not in whole
     eager = transformer_workload("loss-eager", 2, 256, 4, 512, 1024, norm="rmsnorm",
-                                 norm_kernel="eager").transformer
-    assert EAGER_NORM_TEXT in plan_assumptions(modern_plan_from_dict(ONE_GPU), eager)
+                                 eager=True).transformer
+    assert EAGER_TEXT in plan_assumptions(modern_plan_from_dict(ONE_GPU), eager)

@@ -137,19 +137,22 @@ def test_optimize_for_deepspeed_leaves_selective_flash_plans_out() -> None:
 
 
 def test_engines_with_fused_norms_say_an_eager_rmsnorm_differs() -> None:
-    """A workload whose RMSNorms are priced op by op (norm_kernel eager) runs otherwise on
-    Megatron-LM and Megatron-DeepSpeed, whose RMSNorms are fused kernels: one difference each,
-    on the workload, advising norm_kernel fused; torchtitan (eager unless compiled) and a fused
-    workload get none."""
+    """A workload whose RMSNorms are priced op by op (eager) runs otherwise on Megatron-LM and
+    Megatron-DeepSpeed, whose RMSNorms and SwiGLU are fused kernels: one difference each, on
+    the workload, advising eager false; torchtitan (eager unless compiled), a fused workload
+    and an eager one with nothing eager to price (LayerNorm, GeLU) get none."""
     none = plan_facts(modern_plan_from_dict({**ONE_GPU, "recompute": "none"}))
     eager = load_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,norm=rmsnorm,"
-                          "norm_kernel=eager").transformer
+                          "eager=true").transformer
     fused = load_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,norm=rmsnorm"
                           ).transformer
     assert eager is not None and fused is not None
     for engine, name in (("megatron", "Megatron-LM"), ("deepspeed", "DeepSpeed")):
         [difference] = workload_differences(engine, none, eager)
         assert difference.field == "" and name in difference.message
-        assert "use norm_kernel fused" in difference.message
+        assert "use eager false" in difference.message
         assert workload_differences(engine, none, fused) == ()
+        gelu = load_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,eager=true"
+                             ).transformer
+        assert gelu is not None and workload_differences(engine, none, gelu) == ()
     assert workload_differences("torchtitan", none, eager) == ()

@@ -501,13 +501,13 @@ def test_norm_gain_gradient_kernel_is_priced_as_its_own_memory_pass() -> None:
 
 
 def test_eager_rmsnorm_bytes_by_hand(tmp_path) -> None:
-    """norm_kernel eager prices an RMSNorm op by op: s = 4 tokens of h = 8, b = 2: forward
+    """eager prices an RMSNorm op by op: s = 4 tokens of h = 8, b = 2: forward
     (2·6 + 20 + 4)·32 + 24·4 = 1,248 B (the fused kernel's (2·32 + 4)·2 = 136); input gradient
     (4 + 12 + 68)·32 + 96 = 2,784 B; the gain's gradient 8·32 = 256 B. At b = 4 the casts
     vanish (.float() returns x): forward 28·32 + 96 = 992, input 76·32 + 96 = 2,528, gain
-    16·32 = 512. A YAML round trip keeps the field; a LayerNorm or an unknown word is refused,
-    naming the field."""
-    eager = _tiny(norm="rmsnorm", norm_kernel="eager")
+    16·32 = 512. A YAML round trip keeps the field; a non-bool is refused, naming the field;
+    a LayerNorm and a GeLU price the same either way (one kernel each in eager torch)."""
+    eager = _tiny(norm="rmsnorm", eager=True)
     fused = _tiny(norm="rmsnorm")
     norm = next(layer for layer in eager.layers if layer.kind == "rmsnorm")
     assert (norm.fwd_bytes, norm.input_grad_bytes, norm.weight_grad_bytes) == (1248, 2784, 256)
@@ -522,11 +522,32 @@ def test_eager_rmsnorm_bytes_by_hand(tmp_path) -> None:
     path = tmp_path / "eager.yaml"
     save_workload_yaml(eager, path)
     assert load_workload(path) == eager
-    with pytest.raises(InputError, match=r"transformer\.norm_kernel"):
-        _tiny(norm_kernel="eager")  # a LayerNorm
+    plain_gpt = _tiny(eager=True)  # LayerNorm and GeLU
+    assert [(a.kind, a.fwd_bytes, a.input_grad_bytes) for a in plain_gpt.layers] == \
+        [(a.kind, a.fwd_bytes, a.input_grad_bytes) for a in _tiny().layers]
+    with pytest.raises(InputError, match=r"transformer\.eager"):
+        _tiny(eager="yes")
     with pytest.raises(InputError) as info:
-        zoo_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,norm_kernel=python")
-    assert info.value.field == "workload.gpt.norm_kernel"
+        zoo_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,eager=python")
+    assert info.value.field == "workload.gpt.eager"
     named = zoo_workload("gpt:layers=2,hidden=8,heads=2,seq=4,vocab=10,norm=rmsnorm,"
-                         "norm_kernel=eager")
-    assert named.transformer is not None and named.transformer.norm_kernel == "eager"
+                         "eager=true")
+    assert named.transformer is not None and named.transformer.eager is True
+
+
+def test_eager_swiglu_bytes_by_hand() -> None:
+    """eager runs a gated activation as silu, then the product: s = 4 rows of f = 32 at b = 2,
+    forward 5·32·4·2 = 1,280 B (fused 3·…: 768), input gradient 9·… = 2,304 B (fused 1,280);
+    the experts' activation on s·k = 8 rows likewise (2,560 and 4,608 B); a GeLU's is the same
+    either way."""
+    gated = dict(norm="rmsnorm", gated=True, ffn=32)
+    act = next(a for a in _tiny(**gated, eager=True).layers if a.kind == "mlp_act")
+    fused = next(a for a in _tiny(**gated).layers if a.kind == "mlp_act")
+    assert (act.fwd_bytes, act.input_grad_bytes) == (1280, 2304)
+    assert (fused.fwd_bytes, fused.input_grad_bytes) == (768, 1280)
+    assert act.hyper["eager"] is True and "eager" not in fused.hyper
+    moe = _tiny(**gated, eager=True, experts=4, top_k=2)
+    expert = next(a for a in moe.layers if a.kind == "expert_act")
+    assert (expert.fwd_bytes, expert.input_grad_bytes) == (2560, 4608)
+    gelu = next(a for a in _tiny(eager=True).layers if a.kind == "mlp_act")
+    assert (gelu.fwd_bytes, gelu.input_grad_bytes) == (2 * 32 * 4 * 2, 3 * 32 * 4 * 2)

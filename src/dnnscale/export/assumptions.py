@@ -54,8 +54,9 @@ VOCAB_PARALLEL_LOSS_TEXT = {
                "their width, three fp32 values more per logit at its forward's peak"}
 """What the torch kernels hold under tensor parallelism (model/memory.loss_bytes_per_logit's
 vocab_parallel)."""
-EAGER_NORM_TEXT = ("RMSNorms run op by op in fp32 between two casts (norm_kernel eager), each "
-                   "keeping an fp32 copy of its input")
+EAGER_TEXT = ("element-wise code run op by op, as PyTorch runs it without torch.compile "
+              "(eager): RMSNorms in fp32 between two casts, each keeping an fp32 copy of its "
+              "input, and SwiGLU as silu, then the product")
 
 
 AMP_KIND_WORDS = {"embedding": "the embedding's output", "layernorm": "the norms",
@@ -107,8 +108,8 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
                 and loss in VOCAB_PARALLEL_LOSS_TEXT else LOSS_MEMORY_TEXT[loss])
         out.append(f"the loss computed {'as' if loss == 'inplace' else 'by'} "
                    f"{LOSS_KERNEL_NAMES[loss]}: {held}")
-    if shape is not None and shape.norm_kernel == "eager":
-        out.append(EAGER_NORM_TEXT)
+    if shape is not None and shape.eager:
+        out.append(EAGER_TEXT)
     groups = parallel_groups(plan)
     out.append(f"{format_si(plan_reserve_bytes(plan), 'B')} per GPU held back for the CUDA "
                f"context, cuBLAS's workspace and NCCL's buffers of {groups} parallel "

@@ -114,7 +114,8 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
                                        fp32_kinds: frozenset[str] = frozenset(),
                                        hidden_dropout: bool = True,
                                        attention_dropout: bool = True,
-                                       eager_norms: bool = False) -> float:
+                                       eager_norms: bool = False,
+                                       eager_activation: bool = False) -> float:
     """Activation bytes one transformer block keeps for its backward, per micro-batch.
 
     Formula: (16-bit activations, 1-byte dropout masks; s seq, b micro-batch, h hidden, a heads,
@@ -153,11 +154,13 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
         output: + 4·a·s·s_k·b/t over the 16-bit core's 2·a·s·s_k·b); the MLP activation's input
         (mlp_act), + 2·s·b·f_in/t; the block input a checkpoint keeps (a float32 residual
         stream, residual_add), + 2·s·b·h (/t under sequence parallelism);
-      RMSNorms run as PyTorch operations (`eager_norms`, TransformerShape.norm_kernel 'eager')
-        keep the fp32 copy of their input (x², x·rsqrt) and their 16-bit normalized output
-        (the gain's product) instead of the input: 4 bytes a value more for each of the two,
-        + 8·s·b·h (/t under sequence parallelism) whatever the mixed-precision mode
-        (transformer_kinds.rmsnorm; torchtitan's RMSNorm at 9dec370).
+      RMSNorms run as PyTorch operations (`eager_norms`, TransformerShape.eager) keep the
+        fp32 copy of their input (x², x·rsqrt) and their 16-bit normalized output (the gain's
+        product) instead of the input: 4 bytes a value more for each of the two, + 8·s·b·h
+        (/t under sequence parallelism) whatever the mixed-precision mode
+        (transformer_kinds.rmsnorm; torchtitan's RMSNorm at 9dec370); a SwiGLU run op by op
+        (`eager_activation`) keeps silu's output for the product's backward as well, one more
+        f_out-wide value a row: + 2·s·b·f_out/t (the experts' and shared experts' likewise).
     For MHA with f = 4h this is Korthikanti et al.'s s·b·h·(34 + 5·a·s/h) without tensor
     parallelism, s·b·h·(10 + 24/t + 5·a·s/(h·t)) with it, and (34 + 5·a·s/h)/t with sequence
     parallelism.
@@ -181,14 +184,15 @@ def transformer_block_activation_bytes(seq: int, micro_batch: int, hidden: int, 
     wide_norms = (4 if fp32_kinds & {"layernorm", "rmsnorm"} else 0) + (8 if eager_norms else 0)
     masks = 2 if hidden_dropout else 0
     whole = ((6 + masks) * s + 2 * s_k + wide_norms * s) * b * h / (t if sequence_parallel else 1)
+    silu = 2 if eager_activation else 0  # an eager SwiGLU's kept silu output, per f_out
     if moe is None:
         wide_act = 2 if "mlp_act" in fp32_kinds else 0
-        mlp = ((2 + wide_act) * s * b * ffn_in + 2 * s * b * ffn_out) / t
+        mlp = ((2 + wide_act) * s * b * ffn_in + (2 + silu) * s * b * ffn_out) / t
     else:
         mlp = (4 * s * b * moe.copies * h * moe.copies_share
                + ROUTER_STATE_BYTES * s * b * moe.experts
-               + (2 * s * b * moe.copies * (moe.expert_in + moe.expert_out)
-                  + 2 * s * b * (moe.shared_in + moe.shared_out)) / t)
+               + (s * b * moe.copies * (2 * moe.expert_in + (2 + silu) * moe.expert_out)
+                  + s * b * (2 * moe.shared_in + (2 + silu) * moe.shared_out)) / t)
     queries = (6 if relative else 4) * s * b * h
     split = (queries + 4 * s_k * b * kv_hidden) / t + mlp
     if recompute == "selective":

@@ -157,7 +157,8 @@ def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
         plan.memory.recompute if recompute is None else recompute, shape.flash_attention,
         plan.context.degree, moe, shape.memory,
         shape.positional == "relative", AMP_FP32_KINDS[plan.precision.amp], shape.dropout,
-        shape.drops_attention, shape.norm_kernel == "eager")
+        shape.drops_attention, shape.eager and shape.norm == "rmsnorm",
+        shape.eager and shape.gated)
 
 
 def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,

@@ -371,12 +371,14 @@ def workload_differences(engine: str, facts: EngineFacts,
     """How `engine` runs the workload of `shape` otherwise than the plan priced it (field
     relative to the plan; '' for the workload); empty where it runs as priced."""
     found = []
-    if engine in ("megatron", "deepspeed") and shape.norm_kernel == "eager":
-        # Megatron-LM: Transformer Engine's or Apex's fused RMSNorm; Megatron-DeepSpeed:
-        # apex's MixedFusedRMSNorm where Apex is installed (megatron/model/__init__.py)
-        found.append(Violation("", f"{ENGINE_NAMES[engine]} runs its RMSNorms as fused "
-                               f"kernels, where the workload priced them op by op "
-                               f"(norm_kernel eager): use norm_kernel fused"))
+    if engine in ("megatron", "deepspeed") and shape.eager and (shape.norm == "rmsnorm"
+                                                                 or shape.gated):
+        # Megatron-LM: Transformer Engine's or Apex's fused RMSNorm and its bias_swiglu;
+        # Megatron-DeepSpeed: apex's MixedFusedRMSNorm where Apex is installed
+        # (megatron/model/__init__.py) and its jit-scripted swiglu
+        found.append(Violation("", f"{ENGINE_NAMES[engine]} runs its RMSNorms and SwiGLU as "
+                               f"fused kernels, where the workload priced them op by op "
+                               f"(eager): use eager false"))
     if engine != "deepspeed":
         return tuple(found)
     if facts.recompute == "selective" and shape.flash_attention:

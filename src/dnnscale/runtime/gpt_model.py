@@ -141,7 +141,7 @@ def rope_tables(seq: int, head_dim: int, device: Any, dtype: Any) -> tuple[torch
 
 class OpByOpRMSNorm(nn.Module):
     """An RMSNorm run as separate PyTorch operations in fp32 between two casts
-    (TransformerShape.norm_kernel 'eager', the passes transformer_kinds.rmsnorm prices)."""
+    (TransformerShape.eager, the passes transformer_kinds.rmsnorm prices)."""
 
     def __init__(self, hidden: int, eps: float = 1e-6) -> None:
         super().__init__()
@@ -156,8 +156,7 @@ class OpByOpRMSNorm(nn.Module):
 
 def make_norm(shape: TransformerShape) -> nn.Module:
     if shape.norm == "rmsnorm":
-        return OpByOpRMSNorm(shape.hidden) if shape.norm_kernel == "eager" else nn.RMSNorm(
-            shape.hidden)
+        return OpByOpRMSNorm(shape.hidden) if shape.eager else nn.RMSNorm(shape.hidden)
     return nn.LayerNorm(shape.hidden, bias=shape.bias)
 
 

@@ -22,7 +22,8 @@ from dnnscale.workload.kind_record import KernelClass
 from dnnscale.workload.kinds import register_kind
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.transformer_kinds import (TOKEN_ID_BYTES, _dims, _Dims, _expect, _flag,
-                                                 _layer, megatron, token_linear_flops)
+                                                 _layer, activation_values_per_row, megatron,
+                                                 token_linear_flops)
 from dnnscale.workload.transformer_shape import check_capacity_factor
 
 ROUTER_PROBABILITY_BYTES = 4
@@ -147,20 +148,24 @@ def expert_up(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                tensor_extent_key="ffn")
 def expert_act(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                needs_input_grad: bool, experts: int = 8, top_k: int = 2,
-               capacity_factor: float | None = None, **shape: object) -> Layer:
-    """The experts' activation on s·k rows, bytes as `mlp_act` (GeLU 2·f / 3·f, SwiGLU 3·f /
-    5·f values per row forward / input gradient). 0 FLOP."""
+               capacity_factor: float | None = None, eager: bool = False,
+               **shape: object) -> Layer:
+    """The experts' activation on s·k rows, bytes as `mlp_act`
+    (transformer_kinds.activation_values_per_row per row; `eager`: a SwiGLU run op by op).
+    0 FLOP."""
     dims, hyper, _, k = _moe_hyper(name, "expert_act", shape, ("ffn",), experts, top_k,
                                    capacity_factor)
     assert dims.f is not None
     rows, f = routed_tokens(dims.s, k), dims.f
     _expect("expert_act", name, input_shape, (rows, _expert_inner(dims)),
             "(seq·top_k, ffn x 2 if gated)")
+    if _flag(name, "eager", eager) and dims.gated:
+        hyper["eager"] = True
+    forward, backward = activation_values_per_row(f, dims.gated, bool(hyper.get("eager")))
     b = bytes_per_value
-    moved = (3 * rows * f * b, 5 * rows * f * b) if dims.gated else (2 * rows * f * b,
-                                                                      3 * rows * f * b)
     return _layer("expert_act", name, input_shape, (rows, f), 0, (0.0, 0.0, 0.0),
-                  (float(moved[0]), float(moved[1]), 0.0), needs_input_grad, hyper)
+                  (float(forward * rows * b), float(backward * rows * b), 0.0),
+                  needs_input_grad, hyper)
 
 
 @register_kind("expert_down", kernel=KernelClass.GEMM, splits=megatron("row"),

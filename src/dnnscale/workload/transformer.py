@@ -56,8 +56,9 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          norm_position: str = "pre", bias: bool = True, dropout: bool = True,
                          attention_dropout: bool | None = None,
                          rope_theta: float | None = None, attention_kernel: str = "fa2",
-                         norm_kernel: str = "fused", experts: int = 0, top_k: int = 0, expert_ffn: int = 0,
-                         shared_ffn: int = 0, capacity_factor: float | None = None,
+                         eager: bool = False, experts: int = 0, top_k: int = 0,
+                         expert_ffn: int = 0, shared_ffn: int = 0,
+                         capacity_factor: float | None = None,
                          dense_blocks: tuple[int, ...] = (), memory: int = 0,
                          predictions: int = 0, metrics: int = 0, bytes_per_value: int = 2,
                          description: str = "") -> Workload:
@@ -66,8 +67,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
     `dropout` the hidden (residual) dropouts, `attention_dropout` the attention probabilities'
-    (None: as `dropout`), `rope_theta` RoPE's base (None: 10,000), `norm_kernel` how the
-    norms run (NORM_KERNELS: 'eager', an RMSNorm as PyTorch operations).
+    (None: as `dropout`), `rope_theta` RoPE's base (None: 10,000), `eager` the
+    element-wise code run op by op (RMSNorms, a gated activation; TransformerShape).
     `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape), except the
     blocks listed in `dense_blocks`. `memory` > 0 (with `positional="relative"`) makes it a
     Transformer-XL (TransformerShape): each block attends over its cached memory too.
@@ -88,9 +89,9 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
         token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
         attention_dropout=attention_dropout, rope_theta=rope_theta,
-        attention_kernel=attention_kernel, norm_kernel=norm_kernel, experts=experts, top_k=top_k, expert_ffn=expert_ffn,
-        shared_ffn=shared_ffn, capacity_factor=capacity_factor, dense_blocks=dense_blocks,
-        memory=memory, predictions=predictions, metrics=metrics)
+        attention_kernel=attention_kernel, eager=eager, experts=experts, top_k=top_k,
+        expert_ffn=expert_ffn, shared_ffn=shared_ffn, capacity_factor=capacity_factor,
+        dense_blocks=dense_blocks, memory=memory, predictions=predictions, metrics=metrics)
     # Blocks of one kind (MoE or dense MLP) differ only in their names and `block` index: build
     # the chain with the first block of each kind once (through build_workload, as a YAML file
     # of it would be) and copy its layers for the rest.
@@ -140,9 +141,14 @@ def _spec(shape: TransformerShape, kind: str, role: str, block: int | None,
 
 def _norm(shape: TransformerShape, role: str, block: int | None) -> dict[str, object]:
     options: dict[str, object] = {"bias": shape.bias} if shape.norm == "layernorm" else {}
-    if shape.norm_kernel == "eager":
+    if shape.eager and shape.norm == "rmsnorm":
         options["eager"] = True
     return _spec(shape, shape.norm, role, block, **options)
+
+
+def _eager_act(shape: TransformerShape) -> dict[str, object]:
+    """A gated activation's `eager` option where the shape runs op by op."""
+    return {"eager": True} if shape.eager and shape.gated else {}
 
 
 def _prefix_specs(shape: TransformerShape) -> list[dict[str, object]]:
@@ -175,7 +181,7 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
               _norm(shape, "attn_norm" if post else "mlp_norm", i)]
     specs += _moe_specs(shape, i) if shape.is_moe_block(i) else [
         _spec(shape, "mlp_up", "mlp_up", i, bias=shape.bias),
-        _spec(shape, "mlp_act", "mlp_act", i),
+        _spec(shape, "mlp_act", "mlp_act", i, **_eager_act(shape)),
         _spec(shape, "mlp_down", "mlp_down", i, bias=shape.bias)]
     specs.append(_spec(shape, "residual_add", "mlp_residual", i, dropout=shape.dropout))
     if post:
@@ -192,13 +198,13 @@ def _moe_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
     specs = [_spec(shape, "moe_router", "moe_router", i, **moe),
              _spec(shape, "moe_dispatch", "moe_dispatch", i, **moe),
              _spec(shape, "expert_up", "expert_up", i, bias=shape.bias, **expert),
-             _spec(shape, "expert_act", "expert_act", i, **expert),
+             _spec(shape, "expert_act", "expert_act", i, **expert, **_eager_act(shape)),
              _spec(shape, "expert_down", "expert_down", i, bias=shape.bias, **expert),
              _spec(shape, "moe_combine", "moe_combine", i, **moe)]
     if shape.shared_ffn:
         shared = {"ffn": shape.shared_ffn}
         specs += [_spec(shape, "mlp_up", "shared_up", i, bias=shape.bias, **shared),
-                  _spec(shape, "mlp_act", "shared_act", i, **shared),
+                  _spec(shape, "mlp_act", "shared_act", i, **shared, **_eager_act(shape)),
                   _spec(shape, "mlp_down", "shared_down", i, bias=shape.bias, **shared)]
     return specs
 

@@ -612,25 +612,39 @@ def mlp_up(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
                          hyper, dims.h, _mlp_inner(dims), bias)
 
 
+def activation_values_per_row(f: int, gated: bool, eager: bool) -> tuple[int, int]:
+    """(forward, input-gradient) values an MLP activation moves per row of f outputs.
+
+    GeLU: forward reads and writes f, 2f; input gradient reads grad and x and writes grad_x,
+    3f (one kernel each, fused or eager: torch's gelu). SwiGLU silu(gate)·up, fused: forward
+    reads 2f and writes f, 3f; input gradient reads grad and both inputs and writes their
+    gradients, 5f. SwiGLU op by op (`eager`, ``F.silu(w1(x)) * w3(x)`` as torchtitan and
+    Hugging Face's LlamaMLP write it): forward silu 2f, the product 3f, 5f; input gradient the
+    product's two gradients 3f each, silu's 3f, 9f.
+    Units: features -> values."""
+    if not gated:
+        return 2 * f, 3 * f
+    return (5 * f, 9 * f) if eager else (3 * f, 5 * f)
+
+
 @register_kind("mlp_act", kernel=KernelClass.MEMORY, splits=megatron("local"),
                tensor_extent_key="ffn")
 def mlp_act(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-            needs_input_grad: bool, **shape: object) -> Layer:
+            needs_input_grad: bool, eager: bool = False, **shape: object) -> Layer:
     """The MLP's activation: GeLU (s, f) -> (s, f), or SwiGLU silu(gate)·up (s, 2f) -> (s, f)
-    when `gated`. Memory bound, 0 FLOP.
-
-    Bytes: GeLU forward reads and writes s·f, 2·s·f·b; input gradient reads grad and x and
-    writes grad_x, 3·s·f·b. SwiGLU forward reads 2·s·f and writes s·f, 3·s·f·b; input gradient
-    reads grad (s·f) and both inputs (2·s·f) and writes their gradients (2·s·f), 5·s·f·b.
-    """
+    when `gated`. Memory bound, 0 FLOP. Bytes: s·b times `activation_values_per_row` (`eager`:
+    a SwiGLU run op by op)."""
     dims, hyper = _dims("mlp_act", name, shape, ("ffn",))
     s, f = dims.s, dims.f
     assert f is not None
     _expect("mlp_act", name, input_shape, (s, _mlp_inner(dims)), "(seq, ffn x 2 if gated)")
+    if _flag(name, "eager", eager) and dims.gated:
+        hyper["eager"] = True
+    forward, backward = activation_values_per_row(f, dims.gated, bool(hyper.get("eager")))
     b = bytes_per_value
-    moved = ((3 * s * f * b, 5 * s * f * b) if dims.gated else (2 * s * f * b, 3 * s * f * b))
     return _layer("mlp_act", name, input_shape, (s, f), 0, (0.0, 0.0, 0.0),
-                  (float(moved[0]), float(moved[1]), 0.0), needs_input_grad, hyper)
+                  (float(forward * s * b), float(backward * s * b), 0.0), needs_input_grad,
+                  hyper)
 
 
 @register_kind("mlp_down", kernel=KernelClass.GEMM, splits=megatron("row"),

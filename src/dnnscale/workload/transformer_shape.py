@@ -18,10 +18,6 @@ NORMS = ("layernorm", "rmsnorm")
 POSITIONALS = ("learned", "rope", "relative", "none")
 NORM_POSITIONS = ("pre", "post")
 ATTENTION_KERNELS = ("fa2", "triton")
-NORM_KERNELS = ("fused", "eager")
-"""How the norms run: 'fused', one kernel each (Megatron-LM, Transformer Engine, Apex,
-torch.compile, torch's layer_norm); 'eager', an RMSNorm written as PyTorch operations run
-one by one (torchtitan without torch.compile, Hugging Face's modeling code)."""
 """Fused attention kernels a workload may run: FlashAttention-2's CUDA kernels (Megatron,
 PyTorch SDPA, Hugging Face) and the Triton implementation of FlashAttention (llm-foundry's
 ``attn_impl: triton``). Each is priced by its published speed, or where a GPU has none by an
@@ -47,9 +43,13 @@ class TransformerShape:
     `rope_theta` is RoPE's base (Llama 3: 500,000), None for the conventional 10,000
     (`rotary_base`); only a RoPE shape has one. It changes no count, only the engines' options.
     `attention_kernel` is the fused attention kernel (ATTENTION_KERNELS) when
-    `flash_attention` is on; it changes no count, only the kernel's speed. `norm_kernel`
-    (NORM_KERNELS) is how the norms run: 'eager' prices an RMSNorm as its PyTorch operations
-    (transformer_kinds.rmsnorm; only an RMSNorm: torch runs a LayerNorm as one kernel).
+    `flash_attention` is on; it changes no count, only the kernel's speed. `eager`: the
+    element-wise code between the GEMMs runs op by op, as PyTorch runs a model's Python code
+    without torch.compile (torchtitan's, Hugging Face's): each RMSNorm as its operations in
+    fp32 (transformer_kinds.rmsnorm), a gated MLP's activation as silu, then the product
+    (mlp_act); otherwise those are fused kernels (Megatron-LM, Transformer Engine, Apex,
+    torch.compile). A LayerNorm and a GeLU are one kernel each in eager PyTorch too, so they
+    price the same either way.
     `dropout` is the hidden dropout: each sub-layer's output before its residual add (and the
     embedding's output); `attention_dropout` the dropout of the attention probabilities (None
     on construction: the same as `dropout`). Models set them apart: OPT, Falcon and Mistral
@@ -114,7 +114,7 @@ class TransformerShape:
     attention_dropout: bool | None = None
     rope_theta: float | None = None
     attention_kernel: str = "fa2"
-    norm_kernel: str = "fused"
+    eager: bool = False
     experts: int = 0
     top_k: int = 0
     expert_ffn: int = 0
@@ -139,21 +139,16 @@ class TransformerShape:
             raise InputError("transformer.predictions", f"the LM head runs on at most the seq = "
                              f"{self.seq} positions of a sequence, got {self.predictions}")
         for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias", "dropout",
-                     "attention_dropout"):
+                     "attention_dropout", "eager"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"transformer.{name}", f"must be true or false, got "
                                  f"{getattr(self, name)!r}")
         for name, allowed in (("norm", NORMS), ("positional", POSITIONALS),
                               ("norm_position", NORM_POSITIONS),
-                              ("attention_kernel", ATTENTION_KERNELS),
-                              ("norm_kernel", NORM_KERNELS)):
+                              ("attention_kernel", ATTENTION_KERNELS)):
             if getattr(self, name) not in allowed:
                 raise InputError(f"transformer.{name}", f"must be one of {', '.join(allowed)}, "
                                  f"got {getattr(self, name)!r}")
-        if self.norm_kernel == "eager" and self.norm != "rmsnorm":
-            raise InputError("transformer.norm_kernel", "eager prices an RMSNorm written as "
-                             "PyTorch operations; a LayerNorm runs as one kernel in eager "
-                             "PyTorch (torch's layer_norm): use norm_kernel fused")
         if self.hidden % self.heads:
             raise InputError("transformer.heads", f"{self.heads} heads do not divide hidden "
                              f"size {self.hidden}")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.workload.transformer import DEFAULT_SAMPLES_PER_EPOCH, transformer_workload
-from dnnscale.workload.transformer_shape import (ATTENTION_KERNELS, NORM_KERNELS, NORM_POSITIONS,
+from dnnscale.workload.transformer_shape import (ATTENTION_KERNELS, NORM_POSITIONS,
                                                  POSITIONALS, ROPE_THETA_DEFAULT)
 from dnnscale.workload.workload import Workload
 
@@ -238,10 +238,9 @@ _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
               "tied": "tied_embeddings", "causal": "causal", "bias": "bias",
-              "dropout": "dropout", "attention_dropout": "attention_dropout"}
+              "dropout": "dropout", "attention_dropout": "attention_dropout", "eager": "eager"}
 _GPT_CHOICES = {"norm": ("layernorm", "rmsnorm"), "positional": POSITIONALS,
-                "attention_kernel": ATTENTION_KERNELS, "norm_position": NORM_POSITIONS,
-                "norm_kernel": NORM_KERNELS}
+                "attention_kernel": ATTENTION_KERNELS, "norm_position": NORM_POSITIONS}
 GPT_REQUIRED = ("layers", "hidden", "heads", "seq", "vocab")
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
 
@@ -299,9 +298,9 @@ def gpt_from_name(argument: str) -> Workload:
     (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout (the hidden
     dropouts), attention_dropout (the attention probabilities'; default: as dropout) (each
     true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
-    attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), norm_kernel
-    (fused|eager: an RMSNorm as PyTorch operations, as torchtitan runs without torch.compile
-    and Hugging Face's modeling code; default fused), memory (Transformer-XL's cached memory
+    attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), eager (true: the
+    RMSNorms and a gated activation run op by op, as PyTorch runs torchtitan's and Hugging
+    Face's modeling code without torch.compile; default false), memory (Transformer-XL's cached memory
     length, with positional=relative; default 0), predictions (the positions per sequence the
     LM head runs on, a masked language model's masked tokens; default 0, every position),
     metrics (training metrics that recompute the loss over the logits every micro-batch, as
