@@ -14,7 +14,7 @@ from dnnscale.workload import build_workload, load_workload, zoo_workload
 from dnnscale.workload.spec import save_workload_yaml, workload_from_dict, workload_to_dict
 from dnnscale.workload.transformer import (default_ffn, transformer_layer_specs,
                                            transformer_workload)
-from dnnscale.workload.transformer_kinds import SHAPE_KEYS, TRANSFORMER_KINDS, rmsnorm
+from dnnscale.workload.transformer_kinds import SHAPE_KEYS, TRANSFORMER_KINDS, rmsnorm, rope
 from dnnscale.workload.transformer_shape import TransformerShape
 
 
@@ -551,3 +551,23 @@ def test_eager_swiglu_bytes_by_hand() -> None:
     assert (expert.fwd_bytes, expert.input_grad_bytes) == (2560, 4608)
     gelu = next(a for a in _tiny(eager=True).layers if a.kind == "mlp_act")
     assert (gelu.fwd_bytes, gelu.input_grad_bytes) == (2 * 32 * 4 * 2, 3 * 32 * 4 * 2)
+
+
+def test_rope_bytes_by_hand() -> None:
+    """positional=rope adds a `rope` layer after each block's Q|K|V projection: s = 4 tokens,
+    h = 8, kv_heads 1 of 2 heads (h_kv = 4): Q and K are 12 values a token, 48 in all; fused
+    2b = 4 bytes a value each way, 192 B; eager (fp32 through complex numbers) 2·6 + 8 = 20 at
+    b = 2, 960 B each way, and 8 at b = 4 (no casts). V passes untouched; no parameters; other
+    positionals have no such layer."""
+    shape = dict(norm="rmsnorm", positional="rope", kv_heads=1)
+    fused = next(a for a in _tiny(**shape).layers if a.kind == "rope")
+    assert (fused.fwd_bytes, fused.input_grad_bytes, fused.params) == (192, 192, 0)
+    assert fused.input_shape == fused.output_shape == (4, 16)
+    eager = next(a for a in _tiny(**shape, eager=True).layers if a.kind == "rope")
+    assert (eager.fwd_bytes, eager.input_grad_bytes) == (960, 960)
+    assert eager.hyper["eager"] is True
+    wide = rope("rope", (4, 16), 4, True, eager=True, hidden=8, heads=2, kv_heads=1, seq=4)
+    assert (wide.fwd_bytes, wide.input_grad_bytes) == (8 * 48, 8 * 48)
+    kinds = [a.kind for a in _tiny(**shape).layers]
+    assert kinds.count("rope") == 2 and kinds[kinds.index("rope") - 1] == "attn_qkv"
+    assert "rope" not in {a.kind for a in _tiny().layers}

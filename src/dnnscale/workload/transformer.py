@@ -163,6 +163,8 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
     post = shape.norm_position == "post"
     specs = [] if post else [_norm(shape, "attn_norm", i)]
     specs.append(_spec(shape, "attn_qkv", "attn_qkv", i, bias=shape.bias))
+    if shape.positional == "rope":
+        specs.append(_spec(shape, "rope", "rope", i, **({"eager": True} if shape.eager else {})))
     if shape.flash_attention:
         specs.append(_spec(shape, "flash_attention", "flash_attention", i, causal=shape.causal,
                            attention_kernel=shape.attention_kernel))

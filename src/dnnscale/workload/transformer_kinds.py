@@ -395,6 +395,40 @@ def _qkv_input(kind: str, name: str, input_shape: tuple[int, ...], dims: _Dims) 
             "(seq + memory, hidden + 2·kv_hidden) Q|K|V")
 
 
+@register_kind("rope", kernel=KernelClass.MEMORY, splits=megatron("local"),
+               tensor_extent_key="heads")
+def rope(name: str, input_shape: tuple[int, ...], bytes_per_value: int, needs_input_grad: bool,
+         eager: bool = False, **shape: object) -> Layer:
+    """Rotary position embedding (Su et al. 2021, RoFormer): Q and K rotated by position,
+    (s, h + 2·h_kv) Q|K|V -> the same (V passes untouched). Memory bound, 0 FLOP (its three
+    multiply-adds a value are left out, as the norms' arithmetic is). No weights.
+
+    Bytes per value of Q and K (h + h_kv a token; the cos and sin tables, s·d values shared
+    by the micro-batch's samples, are left out): fused (one kernel each way: Megatron-Core's
+    and Transformer Engine's fused RoPE, torch.compile) forward reads and writes it, 2b; its
+    input gradient is the inverse rotation of the gradient, 2b. `eager` (torchtitan's
+    apply_rotary_emb at 9dec370 run op by op: the values cast to fp32, viewed as complex
+    pairs, multiplied by the complex frequencies, cast back): forward the cast c, the
+    product 8, the cast back c; the input gradient the same three passes (the product's
+    gradient is the gradient times the conjugate frequencies): 2c + 8 each way, c = b + 4
+    (0 at b = 4). Hugging Face's rotate_half form (two products, a negated half, a
+    concatenation and a sum) moves 10b, the same 20 bytes at b = 2.
+    Source: torchtitan/models/llama/model.py (apply_rotary_emb) at 9dec370; RoPE is applied
+    to Q and K only (Su et al. 2021 §3.4).
+    """
+    dims, hyper = _dims("rope", name, shape, ("hidden", "heads"))
+    _qkv_input("rope", name, input_shape, dims)
+    assert dims.h is not None
+    if _flag(name, "eager", eager):
+        hyper["eager"] = True
+    b = bytes_per_value
+    cast = b + FP32_BYTES if b < FP32_BYTES else 0
+    per_value = 2 * cast + 2 * FP32_BYTES if eager else 2 * b
+    moved = float(per_value * dims.s * (dims.h + dims.h_kv))
+    return _layer("rope", name, input_shape, tuple(input_shape), 0, (0.0, 0.0, 0.0),
+                  (moved, moved, 0.0), needs_input_grad, hyper)
+
+
 @register_kind("attn_scores", kernel=KernelClass.ATTENTION, splits=megatron("local"),
                tensor_extent_key="heads", recompute=Recompute.ATTENTION_CORE)
 def attn_scores(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
