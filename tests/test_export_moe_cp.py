@@ -289,7 +289,9 @@ def test_torchtitan_mixtral_ep8_every_key() -> None:
         "pipeline_parallel_degree = 1",
         "expert_parallel_degree = 8",
         "expert_tensor_parallel_degree = 2",          # experts split over TP too, as priced
-        "[activation_checkpoint]", 'mode = "selective"', 'selective_ac_option = "op"']
+        "[activation_checkpoint]", 'mode = "selective"', 'selective_ac_option = "op"',
+        # the workload priced fused element-wise kernels: only the compiler fuses them
+        "[compile]", "enable = true", 'components = ["model"]']
     notes = " | ".join(result.notes)
     assert ("register a llama4 flavor named 'mixtral-8x7b' in torchtitan/models/llama4/"
             "__init__.py: TransformerModelArgs(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, "

@@ -136,23 +136,37 @@ def test_optimize_for_deepspeed_leaves_selective_flash_plans_out() -> None:
                                      "deepspeed") and "use recompute none" in refused.stderr
 
 
-def test_engines_with_fused_norms_say_an_eager_rmsnorm_differs() -> None:
-    """A workload whose RMSNorms are priced op by op (eager) runs otherwise on Megatron-LM and
-    Megatron-DeepSpeed, whose RMSNorms and SwiGLU are fused kernels: one difference each, on
-    the workload, advising eager false; torchtitan (eager unless compiled), a fused workload
-    and an eager one with nothing eager to price (LayerNorm, GeLU) get none."""
+def test_exports_say_how_each_engine_runs_the_elementwise_code() -> None:
+    """`eager` against how each engine runs RMSNorm, SwiGLU and RoPE (an export's note, never a
+    reason for the search to leave a plan out): Megatron-LM fuses all three, so an eager
+    workload differs; Megatron-DeepSpeed fuses only the RMSNorm (Apex), so an eager workload
+    differs there and a fused one in SwiGLU and RoPE; torchtitan runs what its export writes
+    (compiled unless eager) and differs only when async TP compiles an eager workload. A
+    LayerNorm + GeLU + learned-positions model has nothing that differs."""
+    from dnnscale.plan.engines import elementwise_difference
     none = plan_facts(modern_plan_from_dict({**ONE_GPU, "recompute": "none"}))
-    eager = load_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,norm=rmsnorm,"
-                          "eager=true").transformer
-    fused = load_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,norm=rmsnorm"
-                          ).transformer
+    base = "gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,norm=rmsnorm,gated=true,positional=rope"
+    eager, fused = (load_workload(base + tail).transformer for tail in (",eager=true", ""))
     assert eager is not None and fused is not None
-    for engine, name in (("megatron", "Megatron-LM"), ("deepspeed", "DeepSpeed")):
-        [difference] = workload_differences(engine, none, eager)
-        assert difference.field == "" and name in difference.message
-        assert "use eager false" in difference.message
-        assert workload_differences(engine, none, fused) == ()
-        gelu = load_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,eager=true"
-                             ).transformer
-        assert gelu is not None and workload_differences(engine, none, gelu) == ()
-    assert workload_differences("torchtitan", none, eager) == ()
+    megatron = elementwise_difference("megatron", none, eager)
+    assert megatron is not None and "Megatron-LM runs RMSNorm, SwiGLU, RoPE as fused" in \
+        megatron.message and "use eager false" in megatron.message
+    assert elementwise_difference("megatron", none, fused) is None
+    deepspeed = elementwise_difference("deepspeed", none, eager)
+    assert deepspeed is not None and "RMSNorm fused" in deepspeed.message
+    loose = elementwise_difference("deepspeed", none, fused)
+    assert loose is not None and "SwiGLU and RoPE as PyTorch operations" in loose.message
+    assert elementwise_difference("torchtitan", none, eager) is None
+    assert elementwise_difference("torchtitan", none, fused) is None
+    async_tp = plan_facts(modern_plan_from_dict({**ONE_GPU, "tp": 2, "recompute": "none",
+                                                 "sequence_parallel": True,
+                                                 "overlap_tp": True}))
+    compiled = elementwise_difference("torchtitan", async_tp, eager)
+    assert compiled is not None and compiled.field == "overlap_tp"
+    gelu = load_workload("gpt:layers=2,hidden=64,heads=4,seq=8,vocab=10,eager=true").transformer
+    assert gelu is not None
+    assert all(elementwise_difference(engine, none, gelu) is None
+               for engine in ("megatron", "deepspeed", "torchtitan"))
+    # the search never leaves a plan out for it
+    for engine in ("megatron", "deepspeed"):
+        assert workload_differences(engine, none, eager) == ()

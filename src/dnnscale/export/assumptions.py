@@ -56,7 +56,7 @@ VOCAB_PARALLEL_LOSS_TEXT = {
 vocab_parallel)."""
 EAGER_TEXT = ("element-wise code run op by op, as PyTorch runs it without torch.compile "
               "(eager): RMSNorms in fp32 between two casts, each keeping an fp32 copy of its "
-              "input, and SwiGLU as silu, then the product")
+              "input, SwiGLU as silu, then the product, and RoPE as an fp32 complex product")
 
 
 AMP_KIND_WORDS = {"embedding": "the embedding's output", "layernorm": "the norms",

@@ -29,7 +29,9 @@ names (``--parallelism.tensor_parallel_degree 8``).
   refused (plan/engines.py).
 - overlap_tp: [parallelism] enable_async_tensor_parallel = true with [compile] enable = true,
   components = ["model"] (async TP is an Inductor pass); the interleaved schedule's sends always
-  overlap compute in torch.distributed.pipelining, so overlap_pp false is a note.
+  overlap compute in torch.distributed.pipelining, so overlap_pp false is a note. [compile] is
+  written too for every workload priced with fused element-wise kernels (eager false): only the
+  compiler fuses torchtitan's RMSNorm, SwiGLU and RoPE.
 - [training] local_batch_size (per DP rank and gradient-accumulation step; with a pipeline it
   holds all the step's micro-batches, which the pipeline splits), global_batch_size, seq_len,
   mixed_precision_param, mixed_precision_reduce.
@@ -47,7 +49,8 @@ from __future__ import annotations
 from dnnscale.export.result import (EngineExport, ExportFile, check_exportable, expert_notes,
                                     mesh_product, zero_stage)
 from dnnscale.export.toml_text import TomlValue, toml_text
-from dnnscale.plan.engines import engine_differences, plan_facts, require_engine
+from dnnscale.plan.engines import (elementwise_difference, engine_differences, plan_facts,
+                                   require_engine)
 from dnnscale.plan.modern import plan_label
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
@@ -72,10 +75,13 @@ CP_ROTATE_METHOD = "alltoall"
 """context_parallel_rotate_method for ring attention: torch's _AllToAllRotater passes each K/V
 shard on to the next rank at every step (a ring); "allgather" gathers them all at once."""
 ASYNC_TP_COMPILE: dict[str, TomlValue] = {"enable": True, "components": ["model"]}
-"""[compile] for overlap_tp: torchtitan's async tensor parallelism
+"""[compile], written for overlap_tp and for every workload priced with fused element-wise
+kernels (TransformerShape.eager false, the default): torchtitan's async tensor parallelism
 (parallelism.enable_async_tensor_parallel) is an Inductor pass, so the model must be compiled
-(llama3/infra/parallelize.py raises "Async TP requires torch.compile" otherwise). Compiling
-also fuses the element-wise kernels, which the plan did not price."""
+(llama3/infra/parallelize.py raises "Async TP requires torch.compile" otherwise), and only the
+compiler fuses the RMSNorms, SwiGLU and RoPE the workload priced as fused kernels (eager, each
+is a chain of PyTorch operations: torchtitan/models/llama3/model.py). An eager workload without
+async TP is exported without it."""
 MOE_MODEL = "llama4"
 """torchtitan's model for a mixture of experts (models/llama4: RMSNorm, SwiGLU, GQA, RoPE, MoE
 blocks, with pipelining)."""
@@ -206,6 +212,8 @@ def _notes(plan: ParallelPlan, shape: TransformerShape, workload: str,
     notes.append(f"the vocabulary ({shape.vocab}) comes from the tokenizer at "
                  f"model.hf_assets_path")
     notes += [d.message for d in engine_differences("torchtitan", plan_facts(plan))]
+    elementwise = elementwise_difference("torchtitan", plan_facts(plan), shape)
+    notes += [elementwise.message] if elementwise is not None else []
     notes += expert_notes(plan, shape, ENGINE, MOE_BALANCING)
     notes.append(f"launch {mesh_product(plan)} processes: torchtitan checks that the degrees "
                  f"multiply to the world size"
@@ -228,7 +236,7 @@ def export_torchtitan(plan: ParallelPlan, shape: TransformerShape | None,
               "model": model, "training": _training(plan, shape),
               "parallelism": _parallelism(plan, shape),
               "activation_checkpoint": _activation_checkpoint(plan)}
-    if plan.tensor.overlap:
+    if plan.tensor.overlap or not shape.eager:
         tables["compile"] = dict(ASYNC_TP_COMPILE)
     notes = _notes(plan, shape, workload, flavor)
     header = (f"torchtitan job config for {workload}, exported by dnnscale",

@@ -370,17 +370,9 @@ def workload_differences(engine: str, facts: EngineFacts,
                          shape: TransformerShape) -> tuple[Violation, ...]:
     """How `engine` runs the workload of `shape` otherwise than the plan priced it (field
     relative to the plan; '' for the workload); empty where it runs as priced."""
-    found = []
-    if engine in ("megatron", "deepspeed") and shape.eager and (shape.norm == "rmsnorm"
-                                                                 or shape.gated):
-        # Megatron-LM: Transformer Engine's or Apex's fused RMSNorm and its bias_swiglu;
-        # Megatron-DeepSpeed: apex's MixedFusedRMSNorm where Apex is installed
-        # (megatron/model/__init__.py) and its jit-scripted swiglu
-        found.append(Violation("", f"{ENGINE_NAMES[engine]} runs its RMSNorms and SwiGLU as "
-                               f"fused kernels, where the workload priced them op by op "
-                               f"(eager): use eager false"))
     if engine != "deepspeed":
-        return tuple(found)
+        return ()
+    found = []
     if facts.recompute == "selective" and shape.flash_attention:
         # megatron/model/transformer.py, ParallelAttention.forward: only the unfused core
         # attention goes through _checkpointed_attention_forward
@@ -397,6 +389,52 @@ def workload_differences(engine: str, facts: EngineFacts,
                                f"min(expert_imbalance, {factor:g})× the mean and the rest "
                                f"below it"))
     return tuple(found)
+
+
+def eager_kinds(shape: TransformerShape) -> tuple[str, ...]:
+    """The element-wise code of `shape` whose price `eager` changes, in words: its RMSNorms,
+    a gated activation and RoPE (TransformerShape.eager)."""
+    return tuple(word for word, present in (("RMSNorm", shape.norm == "rmsnorm"),
+                                            ("SwiGLU", shape.gated),
+                                            ("RoPE", shape.positional == "rope")) if present)
+
+
+def elementwise_difference(engine: str, facts: EngineFacts,
+                           shape: TransformerShape) -> Violation | None:
+    """How `engine` runs the element-wise code the workload priced fused or op by op
+    (TransformerShape.eager), where it differs: an export's note. Not a reason for the search
+    to leave a plan out (`workload_differences`): it is the workload's, the same for every
+    plan of the engine, a few per cent of a step.
+
+    Megatron-LM fuses all three (Transformer Engine's RMSNorm, fused bias_swiglu, RoPE fusion
+    on unless --no-rope-fusion: megatron/training/arguments.py at d98e8a64). Megatron-DeepSpeed
+    fuses the RMSNorm (Apex's MixedFusedRMSNorm where Apex is installed:
+    megatron/model/__init__.py at 4efb479d) and runs SwiGLU (F.silu(x[0]) * x[1]) and RoPE
+    (rotate_half) as PyTorch operations (megatron/model/transformer.py,
+    rotary_pos_embedding.py). torchtitan runs everything op by op unless compiled; its export
+    compiles the model unless the workload is eager, and async TP needs the compiler."""
+    kinds = eager_kinds(shape)
+    if not kinds:
+        return None
+    name = ENGINE_NAMES[engine]
+    if engine == "megatron" and shape.eager:
+        return Violation("", f"{name} runs {', '.join(kinds)} as fused kernels, where the "
+                         "workload priced them op by op (eager): use eager false")
+    if engine == "deepspeed":
+        if shape.eager and "RMSNorm" in kinds:
+            return Violation("", f"{name} runs its RMSNorm fused (Apex's MixedFusedRMSNorm), "
+                             "where the workload priced it op by op (eager)")
+        loose = [kind for kind in kinds if kind != "RMSNorm"]
+        if not shape.eager and loose:
+            return Violation("", f"{name} runs {' and '.join(loose)} as PyTorch operations, "
+                             "where the workload priced fused kernels: a few per cent of the "
+                             "step more than predicted (eager true prices them so, and the "
+                             "RMSNorm op by op too)")
+    if engine == "torchtitan" and shape.eager and facts.overlap_tp:
+        return Violation("overlap_tp", f"{name} compiles the model for async TP, which fuses "
+                         f"{', '.join(kinds)}, where the workload priced them op by op "
+                         "(eager): use eager false")
+    return None
 
 
 ENGINE_GRAD_ACCUMULATION = {"megatron": "fused", "deepspeed": "add", "torchtitan": "add"}
