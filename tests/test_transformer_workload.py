@@ -571,3 +571,16 @@ def test_rope_bytes_by_hand() -> None:
     kinds = [a.kind for a in _tiny(**shape).layers]
     assert kinds.count("rope") == 2 and kinds[kinds.index("rope") - 1] == "attn_qkv"
     assert "rope" not in {a.kind for a in _tiny().layers}
+
+
+def test_an_eager_moe_round_trips(tmp_path) -> None:
+    """Every layer eager changes (the norms, RoPE, the experts' activation) keeps its flag
+    through a YAML file."""
+    w = zoo_workload("gpt:layers=2,hidden=64,heads=4,kv_heads=2,seq=8,vocab=10,norm=rmsnorm,"
+                     "gated=true,positional=rope,eager=true,experts=4,top_k=2")
+    path = tmp_path / "eager-moe.yaml"
+    save_workload_yaml(w, path)
+    again = load_workload(path)
+    assert again == w
+    flagged = {layer.kind for layer in again.layers if layer.hyper.get("eager")}
+    assert flagged == {"rmsnorm", "rope", "expert_act"}

@@ -68,7 +68,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
     `dropout` the hidden (residual) dropouts, `attention_dropout` the attention probabilities'
     (None: as `dropout`), `rope_theta` RoPE's base (None: 10,000), `eager` the
-    element-wise code run op by op (RMSNorms, a gated activation; TransformerShape).
+    element-wise code run op by op (RMSNorms, a gated activation, RoPE; TransformerShape).
     `experts` > 0 makes every block's MLP a mixture of experts (TransformerShape), except the
     blocks listed in `dense_blocks`. `memory` > 0 (with `positional="relative"`) makes it a
     Transformer-XL (TransformerShape): each block attends over its cached memory too.

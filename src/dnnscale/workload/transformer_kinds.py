@@ -294,12 +294,24 @@ def _norm(kind: str, name: str, input_shape: tuple[int, ...], b: int, needs_inpu
     s, h = dims.s, dims.h
     assert h is not None
     _expect(kind, name, input_shape, (s, h), "(seq, hidden)")
-    # forward reads x, writes y; the gain kernel reads grad_y and x: the same bytes, with the
-    # statistics; grad_x reads grad_y and x and writes grad_x (`_layer` drops it when not needed)
-    fwd = float((2 * s * h + stats * s) * b)
-    moved = (fwd, float((3 * s * h + stats * s) * b), fwd)
+    if hyper.get("eager"):
+        moved = _eager_rmsnorm_bytes(s, h, b)
+    else:
+        # forward reads x, writes y; the gain kernel reads grad_y and x: the same bytes, with
+        # the statistics; grad_x reads grad_y and x and writes grad_x (`_layer` drops it when
+        # not needed)
+        fwd = float((2 * s * h + stats * s) * b)
+        moved = (fwd, float((3 * s * h + stats * s) * b), fwd)
     return _layer(kind, name, (s, h), (s, h), gains * h, (0.0, 0.0, 0.0), moved,
                   needs_input_grad, hyper)
+
+
+def _eager_rmsnorm_bytes(s: int, h: int, b: int) -> tuple[float, float, float]:
+    """(forward, input-gradient, weight-gradient) bytes of an RMSNorm run op by op
+    (`rmsnorm`'s `eager` gives the passes)."""
+    cast = b + FP32_BYTES if b < FP32_BYTES else 0
+    return (float((2 * cast + 20 + 2 * b) * s * h + 24 * s),
+            float((2 * b + 2 * cast + 68) * s * h + 24 * s), float(4 * b * s * h))
 
 
 @register_kind("layernorm", kernel=KernelClass.MEMORY, splits=megatron("replicated"))
@@ -349,19 +361,8 @@ def rmsnorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     Source: torchtitan 9dec370 torchtitan/models/norms.py (RMSNorm); PyTorch's autograd
     formulas (tools/autograd/derivatives.yaml: mul, pow_backward, mean, to).
     """
-    if _flag(name, "eager", eager):
-        dims, hyper = _dims("rmsnorm", name, shape, ("hidden",))
-        s, h = dims.s, dims.h
-        assert h is not None
-        _expect("rmsnorm", name, input_shape, (s, h), "(seq, hidden)")
-        hyper["eager"] = True
-        b = bytes_per_value
-        cast = b + FP32_BYTES if b < FP32_BYTES else 0
-        moved = (float((2 * cast + 20 + 2 * b) * s * h + 24 * s),
-                 float((2 * b + 2 * cast + 68) * s * h + 24 * s), float(4 * b * s * h))
-        return _layer("rmsnorm", name, (s, h), (s, h), h, (0.0, 0.0, 0.0), moved,
-                      needs_input_grad, hyper)
-    return _norm("rmsnorm", name, input_shape, bytes_per_value, needs_input_grad, shape, 1, 1)
+    return _norm("rmsnorm", name, input_shape, bytes_per_value, needs_input_grad, shape, 1, 1,
+                 {"eager": True} if _flag(name, "eager", eager) else None)
 
 
 @register_kind("attn_qkv", kernel=KernelClass.GEMM, splits=megatron("column"),

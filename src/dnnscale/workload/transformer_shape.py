@@ -47,8 +47,8 @@ class TransformerShape:
     element-wise code between the GEMMs runs op by op, as PyTorch runs a model's Python code
     without torch.compile (torchtitan's, Hugging Face's): each RMSNorm as its operations in
     fp32 (transformer_kinds.rmsnorm), a gated MLP's activation as silu, then the product
-    (mlp_act); otherwise those are fused kernels (Megatron-LM, Transformer Engine, Apex,
-    torch.compile). A LayerNorm and a GeLU are one kernel each in eager PyTorch too, so they
+    (mlp_act), RoPE's rotation as an fp32 complex product (rope); otherwise those are fused
+    kernels (Megatron-LM, Transformer Engine, Apex, torch.compile). A LayerNorm and a GeLU are one kernel each in eager PyTorch too, so they
     price the same either way.
     `dropout` is the hidden dropout: each sub-layer's output before its residual add (and the
     embedding's output); `attention_dropout` the dropout of the attention probabilities (None

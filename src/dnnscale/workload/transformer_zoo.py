@@ -299,7 +299,7 @@ def gpt_from_name(argument: str) -> Workload:
     dropouts), attention_dropout (the attention probabilities'; default: as dropout) (each
     true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
     attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), eager (true: the
-    RMSNorms and a gated activation run op by op, as PyTorch runs torchtitan's and Hugging
+    RMSNorms, a gated activation and RoPE run op by op, as PyTorch runs torchtitan's and Hugging
     Face's modeling code without torch.compile; default false), memory (Transformer-XL's cached memory
     length, with positional=relative; default 0), predictions (the positions per sequence the
     LM head runs on, a masked language model's masked tokens; default 0, every position),
