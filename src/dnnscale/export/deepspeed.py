@@ -42,14 +42,13 @@ from typing import Any
 from dnnscale.export.megatron import (CONNECTIONS, batch_flags, model_flags, pipeline_flags,
                                       rotary_base, sequence_parallel)
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
-                                    engine_data_parallel, expert_notes, mesh_product,
-                                    overlaps_dp, zero_stage)
+                                    elementwise_notes, engine_data_parallel, expert_notes,
+                                    mesh_product, overlaps_dp, zero_stage)
 from dnnscale.jsonout import dumps
 from dnnscale.model.zero3_fetch import (DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET,
                                         DEEPSPEED_REDUCE_BUCKET)
-from dnnscale.plan.engines import (elementwise_difference, engine_differences, moe_interval,
-                                   plan_facts, require_engine, wide_accumulation,
-                                   workload_differences)
+from dnnscale.plan.engines import (engine_differences, moe_interval, plan_facts,
+                                   require_engine, wide_accumulation, workload_differences)
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
 
@@ -197,7 +196,6 @@ def export_deepspeed(plan: ParallelPlan, shape: TransformerShape | None, workloa
     facts = plan_facts(plan)
     notes += [d.message for d in engine_differences("deepspeed", facts)]
     notes += [d.message for d in workload_differences("deepspeed", facts, shape)]
-    elementwise = elementwise_difference("deepspeed", facts, shape)
-    notes += [elementwise.message] if elementwise is not None else []
+    notes += elementwise_notes(plan, shape, "deepspeed")
     files = (ExportFile(config_name, dumps(config) + "\n"), ExportFile(ARGS_NAME, args_text(flags)))
     return EngineExport(ENGINE, files, tuple(notes), plan.workers)

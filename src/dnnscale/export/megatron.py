@@ -55,10 +55,9 @@ from collections.abc import Sequence
 
 from dnnscale.errors import InputError, short_repr
 from dnnscale.export.result import (EngineExport, ExportFile, Flag, args_text, check_exportable,
-                                    engine_data_parallel, expert_notes, mesh_product,
-                                    overlaps_dp, zero_stage)
-from dnnscale.plan.engines import (elementwise_difference, engine_differences, plan_facts,
-                                   require_engine)
+                                    elementwise_notes, engine_data_parallel, expert_notes,
+                                    mesh_product, overlaps_dp, zero_stage)
+from dnnscale.plan.engines import engine_differences, plan_facts, require_engine
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
 
@@ -358,8 +357,7 @@ def export_megatron(plan: ParallelPlan, shape: TransformerShape | None, workload
                     if plan.expert.degree > 1 else ""))
     notes += expert_notes(plan, shape, ENGINE, MOE_BALANCING)
     notes += [d.message for d in engine_differences("megatron", plan_facts(plan))]
-    elementwise = elementwise_difference("megatron", plan_facts(plan), shape)
-    notes += [elementwise.message] if elementwise is not None else []
+    notes += elementwise_notes(plan, shape, "megatron")
     padded = padded_vocab(shape.vocab, plan.tensor.degree)
     if padded != shape.vocab:
         notes.append(f"Megatron-LM pads the vocabulary to a multiple of {VOCAB_DIVISOR}·TP: "

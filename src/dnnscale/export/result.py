@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from dnnscale.errors import InputError, short_repr
+from dnnscale.plan.engines import elementwise_difference, plan_facts
 from dnnscale.plan.plan import Collective, ParallelPlan
 from dnnscale.plan.rules import check_plan_shape
 from dnnscale.workload.transformer_shape import TransformerShape
@@ -97,6 +98,13 @@ def expert_notes(plan: ParallelPlan, shape: TransformerShape, engine: str,
     return [f"the plan priced {priced}: that is the router's measured load, which no {engine} "
             f"option sets; the run's own routing decides it ({balancing}): measure it and "
             f"predict again with the measured expert_imbalance"]
+
+
+def elementwise_notes(plan: ParallelPlan, shape: TransformerShape, engine: str) -> list[str]:
+    """The note of an export whose engine runs the workload's element-wise code otherwise than
+    it was priced (plan/engines.elementwise_difference); none where it runs as priced."""
+    difference = elementwise_difference(engine, plan_facts(plan), shape)
+    return [difference.message] if difference is not None else []
 
 
 def with_kernel_note(result: EngineExport, shape: TransformerShape | None,

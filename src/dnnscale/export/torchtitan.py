@@ -46,11 +46,10 @@ names (``--parallelism.tensor_parallel_degree 8``).
 
 from __future__ import annotations
 
-from dnnscale.export.result import (EngineExport, ExportFile, check_exportable, expert_notes,
-                                    mesh_product, zero_stage)
+from dnnscale.export.result import (EngineExport, ExportFile, check_exportable,
+                                    elementwise_notes, expert_notes, mesh_product, zero_stage)
 from dnnscale.export.toml_text import TomlValue, toml_text
-from dnnscale.plan.engines import (elementwise_difference, engine_differences, plan_facts,
-                                   require_engine)
+from dnnscale.plan.engines import engine_differences, plan_facts, require_engine
 from dnnscale.plan.modern import plan_label
 from dnnscale.plan.plan import ParallelPlan
 from dnnscale.workload.transformer_shape import TransformerShape
@@ -212,8 +211,7 @@ def _notes(plan: ParallelPlan, shape: TransformerShape, workload: str,
     notes.append(f"the vocabulary ({shape.vocab}) comes from the tokenizer at "
                  f"model.hf_assets_path")
     notes += [d.message for d in engine_differences("torchtitan", plan_facts(plan))]
-    elementwise = elementwise_difference("torchtitan", plan_facts(plan), shape)
-    notes += [elementwise.message] if elementwise is not None else []
+    notes += elementwise_notes(plan, shape, "torchtitan")
     notes += expert_notes(plan, shape, ENGINE, MOE_BALANCING)
     notes.append(f"launch {mesh_product(plan)} processes: torchtitan checks that the degrees "
                  f"multiply to the world size"
