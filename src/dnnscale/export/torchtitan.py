@@ -73,7 +73,7 @@ LLAMA3_ROPE_THETA = 500_000.0
 CP_ROTATE_METHOD = "alltoall"
 """context_parallel_rotate_method for ring attention: torch's _AllToAllRotater passes each K/V
 shard on to the next rank at every step (a ring); "allgather" gathers them all at once."""
-ASYNC_TP_COMPILE: dict[str, TomlValue] = {"enable": True, "components": ["model"]}
+MODEL_COMPILE: dict[str, TomlValue] = {"enable": True, "components": ["model"]}
 """[compile], written for overlap_tp and for every workload priced with fused element-wise
 kernels (TransformerShape.eager false, the default): torchtitan's async tensor parallelism
 (parallelism.enable_async_tensor_parallel) is an Inductor pass, so the model must be compiled
@@ -235,7 +235,7 @@ def export_torchtitan(plan: ParallelPlan, shape: TransformerShape | None,
               "parallelism": _parallelism(plan, shape),
               "activation_checkpoint": _activation_checkpoint(plan)}
     if plan.tensor.overlap or not shape.eager:
-        tables["compile"] = dict(ASYNC_TP_COMPILE)
+        tables["compile"] = dict(MODEL_COMPILE)
     notes = _notes(plan, shape, workload, flavor)
     header = (f"torchtitan job config for {workload}, exported by dnnscale",
               "run: torchrun --nproc-per-node ... -m torchtitan.train --job.config_file FILE",

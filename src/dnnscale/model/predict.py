@@ -157,8 +157,7 @@ def block_activation_bytes(shape: TransformerShape, plan: ParallelPlan,
         plan.memory.recompute if recompute is None else recompute, shape.flash_attention,
         plan.context.degree, moe, shape.memory,
         shape.positional == "relative", AMP_FP32_KINDS[plan.precision.amp], shape.dropout,
-        shape.drops_attention, shape.eager and shape.norm == "rmsnorm",
-        shape.eager and shape.gated)
+        shape.drops_attention, shape.eager_norms, shape.eager_activation)
 
 
 def accelerator_memory_parts(workload: Workload, system: System, plan: ParallelPlan,

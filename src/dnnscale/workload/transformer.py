@@ -141,14 +141,14 @@ def _spec(shape: TransformerShape, kind: str, role: str, block: int | None,
 
 def _norm(shape: TransformerShape, role: str, block: int | None) -> dict[str, object]:
     options: dict[str, object] = {"bias": shape.bias} if shape.norm == "layernorm" else {}
-    if shape.eager and shape.norm == "rmsnorm":
+    if shape.eager_norms:
         options["eager"] = True
     return _spec(shape, shape.norm, role, block, **options)
 
 
 def _eager_act(shape: TransformerShape) -> dict[str, object]:
     """A gated activation's `eager` option where the shape runs op by op."""
-    return {"eager": True} if shape.eager and shape.gated else {}
+    return {"eager": True} if shape.eager_activation else {}
 
 
 def _prefix_specs(shape: TransformerShape) -> list[dict[str, object]]:

@@ -223,6 +223,17 @@ class TransformerShape:
         return bool(self.attention_dropout)
 
     @property
+    def eager_norms(self) -> bool:
+        """Whether its norms run op by op (`eager` with RMSNorms; a LayerNorm is one kernel)."""
+        return self.eager and self.norm == "rmsnorm"
+
+    @property
+    def eager_activation(self) -> bool:
+        """Whether its MLP's activation runs op by op (`eager` with a gated MLP; a GeLU is one
+        kernel)."""
+        return self.eager and self.gated
+
+    @property
     def keys(self) -> int:
         """k = seq + memory: the keys (and values) each query attends over."""
         return self.seq + self.memory
