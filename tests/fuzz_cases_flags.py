@@ -273,7 +273,7 @@ BAD_VALUES: dict[tuple[str, str], "str | tuple[str, str]"] = {
     ("predict", "--schedule"): "zigzag", ("predict", "--virtual-stages"): "0",
     ("predict", "--zero"): "9", ("predict", "--recompute"): "some",
     ("predict", "--precision"): "fp4", ("predict", "--grad-bytes"): "3",
-    ("predict", "--zero3-fetch"): "modules",
+    ("predict", "--zero3-fetch"): "modules", ("predict", "--overlap-tp-method"): "nccl",
     ("predict", "--grad-accumulation"): "sum", ("predict", "--loss"): "chunked",
     ("predict", "--amp"): "o2",
     ("predict", "--input-shape"): "3",
@@ -333,7 +333,7 @@ BAD_VALUE_BASES: dict[tuple[str, str], str] = {
         "--tp", "--pp", "--dp", "--micro-batch", "--global-batch", "--schedule",
         "--virtual-stages", "--zero", "--recompute", "--precision", "--grad-bytes", "--ep",
         "--cp", "--cp-algorithm", "--expert-imbalance", "--etp", "--zero3-fetch",
-        "--grad-accumulation", "--loss", "--amp")},
+        "--grad-accumulation", "--loss", "--amp", "--overlap-tp-method")},
 }
 """Where a bad value needs a base other than the first that the flag applies to."""
 NO_VALUE_CASES = {("describe", "--loss"): "is checked once the model is imported, with torch "

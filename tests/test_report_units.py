@@ -233,28 +233,30 @@ def test_ranked_csv_rows() -> None:
 
 def test_ranked_csv_writes_every_plan_field_of_a_gpu_plan() -> None:
     """The GPU columns carry the plan's ep, etp, cp and its algorithm, ZeRO-3's fetch, the tp
-    and pp overlaps and the gradient width as the plan holds them; a plan that leaves etp,
+    and pp overlaps (with the tp overlap's method) and the gradient width as the plan holds them; a plan that leaves etp,
     overlap_pp and grad_bytes unset reads tp, the schedule's default and the default width."""
     w = load_workload("gpt:layers=4,hidden=256,heads=8,seq=128,vocab=1000,flash=true,"
                       "experts=4,top_k=2")
     c = load_system("dgx-a100-80g:2")
     set_ = dnnscale.predict(w, c, dict(
         tp=2, pp=1, dp=2, ep=2, etp=1, cp=2, cp_algorithm="alltoall", zero=3,
-        zero3_fetch="buckets", overlap_tp=True, overlap_pp=False, grad_bytes=2,
+        zero3_fetch="buckets", overlap_tp=True, overlap_tp_method="micro_pipeline",
+        overlap_pp=False, grad_bytes=2,
         sequence_parallel=True, micro_batch=1, global_batch=16, precision="bf16",
         amp="autocast"))
     unset = dnnscale.predict(w, c, dict(tp=2, pp=2, dp=2, micro_batch=1, global_batch=16,
                                         schedule="interleaved", virtual_stages=2))
     rows = list(csv.DictReader(io.StringIO(ranked_csv([set_, unset]))))
     picked = ("expert", "expert_tensor", "context", "cp_algorithm", "zero3_fetch", "overlap_tp",
-              "overlap_pp", "grad_bytes", "grad_accumulation", "loss", "amp")
+              "overlap_pp", "grad_bytes", "grad_accumulation", "loss", "amp", "overlap_tp_method")
     assert tuple(rows[0])[-len(picked):] == picked  # appended after the older columns
     assert [rows[0][k] for k in picked] == ["2", "1", "2", "alltoall", "buckets", "True",
-                                            "False", "2", "fused", "inplace", "autocast"]
+                                            "False", "2", "fused", "inplace", "autocast",
+                                            "micro_pipeline"]
     # interleaved on 2 stages overlaps its sends by default (Pipeline.overlaps_p2p); bf16
     # gradients default to fp32, Megatron's width (plan/modern.py)
     assert [rows[1][k] for k in picked] == ["1", "2", "1", "ring", "blocks", "False", "True",
-                                            "4", "fused", "inplace", "half"]
+                                            "4", "fused", "inplace", "half", "userbuffers"]
 
 
 def test_families_and_change_points() -> None:

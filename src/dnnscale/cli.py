@@ -204,6 +204,11 @@ def predict(workload: Optional[str] = typer.Option(
                 None, "--overlap-tp/--no-overlap-tp",
                 help="GPU: run the tensor-parallel all-gathers and reduce-scatters in tp chunks "
                 "under the GEMMs (needs --sequence-parallel; Megatron's --tp-comm-overlap)"),
+            overlap_tp_method: Optional[str] = typer.Option(
+                None, "--overlap-tp-method", help="GPU, --overlap-tp: userbuffers (Transformer "
+                "Engine, Megatron: every exchange hidden, the default) | micro_pipeline "
+                "(torch's async TP, torchtitan: the backward reduce-scatters after the separate "
+                "Q/K/V and gate/up projections stay exposed)"),
             overlap_pp: Optional[bool] = typer.Option(
                 None, "--overlap-pp/--no-overlap-pp",
                 help="GPU: pipeline sends overlap compute (interleaved schedule only; default "
@@ -292,7 +297,7 @@ def predict(workload: Optional[str] = typer.Option(
              precision=precision, grad_bytes=grad_bytes, sequence_parallel=sequence_parallel,
              overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
              expert_imbalance=expert_imbalance, etp=etp, overlap_tp=overlap_tp,
-             overlap_pp=overlap_pp, zero3_fetch=zero3_fetch,
+             overlap_tp_method=overlap_tp_method, overlap_pp=overlap_pp, zero3_fetch=zero3_fetch,
              grad_accumulation=grad_accumulation, loss=loss, amp=amp))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)

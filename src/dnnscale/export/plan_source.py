@@ -138,7 +138,7 @@ PLAN_DICT_PATHS = {
     "cp_algorithm": "context.algorithm", "etp": "expert.tensor", "loss": "memory.loss",
     "overlap_tp": "tensor.overlap", "overlap_pp": "pipeline.overlap_p2p",
     "zero3_fetch": "data.aggregation.fetch", "grad_accumulation": "batch.grad_accumulation",
-    "amp": "precision.amp"}
+    "amp": "precision.amp", "overlap_tp_method": "tensor.overlap_method"}
 """Plan field -> where `ParallelPlan.to_dict()` holds it (global_batch: micro · accumulation ·
 replicas · ep), so that an error names the key the file has."""
 
@@ -177,6 +177,7 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
               "zero": aggregation.get("zero_stage"), "recompute": memory.get("recompute"),
               "loss": memory.get("loss", "inplace"),
               "overlap_tp": tensor.get("overlap", False),
+              "overlap_tp_method": tensor.get("overlap_method", "userbuffers"),
               "overlap_pp": pipeline.get("overlap_p2p"),
               "zero3_fetch": aggregation.get("fetch", "blocks"),
               "grad_accumulation": batch.get("grad_accumulation", "fused"),

@@ -206,7 +206,7 @@ class StepContext:
         self.param_bytes_per_value = members.param_bytes_per_value
         self.state_bytes_per_param = members.state_bytes_per_param
         self.p2p_s = self._p2p_seconds()
-        recompute, overlap_tp = plan.memory.recompute, plan.tensor.overlap
+        recompute, overlap_tp = plan.memory.recompute, plan.tensor.overlap_mode
         self.pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
         per_stage: dict[int, tuple[float, float, int]] = {}
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
@@ -726,7 +726,7 @@ def _stage_record(ctx: StepContext, index: int, stage: StageCosts) -> StageRecor
                            stage.partition_s, tp_forward_s, 0.0, busy_s, 0.0, 0.0, busy_s,
                            stage.layers)
     return StageRecord(index, stage.forward_s, stage.input_grad_s, stage.weight_grad_s,
-                       stage.exposed_partition_s(overlap_tp), tp_forward_s,
+                       stage.exposed_partition_s(ctx.plan.tensor.overlap_mode), tp_forward_s,
                        stage.recompute_s(ctx.plan.memory.recompute, overlap_tp),
                        ctx.device_s[index], ctx.host_s[index],
                        ctx.exposed_p2p_s(ctx.p2p_s[index],

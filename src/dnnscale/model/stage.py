@@ -26,9 +26,9 @@ from dnnscale.model.expert_parallel import (EXPERT_WORK_KINDS, expert_exchange_e
 from dnnscale.model.gpu_compute import (TRANSPOSES_PER_CALL, fp8_cast_launches,
                                         gpu_phase_times_s, transposes_layout)
 from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
-from dnnscale.model.network import chunked_exposed_s, exposed_with_contention_s
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
+from dnnscale.model.tp_overlap import MICRO_PIPELINE, HiddenExchange, hidden_exchange
 from dnnscale.model.zero3_fetch import TensorRun
 from dnnscale.plan.mesh import MeshDim, Placement, placement
 from dnnscale.plan.rules import layer_splits_into
@@ -78,6 +78,10 @@ class LayerCost(NamedTuple):
     comm_forward_rerun_s: float = 0.0
     """The forward tp exchanges other than reduce-scatters (all-gathers, all-reduces): what
     per-operation checkpointing runs again, its save list keeping reduce-scatters' outputs."""
+    comm_unfused_s: float = 0.0
+    """The part of comm_hidden_s that torch's micro-pipelined overlap does not hide: the
+    backward reduce-scatter of a gradient summed over several Linear modules
+    (model/tp_overlap.py)."""
 
     @property
     def compute_s(self) -> float:
@@ -122,6 +126,8 @@ class StageTotals(NamedTuple):
     loss_values: float = 0.0
     """Σ work fraction × output values of the loss layers (`cross_entropy`): the logits the
     member's loss reads, one per vocabulary entry per position (model/memory.loss_bytes)."""
+    partition_unfused_s: float = 0.0
+    """Σ comm_unfused_s: what of partition_hidden_s a 'micro_pipeline' overlap leaves exposed."""
     blocks: float = 0.0
     """Transformer blocks in the stage."""
     expert_blocks: float = 0.0
@@ -154,7 +160,8 @@ class StageTotals(NamedTuple):
                 per_op * layer.forward_s
                 + (layer.comm_forward_rerun_s if in_block else 0.0),
                 per_op * layer.forward_launches,
-                layer.activation_values if layer.kind == "cross_entropy" else 0.0))
+                layer.activation_values if layer.kind == "cross_entropy" else 0.0,
+                layer.comm_unfused_s))
             if in_block:
                 blocks.add(layer.block)
                 if record.expert:
@@ -231,10 +238,14 @@ class StageCosts:
         """T_mp: time in split-caused (tensor-group) communication."""
         return self.totals.partition_s
 
-    def exposed_partition_s(self, overlap: bool) -> float:
+    def exposed_partition_s(self, overlap: str | None) -> float:
         """T_mp as the plan runs it: less what the GEMMs hide when it overlaps its
-        tensor-parallel exchanges (TensorSplit.overlap)."""
-        return self.partition_s - (self.totals.partition_hidden_s if overlap else 0.0)
+        tensor-parallel exchanges, by the method `overlap` names (TensorSplit.overlap_mode;
+        None: no overlap). 'micro_pipeline' hides less the unfused reduce-scatters."""
+        if overlap is None:
+            return self.partition_s
+        unfused = self.totals.partition_unfused_s if overlap == MICRO_PIPELINE else 0.0
+        return self.partition_s - (self.totals.partition_hidden_s - unfused)
 
     @property
     def expert_comm_s(self) -> float:
@@ -246,12 +257,12 @@ class StageCosts:
         """T_cp: context parallelism's exposed exchange per micro-batch."""
         return self.totals.context_comm_s
 
-    def work_s(self, recompute: str, overlap: bool) -> float:
+    def work_s(self, recompute: str, overlap: str | None) -> float:
         """A micro-batch's compute and recompute on a median device: what the wait for the
         slowest device scales (model/stragglers.slowest_device_factor)."""
-        return self.compute_s + self.recompute_s(recompute, overlap)
+        return self.compute_s + self.recompute_s(recompute, overlap is not None)
 
-    def exposed_comm_s(self, overlap: bool) -> float:
+    def exposed_comm_s(self, overlap: str | None) -> float:
         """A micro-batch's exposed tensor-, expert- and context-parallel communication."""
         return self.exposed_partition_s(overlap) + self.expert_comm_s + self.context_comm_s
 
@@ -336,6 +347,7 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
     comm_bytes = comm_messages = 0.0
     seconds_by = {MeshDim.TP: [0.0, 0.0], MeshDim.EP: [0.0, 0.0], MeshDim.CP: [0.0, 0.0]}
     rerun_s = 0.0  # forward tp exchanges other than reduce-scatters
+    backward_rs_s = 0.0  # backward tp reduce-scatters
     casts = fp8_cast_launches(layer, precision) if device.is_accelerator else (0, 0)
     per_call = (1 + TRANSPOSES_PER_CALL if device.is_accelerator
                 and transposes_layout(layer, precision, device) else 1)  # kernels per phase
@@ -358,6 +370,8 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
             total[1] += seconds
             if event.dimension is MeshDim.TP and event.operation != "reduce_scatter":
                 rerun_s += seconds
+        elif event.dimension is MeshDim.TP and event.operation == "reduce_scatter":
+            backward_rs_s += seconds
     if context is not None and is_ring_attention(layer, split):
         # cp kernels per phase (one per K/V block) and the sends between them
         launches[0] += 2 * (split.cp - 1)
@@ -370,24 +384,20 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
         cp_total[1] += forward_s
     block = layer.hyper.get("block")
     tp_s, ep_s, cp_s = (seconds_by[d] for d in (MeshDim.TP, MeshDim.EP, MeshDim.CP))
-    hidden_forward = hidden_backward = 0.0
+    hidden = HiddenExchange(0.0, 0.0, 0.0)
     record = record_of(layer)
     if device.is_accelerator and record.fp8_gemm and not record.expert and tp_s[0] > 0:
         # Transformer Engine's linear modules (the fp8_gemm kinds) run their all-gather or
         # reduce-scatter in tp chunks under the GEMM of the same phase; the routed experts'
         # exchanges are the token dispatcher's, outside the userbuffers overlap
-        slowdown = device.overlap_slowdown
-        hidden_forward = tp_s[1] - exposed_with_contention_s(
-            tp_s[1], chunked_exposed_s(tp_s[1], fwd, partitions), slowdown)
-        backward = tp_s[0] - tp_s[1]
-        hidden_backward = backward - exposed_with_contention_s(
-            backward, chunked_exposed_s(backward, ing + wg, partitions), slowdown)
+        hidden = hidden_exchange(layer, tp_s[1], tp_s[0] - tp_s[1], backward_rs_s, fwd,
+                                 ing + wg, partitions, device.overlap_slowdown)
     return LayerCost(layer.name, layer.kind, shard.scheme, shard.work_fraction, fwd, ing, wg,
                      comm_bytes, comm_messages, tp_s[0], shard.replicated_params, tp_s[1],
                      block if isinstance(block, int) else None, launches[0], launches[1],
                      shard.work_fraction * layer.kept_values, ep_s[0], cp_s[0],
-                     ep_s[1], cp_s[1], hidden_forward + hidden_backward, hidden_forward,
-                     rerun_s)
+                     ep_s[1], cp_s[1], hidden.forward + hidden.backward, hidden.forward,
+                     rerun_s, hidden.unfused)
 
 
 def mesh_split_key(layer: Layer, split: MeshSplit) -> tuple[object, ...]:

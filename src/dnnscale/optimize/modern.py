@@ -48,7 +48,8 @@ from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS, amp_precision
 from dnnscale.plan.engines import (ENGINE_AMP, ENGINE_NAMES, EngineFacts, check_engine,
                                    priced_grad_bytes, priced_grad_accumulation, priced_loss,
-                                   priced_zero3_fetch, search_violation)
+                                   priced_overlap_tp_method, priced_zero3_fetch,
+                                   search_violation)
 from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, Pipeline, Precision, TensorSplit)
@@ -134,6 +135,10 @@ class ModernSpace:
     amp: str = "half"
     """How every 16-bit plan runs its memory-bound kernels (Precision.amp): 'half', every
     engine's (plan/engines.ENGINE_AMP), unless asked for."""
+    overlap_tp_method: str = "userbuffers"
+    """How the plans that overlap their tensor-parallel exchanges do: the engine's where one is
+    named (plan/engines.priced_overlap_tp_method: torchtitan's micro-pipeline), else
+    Transformer Engine's userbuffers."""
 
     def precision_of(self, zero: int) -> Precision:
         """The precision of the plans at ZeRO stage `zero`: the preset, with the engine's
@@ -182,7 +187,8 @@ class Group(NamedTuple):
 
     def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
         return ParallelPlan(
-            tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel, self.overlap_tp),
+            tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel, self.overlap_tp,
+                               space.overlap_tp_method if self.overlap_tp else "userbuffers"),
             pipeline=self.pipeline_part(),
             data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp,
                                                    self.fetch(space))),
@@ -200,6 +206,8 @@ class Group(NamedTuple):
                            space.precision_of(self.zero).grad_bytes, ep=self.ep, cp=self.cp,
                            cp_algorithm=self.cp_algorithm, etp=self.etp,
                            overlap_tp=self.overlap_tp,
+                           overlap_tp_method=(space.overlap_tp_method if self.overlap_tp
+                                              else "userbuffers"),
                            overlap_pp=self.pipeline_part().overlaps_p2p,
                            zero3_fetch=self.fetch(space),
                            grad_accumulation=space.grad_accumulation,
@@ -374,7 +382,8 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                         tuple(dict.fromkeys(algorithms)), imbalance,
                         shape if engine is not None else None, etp, tp_overlap, pp_overlap,
                         priced_zero3_fetch(engine), priced_grad_accumulation(engine),
-                        _loss(loss, engine), _amp(amp, engine, precision))
+                        _loss(loss, engine), _amp(amp, engine, precision),
+                        priced_overlap_tp_method(engine))
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space
@@ -763,8 +772,9 @@ class _Search:
         key = (id(stages), group.recompute, overlap)
         seconds = self.caches.seconds.get(key)
         if seconds is None:
-            seconds = (tuple(stage.work_s(group.recompute, overlap) for stage in stages),
-                       tuple(stage.exposed_comm_s(overlap) for stage in stages))
+            mode = self.space.overlap_tp_method if overlap else None
+            seconds = (tuple(stage.work_s(group.recompute, mode) for stage in stages),
+                       tuple(stage.exposed_comm_s(mode) for stage in stages))
             self.caches.seconds[key] = seconds
         return seconds
 

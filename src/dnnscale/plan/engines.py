@@ -126,6 +126,8 @@ class EngineFacts:
     """The experts' tensor split where it is not tp (None: tp)."""
     overlap_tp: bool = False
     """The tensor-parallel exchanges run in chunks under the GEMMs (TensorSplit.overlap)."""
+    overlap_tp_method: str = "userbuffers"
+    """How they do (TensorSplit.overlap_method, plan/plan.py TP_OVERLAP_METHODS)."""
     overlap_pp: bool = False
     """The pipeline's sends overlap compute (Pipeline.overlaps_p2p)."""
     zero3_fetch: str = "blocks"
@@ -154,6 +156,7 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        plan.precision.grad_bytes, ep=plan.expert.degree,
                        cp=plan.context.degree, cp_algorithm=plan.context.algorithm,
                        etp=plan.expert.tensor, overlap_tp=plan.tensor.overlap,
+                       overlap_tp_method=plan.tensor.overlap_method,
                        overlap_pp=plan.pipeline.overlaps_p2p, zero3_fetch=collective.fetch,
                        grad_accumulation=plan.batch.grad_accumulation,
                        micro_batches=plan.batch.accumulation, recompute=plan.memory.recompute,
@@ -540,15 +543,43 @@ def _zero3_fetch_difference(engine: str, facts: EngineFacts) -> Violation | None
                      f"priced zero3_fetch {facts.zero3_fetch}: use zero3_fetch {runs}")
 
 
+ENGINE_TP_OVERLAP = {"megatron": "userbuffers", "torchtitan": "micro_pipeline"}
+"""How each engine overlaps its tensor-parallel exchanges with the GEMMs (plan/plan.py
+TP_OVERLAP_METHODS; DeepSpeed has no such option): Megatron-LM's --tp-comm-overlap runs
+Transformer Engine's userbuffers over every linear layer's exchanges (its fused linear_qkv and
+linear_fc1 make one GEMM of each gradient); torchtitan's enable_async_tensor_parallel turns on
+torch's micro-pipeline pass (torchtitan 9dec370, parallelisms/parallelize_llama.py apply_tp:
+torch._inductor.config._micro_pipeline_tp), whose fuse_matmul_reduce_scatter needs the reduce-
+scatter's input to be one matmul's output (_find_producer_matmul). apply_tp gathers the
+attention's and the feed-forward's input once for their separate wq / wk / wv and w1 / w3
+(models/llama/model.py), so the gradient reduce-scattered in backward is their sum."""
+
+
+def _tp_overlap_difference(engine: str, facts: EngineFacts) -> Violation | None:
+    """Where `engine` overlaps the tensor-parallel exchanges otherwise than the plan priced."""
+    runs = ENGINE_TP_OVERLAP.get(engine)
+    if runs is None or not facts.overlap_tp or facts.overlap_tp_method == runs:
+        return None
+    how = ("fuses each all-gather with the matmuls that read it and each reduce-scatter with "
+           "the one matmul that produces it (torch's async TP), so the backward reduce-"
+           "scatters after the separate Q, K, V and gate/up projections stay exposed"
+           if runs == "micro_pipeline" else
+           "hides every exchange of the linear layers under their GEMMs (Transformer Engine's "
+           "userbuffers)")
+    return Violation("overlap_tp_method", f"{ENGINE_NAMES[engine]} {how}; the plan priced "
+                     f"overlap_tp_method {facts.overlap_tp_method}: use overlap_tp_method {runs}")
+
+
 def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]:
     """How `engine` runs a plan it can run otherwise than the plan was priced (torchtitan's
     fixed behaviour, DeepSpeed's gradient width without ZeRO, each engine's ZeRO-3
-    granularity, accumulation, loss and mixed-precision mode); empty for the plans it runs as
+    granularity, tensor-parallel overlap, accumulation, loss and mixed-precision mode); empty for the plans it runs as
     priced."""
     fixed: list[Violation | None] = (
         list(_torchtitan_differences(facts)) if engine == "torchtitan" else
         [_deepspeed_width_difference(facts)] if engine == "deepspeed" else [])
-    found = (_zero3_fetch_difference(engine, facts), *fixed,
+    found = (_zero3_fetch_difference(engine, facts), _tp_overlap_difference(engine, facts),
+             *fixed,
              _grad_accumulation_difference(engine, facts), _loss_difference(engine, facts),
              _amp_difference(engine, facts))
     return tuple(violation for violation in found if violation is not None)
@@ -593,6 +624,12 @@ def priced_zero3_fetch(engine: str | None) -> str:
     """The ZeRO-3 granularity `optimize --engine` prices: the engine's (ENGINE_ZERO3_FETCH),
     else FSDP's blocks."""
     return ENGINE_ZERO3_FETCH[engine] if engine is not None else "blocks"
+
+
+def priced_overlap_tp_method(engine: str | None) -> str:
+    """How `optimize --engine` prices an overlap of the tensor-parallel exchanges: the
+    engine's (ENGINE_TP_OVERLAP), else Transformer Engine's userbuffers."""
+    return ENGINE_TP_OVERLAP.get(engine, "userbuffers") if engine is not None else "userbuffers"
 
 
 def priced_grad_accumulation(engine: str | None) -> str:

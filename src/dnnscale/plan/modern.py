@@ -30,6 +30,9 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
     overlap_dp: false   # data-parallel gradients overlap the backward pass in buckets
     overlap_tp: false   # tensor-parallel exchanges in tp chunks under the GEMMs (needs
                         # sequence_parallel; Megatron's --tp-comm-overlap)
+    overlap_tp_method: userbuffers  # how: userbuffers (Transformer Engine, Megatron: every
+                        # exchange) | micro_pipeline (torch's async TP, torchtitan: not the
+                        # backward reduce-scatters of gradients summed over several Linears)
     overlap_pp: true    # pipeline sends overlap compute (interleaved only; default: on there,
                         # Megatron's overlap_p2p_comm)
     grad_bytes: 4       # bytes per gradient value accumulated and reduced (default: 4 under
@@ -56,13 +59,13 @@ from typing import Any
 from dnnscale.boundary import require_bool, require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, GRAD_ACCUMULATION, OPTIMIZERS,
-                                RECOMPUTE, SCHEDULES, ZERO3_FETCH, Batch, Collective,
+                                RECOMPUTE, SCHEDULES, TP_OVERLAP_METHODS, ZERO3_FETCH, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, ParameterServer, Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (amp_needs_16_bit, batch_divides, expert_tensor_divides,
                                  imbalance_within_experts, interleaved_micro_batches,
-                                 megatron_aggregation, pipeline_overlap_needs_interleaving,
-                                 require, schedule_virtual_stages,
+                                 megatron_aggregation, overlap_method_needs_overlap,
+                                 pipeline_overlap_needs_interleaving, require, schedule_virtual_stages,
                                  tensor_overlap_needs_sequence_parallel, zero3_fetch_needs_zero3)
 from dnnscale.workload.transformer_kinds import AMP_MODES, FP32_BYTES, LOSS_KERNELS
 
@@ -88,7 +91,7 @@ MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "v
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
                  "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp",
                  "overlap_tp", "overlap_pp", "zero3_fetch", "grad_accumulation", "loss",
-                 "amp")
+                 "amp", "overlap_tp_method")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -137,6 +140,7 @@ def _plan_rules(plan: ParallelPlan, where: str) -> ParallelPlan:
     require(expert_tensor_divides(plan.expert.tensor, plan.tensor.degree), where)
     require(tensor_overlap_needs_sequence_parallel(plan.tensor.overlap, plan.tensor.degree,
                                                    plan.tensor.sequence_parallel), where)
+    require(overlap_method_needs_overlap(plan.tensor.overlap_method, plan.tensor.overlap), where)
     require(pipeline_overlap_needs_interleaving(plan.pipeline.overlap_p2p,
                                                 plan.pipeline.schedule, pp), where)
     require(amp_needs_16_bit(plan.precision.amp, plan.precision.compute,
@@ -195,7 +199,9 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
                   if "overlap_pp" in values else None)
     return _plan_rules(ParallelPlan(
         tensor=TensorSplit(tp, "megatron", _flag(values, "sequence_parallel", where),
-                           _flag(values, "overlap_tp", where)),
+                           _flag(values, "overlap_tp", where),
+                           _choice(values, "overlap_tp_method", TP_OVERLAP_METHODS,
+                                   "userbuffers", where)),
         pipeline=Pipeline(pp, schedule, virtual, overlap_pp),
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where),
                                          _choice(values, "zero3_fetch", ZERO3_FETCH, "blocks",
@@ -251,6 +257,7 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
     require_int(f"{where}.tp", plan.tensor.degree, maximum=MAX_DEGREE)
     require_bool(f"{where}.sequence_parallel", plan.tensor.sequence_parallel)
     require_bool(f"{where}.overlap_tp", plan.tensor.overlap)
+    _one_of(f"{where}.overlap_tp_method", plan.tensor.overlap_method, TP_OVERLAP_METHODS)
     require_int(f"{where}.pp", plan.pipeline.stages, maximum=MAX_DEGREE)
     if plan.pipeline.overlap_p2p is not None:
         require_bool(f"{where}.overlap_pp", plan.pipeline.overlap_p2p)
@@ -316,6 +323,8 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
             "expert_imbalance": plan.expert.imbalance,
             **({"etp": plan.expert.tensor} if plan.expert.tensor is not None else {}),
             "overlap_tp": plan.tensor.overlap,
+            **({"overlap_tp_method": plan.tensor.overlap_method}
+               if plan.tensor.overlap else {}),
             **({"overlap_pp": plan.pipeline.overlap_p2p}
                if plan.pipeline.overlap_p2p is not None else {})}
 
@@ -328,7 +337,8 @@ def plan_label(plan: ParallelPlan) -> str:
               "sp" if d["sequence_parallel"] else "",
               f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
               "overlap" if d["overlap_dp"] and d["dp"] > 1 else "",
-              "tp-overlap" if d["overlap_tp"] else "",
+              ("async-tp" if d.get("overlap_tp_method") == "micro_pipeline" else "tp-overlap")
+              if d["overlap_tp"] else "",
               f"grad{d['grad_bytes']}B" if d["grad_bytes"] is not None and
               d["grad_bytes"] != PRECISION_PRESETS[d["precision"]].grad_bytes else "",
               f"grad-{d['grad_accumulation']}" if d["grad_accumulation"] != "fused" else "",

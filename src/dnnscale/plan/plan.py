@@ -33,6 +33,15 @@ ZERO3_FETCH = ("blocks", "buckets")
 reduce-scatter per transformer block (PyTorch FSDP/FSDP2 wrapped per block, as llm-foundry and
 torchtitan wrap it); 'buckets', DeepSpeed's stage 3: all-gathers of the parameters in prefetch
 buckets, gradients reduce-scattered in reduce buckets (model/zero3_fetch.py)."""
+TP_OVERLAP_METHODS = ("userbuffers", "micro_pipeline")
+"""How an overlapping plan (TensorSplit.overlap) runs its sequence-parallel exchanges under the
+GEMMs: 'userbuffers', Transformer Engine's (Megatron-LM's --tp-comm-overlap): every all-gather
+and reduce-scatter of the block's linear layers, forward and backward; 'micro_pipeline',
+torch's async tensor parallelism (torchtitan's enable_async_tensor_parallel: the inductor pass
+torch/_inductor/fx_passes/micro_pipeline_tp.py), which fuses an all-gather with the matmuls
+that read its result and a reduce-scatter with the one matmul that produces its input, so a
+backward reduce-scatter of a gradient summed over several Linear modules (torchtitan's
+separate wq, wk, wv and SwiGLU's w1, w3) runs after the sum, exposed (model/stage.py)."""
 GRAD_ACCUMULATION = ("fused", "add", "clip_add")
 """How each micro-batch's weight gradients join the step's (model/accumulation.py prices each):
 'fused', Megatron-LM's gradient-accumulation fusion (its default): the GEMM layers' weight
@@ -52,12 +61,20 @@ class TensorSplit:
     layer) or 'megatron' (column/row pairs; sequence_parallel splits norms and dropout too).
     overlap: the sequence-parallel all-gathers and reduce-scatters run in tp chunks under the
     GEMMs beside them (Megatron's --tp-comm-overlap, Transformer Engine's userbuffers;
-    torchtitan's async tensor parallelism); it needs sequence parallelism."""
+    torchtitan's async tensor parallelism); it needs sequence parallelism. overlap_method:
+    which of the two runs it (TP_OVERLAP_METHODS)."""
 
     degree: int = 1
     rules: str = "adam"
     sequence_parallel: bool = False
     overlap: bool = False
+    overlap_method: str = "userbuffers"
+
+    @property
+    def overlap_mode(self) -> str | None:
+        """How the exchanges overlap the GEMMs: `overlap_method` when the split overlaps them,
+        else None."""
+        return self.overlap_method if self.overlap else None
 
 
 @dataclass(frozen=True)

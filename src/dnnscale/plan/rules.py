@@ -143,6 +143,15 @@ def tensor_overlap_needs_sequence_parallel(overlap: bool, tp: int,
     return None
 
 
+def overlap_method_needs_overlap(method: str, overlap: bool) -> Violation | None:
+    """A tensor-parallel overlap method other than the default says how the exchanges overlap
+    the GEMMs (plan/plan.py TP_OVERLAP_METHODS); a plan that does not overlap them has none."""
+    if method != "userbuffers" and not overlap:
+        return Violation("overlap_tp_method", f"overlap_tp_method {method!r} says how the "
+                         f"tensor-parallel exchanges overlap the GEMMs: it needs overlap_tp true")
+    return None
+
+
 def zero3_fetch_needs_zero3(fetch: str, zero_stage: int) -> Violation | None:
     """DeepSpeed's bucketed fetching (zero3_fetch 'buckets') is how its stage 3 gathers
     sharded parameters; stages 0-2 shard none to gather."""
