@@ -32,14 +32,39 @@ LOSS_STATISTIC_BYTES = 4
 the sum of exponentials, the target's logit): Megatron's vocab_parallel_cross_entropy."""
 
 
-def _activation_bytes(layer: Layer, context: SplitContext) -> float:
+FP8_GATHER_BYTES_PER_VALUE = 1
+"""Bytes per value of an FP8 linear layer's sequence-parallel all-gathers under an FP8 plan:
+both engines cast before they gather. Transformer Engine's LayerNormLinear gathers its FP8
+norm output and its backward gathers the FP8 output gradient (module/base.py
+grad_output_preprocess: 'gathered grad_output in FP8'); torchao's Float8ColwiseParallel and
+PrepareFloat8ModuleInput cast the input to float8 before the Shard to Replicate all-gather,
+and Float8RowwiseParallel casts the output gradient to float8 before its backward all-gather
+(torchao/float8/float8_tensor_parallel.py; torchtitan docs/float8.md at d4c86e3: 'we cast
+sharded input into float8 and perform float8 all-gather'). The reduce-scatters carry the
+GEMMs' bf16 outputs and input gradients."""
+
+
+def gather_bytes_per_value(layer: Layer, context: SplitContext) -> float:
+    """Bytes per value of `layer`'s all-gathers: FP8_GATHER_BYTES_PER_VALUE for a layer that
+    runs in FP8 (gpu_compute.kernel_precision: the fp8_gemm kinds) under an FP8 plan, but not
+    the routed experts' (their gathers are the token dispatcher's, of the bf16 hidden states);
+    else the context's."""
+    record = record_of(layer)
+    if context.fp8 and record.fp8_gemm and not record.expert:
+        return FP8_GATHER_BYTES_PER_VALUE
+    return context.bytes_per_value
+
+
+def _activation_bytes(layer: Layer, context: SplitContext,
+                      bytes_per_value: float | None = None) -> float:
     """b·s·h·bytes: one micro-batch's activation entering or leaving a block's sub-layer (of
     the member's s / cp tokens under context parallelism); b·s·k·h·bytes for a routed expert's
     linear, whose rows are the s·k token copies (Megatron-Core's AlltoAll dispatcher gathers
     the copies the expert-parallel exchange brought over the tensor group, AG(TP), and
     reduce-scatters the experts' outputs, RS(TP): transformer/moe/token_dispatcher.py). An LM
     head on the p positions of `predictions` exchanges b·p·h·bytes; with sequence parallelism
-    the whole sequence is all-gathered before the positions are, b·s·h·bytes."""
+    the whole sequence is all-gathered before the positions are, b·s·h·bytes. `bytes_per_value`:
+    the width the exchange carries (default: the context's)."""
     hidden = layer.hyper.get("hidden")
     seq = layer.hyper.get("seq")
     predictions = layer.hyper.get("predictions")
@@ -50,7 +75,8 @@ def _activation_bytes(layer: Layer, context: SplitContext) -> float:
     top_k = layer.hyper.get("top_k")
     if record_of(layer).expert and isinstance(top_k, int):
         values *= top_k
-    return values * context.bytes_per_value * context.minibatch * context.token_fraction
+    width = context.bytes_per_value if bytes_per_value is None else bytes_per_value
+    return values * width * context.minibatch * context.token_fraction
 
 
 def _column_events(layer: Layer, degree: int, context: SplitContext,
@@ -60,7 +86,8 @@ def _column_events(layer: Layer, degree: int, context: SplitContext,
         return ()
     payload = _activation_bytes(layer, context)
     if sequence_parallel:
-        return (CommEvent("allgather", payload, degree, PHASE_FORWARD),
+        gathered = _activation_bytes(layer, context, gather_bytes_per_value(layer, context))
+        return (CommEvent("allgather", gathered, degree, PHASE_FORWARD),
                 CommEvent("reduce_scatter", payload, degree, PHASE_BACKWARD))
     return (CommEvent("allreduce", payload, degree, PHASE_BACKWARD),)
 
@@ -72,8 +99,9 @@ def _row_events(layer: Layer, degree: int, context: SplitContext,
         return ()
     payload = _activation_bytes(layer, context)
     if sequence_parallel:
+        gathered = _activation_bytes(layer, context, gather_bytes_per_value(layer, context))
         return (CommEvent("reduce_scatter", payload, degree, PHASE_FORWARD),
-                CommEvent("allgather", payload, degree, PHASE_BACKWARD))
+                CommEvent("allgather", gathered, degree, PHASE_BACKWARD))
     return (CommEvent("allreduce", payload, degree, PHASE_FORWARD),)
 
 

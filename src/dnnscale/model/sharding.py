@@ -50,7 +50,8 @@ class CommEvent:
 class SplitContext:
     """What a rule needs besides the layer: how its input is distributed, the micro-batch and
     the bytes per value; `token_fraction`, the share of each sample's tokens a member holds
-    (1 / cp under context parallelism), scales the activations a split exchanges."""
+    (1 / cp under context parallelism), scales the activations a split exchanges; `fp8`,
+    whether the plan computes in FP8."""
 
     input_scheme: str
     input_distributed: bool
@@ -58,6 +59,9 @@ class SplitContext:
     bytes_per_value: float
     sequence_parallel: bool = False
     token_fraction: float = 1.0
+    fp8: bool = False
+    """The plan computes in FP8: the FP8 linear layers gather their operands in FP8
+    (megatron_rules.gather_bytes_per_value)."""
 
 
 @dataclass(frozen=True)

@@ -470,7 +470,7 @@ def _options(layer: Layer, state: _State, pinned: str | None, partitions: int, m
     candidates = ((pinned,) if pinned is not None else valid) if layer.has_weights else (
         (current_scheme,) if current_scheme in valid else valid[:1])
     context = SplitContext(current_scheme, input_distributed, minibatch, bytes_per_value,
-                           sequence_parallel, split.token_fraction)
+                           sequence_parallel, split.token_fraction, precision == "fp8")
     # the routed experts' layers split over etp members at their own token share (etp < tp)
     ways, layer_context = partitions, context
     if _own_tensor_split(layer, split):
