@@ -74,7 +74,9 @@ def test_the_expected_presets_exist() -> None:
                             # issue 23's spec-sheet presets (tests/test_gpu_presets_wave3.py)
                             "V100-SXM2-16GB", "V100-SXM3-32GB", "V100-SXM3-32GB-H",
                             "P100-SXM2-16GB", "H100-PCIe-80GB", "H100-NVL-94GB",
-                            "H800-SXM5-80GB"}
+                            "H800-SXM5-80GB",
+                            # torchtitan's Grand Teton part (docs/performance.md at d4c86e37)
+                            "H100-SXM5-96GB"}
     assert {"nvlink2-cubemesh", "nvlink3-nvswitch", "nvlink4-nvswitch", "ib-hdr", "ib-ndr",
             "roce-100", "roce-200", "roce-400", "eth-25-tcp", "eth-100-tcp", "nvlink1-cubemesh",
             "nvlink2-nvswitch", "nvlink4-nvswitch-h800", "pcie5-x16"} <= set(LINKS)

@@ -119,6 +119,28 @@ def test_h800_is_h100_compute_with_fp64_and_nvlink_cut() -> None:
         < _bw(DEVICES["H100-SXM5-80GB"], "nvlink_bandwidth") / 2
 
 
+def test_grand_teton_h100_is_the_sxm5_die_on_slower_memory() -> None:
+    """torchtitan's hosts (grand-teton-h100): 8 H100 with 96 GB HBM2e at 2.4 TB/s and a 500 W
+    limit; the compute peaks are the SXM5 80 GB's (an upper bound), so a memory-bound pass is
+    3.35 / 2.4 = 1.396x as long as on h100-roce, at the same family fraction of HBM, and a
+    large GEMM is as fast; the reported memory is 98304 MiB x 81559 / 81920 = 97871 MiB."""
+    from dnnscale.model.gpu_compute import memory_pass_s
+
+    part = DEVICES["H100-SXM5-96GB"]
+    assert part["peak_flops"] == DEVICES["H100-SXM5-80GB"]["peak_flops"]
+    assert _bw(part, "memory_bandwidth") == 2.4e12 and part["tdp_watts"] == 500
+    assert round(98304 * 81559 / 81920) == 97871
+    teton, roce = gpu_system("grand-teton-h100", 2), gpu_system("h100-roce", 2)
+    assert (teton.devices_per_node, teton.machines, teton.machine.name) == \
+        (8, 16, "H100-SXM5-96GB")
+    assert teton.machine.memory_bytes == 97871 * MiB
+    assert memory_pass_s(teton.machine, 1e9) / memory_pass_s(roce.machine, 1e9) == \
+        pytest.approx(3.35 / 2.4, rel=1e-12)
+    assert teton.machine.efficiency["gemm@bf16"].at(1e13) == \
+        roce.machine.efficiency["gemm@bf16"].at(1e13)
+    assert teton.network.bandwidth_bytes_per_s == roce.network.bandwidth_bytes_per_s
+
+
 def test_new_intra_node_links() -> None:
     # NVLink 1 cube-mesh: 4 x 20 GB/s, no switch; DGX-2's NVSwitch: 6 x 25 GB/s, switched;
     # PCIe Gen5 x16: 32 GT/s x 16 lanes / 8 bits = 64 GB/s per direction, one link.
