@@ -22,7 +22,7 @@ from typing import Any
 from dnnscale.errors import MAX_COUNT, InputError, require_int, short_repr
 from dnnscale.plan.flags import WORKLOAD_KEY, workload_name
 from dnnscale.plan.modern import MODERN_FIELDS, modern_plan_from_dict
-from dnnscale.plan.plan import ParallelPlan
+from dnnscale.plan.plan import USERBUFFERS, ParallelPlan
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
               "zero": aggregation.get("zero_stage"), "recompute": memory.get("recompute"),
               "loss": memory.get("loss", "inplace"),
               "overlap_tp": tensor.get("overlap", False),
-              "overlap_tp_method": tensor.get("overlap_method", "userbuffers"),
+              "overlap_tp_method": tensor.get("overlap_method", USERBUFFERS),
               "overlap_pp": pipeline.get("overlap_p2p"),
               "zero3_fetch": aggregation.get("fetch", "blocks"),
               "grad_accumulation": batch.get("grad_accumulation", "fused"),

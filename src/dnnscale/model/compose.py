@@ -206,13 +206,13 @@ class StepContext:
         self.param_bytes_per_value = members.param_bytes_per_value
         self.state_bytes_per_param = members.state_bytes_per_param
         self.p2p_s = self._p2p_seconds()
-        recompute, overlap_tp = plan.memory.recompute, plan.tensor.overlap_mode
+        recompute, overlap_mode = plan.memory.recompute, plan.tensor.overlap_mode
         self.pipeline_step_s = system.machine.pipeline_step_s if len(self.stages) > 1 else 0.0
         per_stage: dict[int, tuple[float, float, int]] = {}
         for stage in self.stages:  # a pipeline's middle stages are often one shared record
             if id(stage) not in per_stage:
-                per_stage[id(stage)] = (stage.work_s(recompute, overlap_tp),
-                                        stage.exposed_comm_s(overlap_tp),
+                per_stage[id(stage)] = (stage.work_s(recompute, overlap_mode),
+                                        stage.exposed_comm_s(overlap_mode),
                                         stage.launches(recompute))
         self.work_s = tuple(per_stage[id(stage)][0] for stage in self.stages)
         """Each stage's compute and recompute per micro-batch on a median device."""

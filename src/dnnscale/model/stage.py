@@ -28,9 +28,10 @@ from dnnscale.model.gpu_compute import (TRANSPOSES_PER_CALL, fp8_cast_launches,
 from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
-from dnnscale.model.tp_overlap import MICRO_PIPELINE, HiddenExchange, hidden_exchange
+from dnnscale.model.tp_overlap import HiddenExchange, hidden_exchange
 from dnnscale.model.zero3_fetch import TensorRun
 from dnnscale.plan.mesh import MeshDim, Placement, placement
+from dnnscale.plan.plan import MICRO_PIPELINE
 from dnnscale.plan.rules import layer_splits_into
 from dnnscale.system.system import System
 from dnnscale.workload.kind_record import KernelClass, Recompute, layer_kind, record_of

@@ -22,8 +22,6 @@ from typing import NamedTuple
 from dnnscale.model.network import chunked_exposed_s, exposed_with_contention_s
 from dnnscale.workload.layer import Layer
 
-MICRO_PIPELINE = "micro_pipeline"
-
 
 def linears_reading_gather(layer: Layer) -> int:
     """How many Linear modules read the one gathered input of `layer` in torchtitan's models

@@ -52,7 +52,7 @@ from dnnscale.plan.engines import (ENGINE_AMP, ENGINE_NAMES, EngineFacts, check_
                                    search_violation)
 from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
-                                ParallelPlan, Pipeline, Precision, TensorSplit)
+                                USERBUFFERS, ParallelPlan, Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (Violation, amp_needs_16_bit, batch_divides, batch_violation,
                                  context_splits, experts_divide, global_batch_within_epoch,
                                  imbalance_within_experts, per_op_recompute_shape,
@@ -135,7 +135,7 @@ class ModernSpace:
     amp: str = "half"
     """How every 16-bit plan runs its memory-bound kernels (Precision.amp): 'half', every
     engine's (plan/engines.ENGINE_AMP), unless asked for."""
-    overlap_tp_method: str = "userbuffers"
+    overlap_tp_method: str = USERBUFFERS
     """How the plans that overlap their tensor-parallel exchanges do: the engine's where one is
     named (plan/engines.priced_overlap_tp_method: torchtitan's micro-pipeline), else
     Transformer Engine's userbuffers."""
@@ -188,7 +188,7 @@ class Group(NamedTuple):
     def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
         return ParallelPlan(
             tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel, self.overlap_tp,
-                               space.overlap_tp_method if self.overlap_tp else "userbuffers"),
+                               self.overlap_method(space)),
             pipeline=self.pipeline_part(),
             data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp,
                                                    self.fetch(space))),
@@ -206,12 +206,16 @@ class Group(NamedTuple):
                            space.precision_of(self.zero).grad_bytes, ep=self.ep, cp=self.cp,
                            cp_algorithm=self.cp_algorithm, etp=self.etp,
                            overlap_tp=self.overlap_tp,
-                           overlap_tp_method=(space.overlap_tp_method if self.overlap_tp
-                                              else "userbuffers"),
+                           overlap_tp_method=self.overlap_method(space),
                            overlap_pp=self.pipeline_part().overlaps_p2p,
                            zero3_fetch=self.fetch(space),
                            grad_accumulation=space.grad_accumulation,
                            recompute=self.recompute, loss=space.loss, amp=space.amp)
+
+    def overlap_method(self, space: ModernSpace) -> str:
+        """How the group's tensor-parallel exchanges overlap the GEMMs: the space's method
+        where the group overlaps them, else the default."""
+        return space.overlap_tp_method if self.overlap_tp else USERBUFFERS
 
     def fetch(self, space: ModernSpace) -> str:
         """The group's ZeRO-3 granularity: the space's under zero 3, else 'blocks'."""

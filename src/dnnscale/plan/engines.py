@@ -89,7 +89,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dnnscale.errors import InputError, short_repr
-from dnnscale.plan.plan import Collective, ParallelPlan
+from dnnscale.plan.plan import MICRO_PIPELINE, USERBUFFERS, Collective, ParallelPlan
 from dnnscale.plan.rules import Violation, require
 from dnnscale.workload.transformer_kinds import AMP_NAMES, LOSS_KERNEL_NAMES
 from dnnscale.workload.transformer_shape import TransformerShape
@@ -126,7 +126,7 @@ class EngineFacts:
     """The experts' tensor split where it is not tp (None: tp)."""
     overlap_tp: bool = False
     """The tensor-parallel exchanges run in chunks under the GEMMs (TensorSplit.overlap)."""
-    overlap_tp_method: str = "userbuffers"
+    overlap_tp_method: str = USERBUFFERS
     """How they do (TensorSplit.overlap_method, plan/plan.py TP_OVERLAP_METHODS)."""
     overlap_pp: bool = False
     """The pipeline's sends overlap compute (Pipeline.overlaps_p2p)."""
@@ -543,7 +543,7 @@ def _zero3_fetch_difference(engine: str, facts: EngineFacts) -> Violation | None
                      f"priced zero3_fetch {facts.zero3_fetch}: use zero3_fetch {runs}")
 
 
-ENGINE_TP_OVERLAP = {"megatron": "userbuffers", "torchtitan": "micro_pipeline"}
+ENGINE_TP_OVERLAP = {"megatron": USERBUFFERS, "torchtitan": MICRO_PIPELINE}
 """How each engine overlaps its tensor-parallel exchanges with the GEMMs (plan/plan.py
 TP_OVERLAP_METHODS; DeepSpeed has no such option): Megatron-LM's --tp-comm-overlap runs
 Transformer Engine's userbuffers over every linear layer's exchanges (its fused linear_qkv and
@@ -563,7 +563,7 @@ def _tp_overlap_difference(engine: str, facts: EngineFacts) -> Violation | None:
     how = ("fuses each all-gather with the matmuls that read it and each reduce-scatter with "
            "the one matmul that produces it (torch's async TP), so the backward reduce-"
            "scatters after the separate Q, K, V and gate/up projections stay exposed"
-           if runs == "micro_pipeline" else
+           if runs == MICRO_PIPELINE else
            "hides every exchange of the linear layers under their GEMMs (Transformer Engine's "
            "userbuffers)")
     return Violation("overlap_tp_method", f"{ENGINE_NAMES[engine]} {how}; the plan priced "
@@ -629,7 +629,7 @@ def priced_zero3_fetch(engine: str | None) -> str:
 def priced_overlap_tp_method(engine: str | None) -> str:
     """How `optimize --engine` prices an overlap of the tensor-parallel exchanges: the
     engine's (ENGINE_TP_OVERLAP), else Transformer Engine's userbuffers."""
-    return ENGINE_TP_OVERLAP.get(engine, "userbuffers") if engine is not None else "userbuffers"
+    return ENGINE_TP_OVERLAP.get(engine, USERBUFFERS) if engine is not None else USERBUFFERS
 
 
 def priced_grad_accumulation(engine: str | None) -> str:

@@ -59,7 +59,8 @@ from typing import Any
 from dnnscale.boundary import require_bool, require_mapping
 from dnnscale.errors import InputError, require_int, short_repr
 from dnnscale.plan.plan import (ALGORITHMS, CP_ALGORITHMS, GRAD_ACCUMULATION, OPTIMIZERS,
-                                RECOMPUTE, SCHEDULES, TP_OVERLAP_METHODS, ZERO3_FETCH, Batch, Collective,
+                                MICRO_PIPELINE, RECOMPUTE, SCHEDULES, TP_OVERLAP_METHODS,
+                                USERBUFFERS, ZERO3_FETCH, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
                                 ParallelPlan, ParameterServer, Pipeline, Precision, TensorSplit)
 from dnnscale.plan.rules import (amp_needs_16_bit, batch_divides, expert_tensor_divides,
@@ -201,7 +202,7 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
         tensor=TensorSplit(tp, "megatron", _flag(values, "sequence_parallel", where),
                            _flag(values, "overlap_tp", where),
                            _choice(values, "overlap_tp_method", TP_OVERLAP_METHODS,
-                                   "userbuffers", where)),
+                                   USERBUFFERS, where)),
         pipeline=Pipeline(pp, schedule, virtual, overlap_pp),
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where),
                                          _choice(values, "zero3_fetch", ZERO3_FETCH, "blocks",
@@ -337,7 +338,7 @@ def plan_label(plan: ParallelPlan) -> str:
               "sp" if d["sequence_parallel"] else "",
               f"v{d['virtual_stages']}" if d["virtual_stages"] > 1 else "",
               "overlap" if d["overlap_dp"] and d["dp"] > 1 else "",
-              ("async-tp" if d.get("overlap_tp_method") == "micro_pipeline" else "tp-overlap")
+              ("async-tp" if d.get("overlap_tp_method") == MICRO_PIPELINE else "tp-overlap")
               if d["overlap_tp"] else "",
               f"grad{d['grad_bytes']}B" if d["grad_bytes"] is not None and
               d["grad_bytes"] != PRECISION_PRESETS[d["precision"]].grad_bytes else "",

@@ -33,7 +33,8 @@ ZERO3_FETCH = ("blocks", "buckets")
 reduce-scatter per transformer block (PyTorch FSDP/FSDP2 wrapped per block, as llm-foundry and
 torchtitan wrap it); 'buckets', DeepSpeed's stage 3: all-gathers of the parameters in prefetch
 buckets, gradients reduce-scattered in reduce buckets (model/zero3_fetch.py)."""
-TP_OVERLAP_METHODS = ("userbuffers", "micro_pipeline")
+USERBUFFERS, MICRO_PIPELINE = "userbuffers", "micro_pipeline"
+TP_OVERLAP_METHODS = (USERBUFFERS, MICRO_PIPELINE)
 """How an overlapping plan (TensorSplit.overlap) runs its sequence-parallel exchanges under the
 GEMMs: 'userbuffers', Transformer Engine's (Megatron-LM's --tp-comm-overlap): every all-gather
 and reduce-scatter of the block's linear layers, forward and backward; 'micro_pipeline',
@@ -68,7 +69,7 @@ class TensorSplit:
     rules: str = "adam"
     sequence_parallel: bool = False
     overlap: bool = False
-    overlap_method: str = "userbuffers"
+    overlap_method: str = USERBUFFERS
 
     @property
     def overlap_mode(self) -> str | None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from dnnscale.errors import InputError
-from dnnscale.plan.plan import ParallelPlan
+from dnnscale.plan.plan import USERBUFFERS, ParallelPlan
 from dnnscale.system.system import System
 from dnnscale.workload.layer import Layer
 from dnnscale.workload.splits import max_split, split_extent, split_schemes
@@ -146,7 +146,7 @@ def tensor_overlap_needs_sequence_parallel(overlap: bool, tp: int,
 def overlap_method_needs_overlap(method: str, overlap: bool) -> Violation | None:
     """A tensor-parallel overlap method other than the default says how the exchanges overlap
     the GEMMs (plan/plan.py TP_OVERLAP_METHODS); a plan that does not overlap them has none."""
-    if method != "userbuffers" and not overlap:
+    if method != USERBUFFERS and not overlap:
         return Violation("overlap_tp_method", f"overlap_tp_method {method!r} says how the "
                          f"tensor-parallel exchanges overlap the GEMMs: it needs overlap_tp true")
     return None
