@@ -151,10 +151,11 @@ def test_a_transformer_xl_row_by_hand(rows) -> None:
     # 32 per GPU, global 256, FP16 AMP, 449,890 tokens/s
     case = case_of(rows["PM0160"])
     assert isinstance(case, Case) and case.source == "dle" and case.seq == 192
-    # base's dropatt is 0 (wt103_base.yaml): no attention dropout, the hidden one kept
+    # base's dropatt is 0 (wt103_base.yaml): no attention dropout, the hidden one kept; the
+    # attention's projections have no biases (qkv_net, o_net: bias=False), the MLP's have
     assert case.workload == ("gpt:layers=16,hidden=512,heads=8,ffn=2048,seq=192,memory=192,"
                              "vocab=267735,positional=relative,norm_position=post,tied=true,"
-                             "attention_dropout=false")
+                             "attention_dropout=false,attention_bias=false")
     assert case.system == "dgx-a100-40g:1"
     assert case.plan == {"tp": 1, "pp": 1, "dp": 8, "zero": 0, "micro_batch": 32,
                          "global_batch": 256, "precision": "fp16", "grad_accumulation": "add",
@@ -165,7 +166,7 @@ def test_a_transformer_xl_row_by_hand(rows) -> None:
     large = case_of(rows["PM0152"])
     assert isinstance(large, Case) and not large.closest_preset and large.system == "dgx-2h:8"
     assert "layers=18,hidden=1024,heads=16,ffn=4096,seq=384,memory=384" in large.workload
-    assert large.workload.endswith("attention_dropout=true")  # large's dropatt is 0.2
+    assert large.workload.endswith("attention_dropout=true,attention_bias=false")  # dropatt 0.2
     assert large.plan["micro_batch"] == 4 and large.plan["global_batch"] == 512
 
 

@@ -85,7 +85,8 @@ def _dims(layer: Layer, micro_batch: int) -> dict[str, Any]:
 
 def _linear(layer: Layer, phase: str, micro_batch: int) -> Make:
     """A linear layer's three products on (tokens, features) matrices, as autograd runs them
-    (its rows per sample: the first of its output shape, the LM head's gathered positions)."""
+    (its rows per sample: the first of its output shape, the LM head's gathered positions);
+    the forward adds the bias in the GEMM (addmm), the weight gradient is the GEMM alone."""
     tokens = micro_batch * int(layer.output_shape[0])
     n_in, n_out = int(layer.in_features or 0), int(layer.out_features or 0)
     bias = bool(layer.hyper.get("bias"))
@@ -103,13 +104,8 @@ def _linear(layer: Layer, phase: str, micro_batch: int) -> Make:
             dx = f.tensor((tokens, n_in))
             return lambda: torch.mm(dy, w, out=dx)
         x, dw = f.tensor((tokens, n_in)), f.tensor((n_out, n_in))
-        if bias:
-            db = f.tensor((n_out,))
-
-            def both() -> object:
-                torch.mm(dy.t(), x, out=dw)
-                return torch.sum(dy, 0, out=db)
-            return both
+        # the weight gradient's GEMM alone: the bias gradient is a reduction of its own, priced
+        # as a memory pass (model/gpu_compute.reduces_bias_gradient)
         return lambda: torch.mm(dy.t(), x, out=dw)
 
     return make

@@ -97,6 +97,30 @@ scaling factor). Source: Transformer Engine's fused cast_transpose kernels (fp8 
 casts its input and weight, backward its output gradient)."""
 
 
+def reduces_bias_gradient(layer: Layer, precision: str) -> bool:
+    """Whether `layer`'s backward forms its bias gradient in a kernel of its own: a GEMM layer
+    with a bias (`hyper` bias) whose weights train, unless it runs in FP8.
+
+    The engines that train biased linear layers outside Transformer Engine reduce the output
+    gradient over its tokens in a separate kernel: PyTorch's autograd sums a broadcast bias's
+    gradient (AddmmBackward0's `self` gradient through `sum_to`, as for every eager nn.Linear);
+    Megatron-LM and Megatron-DeepSpeed's LinearWithGradAccumulationAndAsyncCommunication run
+    `grad_output.sum(dim=0)`, and where they add the bias later (skip_bias_add into the fused
+    bias-GeLU or bias-dropout-add) autograd sums that function's bias gradient the same way;
+    TensorFlow runs BiasAddGrad. Transformer Engine fuses it (its FP8 cast-transpose-dbias
+    kernel; in 16 bits the wgrad GEMM's cuBLASLt BGRADB epilogue): only its FP8 case is told
+    apart, as `kernel_precision` tells it."""
+    return (bool(layer.hyper.get("bias")) and record_of(layer).kernel is KernelClass.GEMM
+            and layer.weight_grad_flops > 0 and kernel_precision(layer, precision) != "fp8")
+
+
+def bias_gradient_s(device: Device, output_values: float, bytes_per_value: float) -> float:
+    """Seconds of one bias-gradient reduction (`reduces_bias_gradient`) over `output_values`
+    values of an output gradient: one memory pass that reads them (its n_out-sized write is
+    negligible). Units: values, bytes/value -> s."""
+    return memory_pass_s(device, output_values * bytes_per_value)
+
+
 def kernel_precision(layer: Layer, precision: str) -> str:
     """The precision `layer`'s kernels run in under a plan computing in `precision`: an FP8
     plan runs FP8 only in the kinds marked fp8_gemm, bf16 elsewhere."""

@@ -117,6 +117,19 @@ def megatron_shard(layer: Layer, degree: int, context: SplitContext,
                        replace(context, sequence_parallel=sequence_parallel))
 
 
+def output_share(layer: Layer, shard: Shard, degree: int, context: SplitContext) -> float:
+    """The share of `layer`'s output a member of its `shard` holds once the split's operator
+    has run: a row-parallel GEMM's whole output (its partial sums all-reduced) on the member's
+    token share, 1/t of that under sequence parallelism (reduce-scattered); any other layer its
+    share of the work. What a member's bias add and bias gradient run on (Megatron adds a
+    row-parallel layer's bias after the reduction: RowParallelLinear, skip_bias_add)."""
+    record = record_of(layer)
+    if (degree > 1 and shard.scheme == TENSOR and not record.expert
+            and record.splits.get("megatron") == "row"):
+        return context.token_fraction / (degree if context.sequence_parallel else 1)
+    return shard.work_fraction
+
+
 @sharding_rule("megatron", "column", TENSOR)
 def column_parallel(layer: Layer, degree: int, context: SplitContext) -> Shard:
     """A column-parallel GEMM (QKV projection, the MLP's first linear, the LM head over the

@@ -8,13 +8,13 @@ workers are the tensor group.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from operator import add
 from typing import NamedTuple
 
-import dnnscale.model.megatron_rules  # noqa: F401  (registers Megatron's sharding rules)
 from dataclasses import replace
 
 from dnnscale.model.collectives import collective_transfer, span_members
@@ -23,8 +23,10 @@ from dnnscale.model.context_parallel import (attention_kernel_shape, is_ring_att
                                              ring_block_bytes, ring_exposed_s, ulysses_events)
 from dnnscale.model.expert_parallel import (EXPERT_WORK_KINDS, expert_exchange_events,
                                             expert_gemm_calls, expert_work_factor)
-from dnnscale.model.gpu_compute import (TRANSPOSES_PER_CALL, fp8_cast_launches,
-                                        gpu_phase_times_s, transposes_layout)
+from dnnscale.model.gpu_compute import (TRANSPOSES_PER_CALL, bias_gradient_s,
+                                        fp8_cast_launches, gpu_phase_times_s,
+                                        reduces_bias_gradient, transposes_layout)
+from dnnscale.model.megatron_rules import output_share
 from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
@@ -354,6 +356,13 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
                 and transposes_layout(layer, precision, device) else 1)  # kernels per phase
     launches = [int(fwd > 0) * per_call + casts[0],
                 (int(ing > 0) + int(wg > 0)) * per_call + casts[1]]
+    if (device.is_accelerator and context is not None and wg > 0
+            and reduces_bias_gradient(layer, precision)):
+        # the bias gradient, a reduction of the output gradient the member holds
+        outputs = output_share(layer, shard, partitions, context) * minibatch * math.prod(
+            layer.output_shape)
+        wg += bias_gradient_s(device, outputs, context.bytes_per_value)
+        launches[1] += 1
     library, topology = system.collective_library, system.topology
     for event in shard.events:
         launches[event.phase != PHASE_FORWARD] += 1

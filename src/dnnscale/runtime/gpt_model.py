@@ -173,8 +173,8 @@ class Block(nn.Module):
         self.attention_dropout_p = attention_dropout_p
         h = shape.hidden
         self.attn_norm = make_norm(shape)
-        self.attn_qkv = nn.Linear(h, h + 2 * shape.kv_hidden, bias=shape.bias)
-        self.attn_out = nn.Linear(h, h, bias=shape.bias)
+        self.attn_qkv = nn.Linear(h, h + 2 * shape.kv_hidden, bias=bool(shape.attention_bias))
+        self.attn_out = nn.Linear(h, h, bias=bool(shape.attention_bias))
         self.mlp_norm = make_norm(shape)
         self.mlp_up = nn.Linear(h, shape.ffn * (2 if shape.gated else 1), bias=shape.bias)
         self.mlp_down = nn.Linear(shape.ffn, h, bias=shape.bias)

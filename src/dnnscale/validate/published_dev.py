@@ -373,7 +373,8 @@ def _transformer_xl(row: dict[str, str], node: str, closest: bool) -> Case:
         raise ValueError(f"{rid}: {heads} heads of {head_dim} are not d_model {hidden}")
     workload = (f"gpt:layers={layers},hidden={hidden},heads={heads},ffn={ffn},seq={seq},"
                 f"memory={memory},vocab={WIKITEXT103_VOCAB},positional=relative,"
-                f"norm_position=post,tied=true,attention_dropout={xl_attention_dropout(row)}")
+                f"norm_position=post,tied=true,attention_dropout={xl_attention_dropout(row)},"
+                "attention_bias=false")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
                 {**_data_parallel(row, precision), "loss": XL_LOSS}, seq,

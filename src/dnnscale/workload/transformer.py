@@ -53,7 +53,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          causal: bool = True, positional: str = "learned",
                          samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH, *,
                          positions: int | None = None, token_types: int = 0,
-                         norm_position: str = "pre", bias: bool = True, dropout: bool = True,
+                         norm_position: str = "pre", bias: bool = True,
+                         attention_bias: bool | None = None, dropout: bool = True,
                          attention_dropout: bool | None = None,
                          rope_theta: float | None = None, attention_kernel: str = "fa2",
                          eager: bool = False, experts: int = 0, top_k: int = 0,
@@ -66,6 +67,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
 
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
+    `attention_bias` to the attention's projections (None: as `bias`),
     `dropout` the hidden (residual) dropouts, `attention_dropout` the attention probabilities'
     (None: as `dropout`), `rope_theta` RoPE's base (None: 10,000), `eager` the
     element-wise code run op by op (RMSNorms, a gated activation, RoPE; TransformerShape).
@@ -87,7 +89,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         vocab=vocab, seq=seq, gated=gated, norm=norm, flash_attention=flash_attention,
         tied_embeddings=tied_embeddings, causal=causal, positional=positional,
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
-        token_types=token_types, norm_position=norm_position, bias=bias, dropout=dropout,
+        token_types=token_types, norm_position=norm_position, bias=bias,
+        attention_bias=attention_bias, dropout=dropout,
         attention_dropout=attention_dropout, rope_theta=rope_theta,
         attention_kernel=attention_kernel, eager=eager, experts=experts, top_k=top_k,
         expert_ffn=expert_ffn, shared_ffn=shared_ffn, capacity_factor=capacity_factor,
@@ -162,7 +165,7 @@ def _prefix_specs(shape: TransformerShape) -> list[dict[str, object]]:
 def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
     post = shape.norm_position == "post"
     specs = [] if post else [_norm(shape, "attn_norm", i)]
-    specs.append(_spec(shape, "attn_qkv", "attn_qkv", i, bias=shape.bias))
+    specs.append(_spec(shape, "attn_qkv", "attn_qkv", i, bias=shape.attention_bias))
     if shape.positional == "rope":
         specs.append(_spec(shape, "rope", "rope", i, **({"eager": True} if shape.eager else {})))
     if shape.flash_attention:
@@ -178,7 +181,7 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
                         dropout=shape.drops_attention,
                         **({"unfused": True} if relative else {})),
                   _spec(shape, "attn_context", "attn_context", i)]
-    specs += [_spec(shape, "attn_out", "attn_out", i, bias=shape.bias),
+    specs += [_spec(shape, "attn_out", "attn_out", i, bias=shape.attention_bias),
               _spec(shape, "residual_add", "attn_residual", i, dropout=shape.dropout),
               _norm(shape, "attn_norm" if post else "mlp_norm", i)]
     specs += _moe_specs(shape, i) if shape.is_moe_block(i) else [

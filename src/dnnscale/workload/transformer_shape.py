@@ -56,6 +56,10 @@ class TransformerShape:
     configs give attention_dropout 0 beside a hidden dropout, Transformer-XL base's dropatt is 0
     beside dropout 0.1 (wt103_base.yaml). A dropout of probability 0 runs no kernel (PyTorch's
     dropout returns its input when p is 0), so it is off here.
+    `bias` gives every linear layer and norm a bias; `attention_bias` the attention's
+    projections theirs (None on construction: as `bias`). Transformer-XL's reference code has
+    none there beside biased MLP linears (mem_transformer.py: qkv_net, o_net and r_net are
+    nn.Linear(..., bias=False)).
 
     Transformer-XL (Dai et al. 2019, "Transformer-XL: Attentive Language Models Beyond a
     Fixed-Length Context"): `memory` (mem_len, 0: none) is the number of hidden states of the
@@ -110,6 +114,7 @@ class TransformerShape:
     token_types: int = 0
     norm_position: str = "pre"
     bias: bool = True
+    attention_bias: bool | None = None
     dropout: bool = True
     attention_dropout: bool | None = None
     rope_theta: float | None = None
@@ -130,6 +135,8 @@ class TransformerShape:
             object.__setattr__(self, "dense_blocks", tuple(self.dense_blocks))
         if self.attention_dropout is None:  # unset: the hidden dropout's
             object.__setattr__(self, "attention_dropout", self.dropout)
+        if self.attention_bias is None:  # unset: every linear's
+            object.__setattr__(self, "attention_bias", self.bias)
         for name in REQUIRED_FIELDS:
             _require_int(name, getattr(self, name), 1)
         for name in ("positions", "token_types", "experts", "top_k", "expert_ffn", "shared_ffn",
@@ -138,8 +145,8 @@ class TransformerShape:
         if self.predictions > self.seq:
             raise InputError("transformer.predictions", f"the LM head runs on at most the seq = "
                              f"{self.seq} positions of a sequence, got {self.predictions}")
-        for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias", "dropout",
-                     "attention_dropout", "eager"):
+        for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias",
+                     "attention_bias", "dropout", "attention_dropout", "eager"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"transformer.{name}", f"must be true or false, got "
                                  f"{getattr(self, name)!r}")

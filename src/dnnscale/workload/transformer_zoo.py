@@ -238,6 +238,7 @@ _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
               "tied": "tied_embeddings", "causal": "causal", "bias": "bias",
+              "attention_bias": "attention_bias",
               "dropout": "dropout", "attention_dropout": "attention_dropout", "eager": "eager"}
 _GPT_CHOICES = {"norm": ("layernorm", "rmsnorm"), "positional": POSITIONALS,
                 "attention_kernel": ATTENTION_KERNELS, "norm_position": NORM_POSITIONS}
@@ -295,7 +296,8 @@ def gpt_from_name(argument: str) -> Workload:
     """The workload of ``gpt:<argument>``, e.g. ``layers=24,hidden=1024,heads=16,seq=1024,
     vocab=51200``; optional keys ffn, kv_heads, positions, token_types (the rows of BERT's
     segment table; default 0, none), samples (per epoch), rope_theta
-    (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, dropout (the hidden
+    (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, attention_bias (the
+    attention projections'; default: as bias), dropout (the hidden
     dropouts), attention_dropout (the attention probabilities'; default: as dropout) (each
     true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
     attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), eager (true: the
