@@ -54,6 +54,9 @@ VOCAB_PARALLEL_LOSS_TEXT = {
                "their width, three fp32 values more per logit at its forward's peak"}
 """What the torch kernels hold under tensor parallelism (model/memory.loss_bytes_per_logit's
 vocab_parallel)."""
+SEPARATE_PROJECTIONS_TEXT = ("Q, K and V projected by three GEMMs, and a gated MLP's gate and "
+                             "up by two, their input gradients summed by one more kernel "
+                             "(separate_projections), where Megatron-LM fuses each into one")
 EAGER_TEXT = ("element-wise code run op by op, as PyTorch runs it without torch.compile "
               "(eager): RMSNorms in fp32 between two casts, each keeping an fp32 copy of its "
               "input, SwiGLU as silu, then the product, and RoPE as an fp32 complex product")
@@ -110,6 +113,8 @@ def plan_assumptions(plan: ParallelPlan, shape: TransformerShape | None) -> tupl
                    f"{LOSS_KERNEL_NAMES[loss]}: {held}")
     if shape is not None and shape.eager:
         out.append(EAGER_TEXT)
+    if shape is not None and shape.separate_projections:
+        out.append(SEPARATE_PROJECTIONS_TEXT)
     groups = parallel_groups(plan)
     out.append(f"{format_si(plan_reserve_bytes(plan), 'B')} per GPU held back for the CUDA "
                f"context, cuBLAS's workspace and NCCL's buffers of {groups} parallel "

@@ -121,6 +121,29 @@ def bias_gradient_s(device: Device, output_values: float, bytes_per_value: float
     return memory_pass_s(device, output_values * bytes_per_value)
 
 
+def projection_shares(layer: Layer) -> tuple[float, ...]:
+    """The shares of a GEMM layer's work that its separate projections run, one GEMM each
+    (`hyper` projections, their output widths: a QKV layer's three Linear modules, a gated
+    MLP's gate and up; workload/transformer_kinds.py), or (1.0,) for one fused GEMM."""
+    widths = layer.hyper.get("projections")
+    if not isinstance(widths, (list, tuple)) or len(widths) < 2:
+        return (1.0,)
+    total = float(sum(widths))
+    return tuple(width / total for width in widths)
+
+
+def input_gradient_sum_s(device: Device, projections: int, input_values: float,
+                         bytes_per_value: float) -> float:
+    """Seconds to sum the input gradients of `projections` separate projections of one input of
+    `input_values` values: one kernel that reads the k gradients and writes their sum, (k + 1)
+    values each. TensorFlow sums them so (AddN); PyTorch's eager autograd adds them pairwise
+    (k − 1 kernels of 3 values each), which this lower bound does not tell apart.
+    Units: values, bytes/value -> s."""
+    if projections < 2:
+        return 0.0
+    return memory_pass_s(device, (projections + 1) * input_values * bytes_per_value)
+
+
 def kernel_precision(layer: Layer, precision: str) -> str:
     """The precision `layer`'s kernels run in under a plan computing in `precision`: an FP8
     plan runs FP8 only in the kinds marked fp8_gemm, bf16 elsewhere."""
@@ -249,7 +272,8 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     bound) to its forward and input-gradient phases, and an NCHW convolution on Tensor Cores
     its layout transposes to each phase that runs (`conv_transpose_s`). A flash_attention
     layer's η is its kernel's published speed (`flash_efficiency`) where the device has no
-    measured curve.
+    measured curve. A GEMM layer with separate projections (`projection_shares`) runs one GEMM
+    per projection in each phase, each at the η of its own FLOPs and reading the whole input.
 
     `bytes_scale`: the plan's activation width over the workload's (bf16 workload, fp32 plan: 2).
     `calls`: GEMMs of equal size a phase runs (a member's local experts,
@@ -268,6 +292,9 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
     casts = (fp8_cast_bytes(layer, fraction, minibatch, weight_fraction) if runs_in == "fp8"
              else (0.0, 0.0))
     cast_s = tuple(memory_pass_s(device, q) for q in casts)
+    shares = projection_shares(layer) if kernel_class == KernelClass.GEMM.value else (1.0,)
+    n_in, n_out = layer.in_features or 0, layer.out_features or 0
+    input_part = n_in / (n_in + n_out) if len(shares) > 1 and n_in + n_out > 0 else 0.0
     times = []
     for phase, flops, bytes_moved in (
             ("forward", layer.fwd_flops, layer.fwd_bytes),
@@ -276,14 +303,18 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
         if phase == "weight_grad" and skip_weight_grad:
             times.append(0.0)
             continue
-        work_flops = fraction * minibatch * flops if kernel_class else 0.0
-        work_bytes = fraction * minibatch * bytes_moved * bytes_scale
-        flop_eta = (fixed_eta if fixed_eta is not None else
-                    efficiency(device, kernel_class, work_flops / max(1, calls), runs_in)
-                    if kernel_class and work_flops > 0 else 1.0)
-        memory_eta = memory_curve.at(work_bytes) if memory_curve and work_bytes > 0 else 1.0
-        times.append(kernel_time_s(work_flops, work_bytes, peak, flop_eta,
-                                   device.memory_bandwidth_bytes_per_s, memory_eta))
+        phase_s = 0.0
+        for share in shares:  # one GEMM per projection: each reads the whole input
+            work_flops = share * fraction * minibatch * flops if kernel_class else 0.0
+            work_bytes = ((input_part + (1.0 - input_part) * share if len(shares) > 1 else 1.0)
+                          * fraction * minibatch * bytes_moved * bytes_scale)
+            flop_eta = (fixed_eta if fixed_eta is not None else
+                        efficiency(device, kernel_class, work_flops / max(1, calls), runs_in)
+                        if kernel_class and work_flops > 0 else 1.0)
+            memory_eta = memory_curve.at(work_bytes) if memory_curve and work_bytes > 0 else 1.0
+            phase_s += kernel_time_s(work_flops, work_bytes, peak, flop_eta,
+                                     device.memory_bandwidth_bytes_per_s, memory_eta)
+        times.append(phase_s)
     # The output gradient is cast once for both backward GEMMs: in the first phase that runs.
     backward = 1 if times[1] > 0 else 2 if times[2] > 0 else None
     if backward is not None:

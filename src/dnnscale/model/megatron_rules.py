@@ -130,6 +130,18 @@ def output_share(layer: Layer, shard: Shard, degree: int, context: SplitContext)
     return shard.work_fraction
 
 
+def input_share(layer: Layer, shard: Shard, degree: int, context: SplitContext) -> float:
+    """The share of `layer`'s input a member of its `shard` holds: a column-parallel GEMM's
+    whole input on the member's token share (all-gathered first under sequence parallelism);
+    any other layer its share of the work. What the member's input gradient covers before the
+    split's backward operator reduces it."""
+    record = record_of(layer)
+    if (degree > 1 and shard.scheme == TENSOR and not record.expert
+            and record.splits.get("megatron") == "column"):
+        return context.token_fraction
+    return shard.work_fraction
+
+
 @sharding_rule("megatron", "column", TENSOR)
 def column_parallel(layer: Layer, degree: int, context: SplitContext) -> Shard:
     """A column-parallel GEMM (QKV projection, the MLP's first linear, the LM head over the

@@ -25,8 +25,9 @@ from dnnscale.model.expert_parallel import (EXPERT_WORK_KINDS, expert_exchange_e
                                             expert_gemm_calls, expert_work_factor)
 from dnnscale.model.gpu_compute import (TRANSPOSES_PER_CALL, bias_gradient_s,
                                         fp8_cast_launches, gpu_phase_times_s,
+                                        input_gradient_sum_s, projection_shares,
                                         reduces_bias_gradient, transposes_layout)
-from dnnscale.model.megatron_rules import output_share
+from dnnscale.model.megatron_rules import input_share, output_share
 from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
@@ -354,14 +355,21 @@ def _layer_cost(layer: Layer, shard: Shard, minibatch: int, system: System, plac
     casts = fp8_cast_launches(layer, precision) if device.is_accelerator else (0, 0)
     per_call = (1 + TRANSPOSES_PER_CALL if device.is_accelerator
                 and transposes_layout(layer, precision, device) else 1)  # kernels per phase
-    launches = [int(fwd > 0) * per_call + casts[0],
-                (int(ing > 0) + int(wg > 0)) * per_call + casts[1]]
+    projections = len(projection_shares(layer)) if device.is_accelerator else 1
+    launches = [int(fwd > 0) * per_call * projections + casts[0],
+                (int(ing > 0) + int(wg > 0)) * per_call * projections + casts[1]]
     if (device.is_accelerator and context is not None and wg > 0
             and reduces_bias_gradient(layer, precision)):
-        # the bias gradient, a reduction of the output gradient the member holds
+        # the bias gradients, reductions of the output gradient the member holds
         outputs = output_share(layer, shard, partitions, context) * minibatch * math.prod(
             layer.output_shape)
         wg += bias_gradient_s(device, outputs, context.bytes_per_value)
+        launches[1] += projections
+    if projections > 1 and context is not None and ing > 0:
+        # the separate projections' input gradients, summed
+        inputs = (input_share(layer, shard, partitions, context) * minibatch
+                  * layer.output_shape[0] * (layer.in_features or 0))
+        ing += input_gradient_sum_s(device, projections, inputs, context.bytes_per_value)
         launches[1] += 1
     library, topology = system.collective_library, system.topology
     for event in shard.events:

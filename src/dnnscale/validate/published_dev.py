@@ -325,6 +325,13 @@ def bert_predictions(framework: str, seq: int, priced_seq: int) -> int:
     return max(1, round(priced_seq * LDDL_MASKED_LM_RATIO))
 
 
+BERT_SEPARATE_PROJECTIONS = True
+"""Both BERTs project Q, K and V with three Linear modules (separate_projections): the
+TensorFlow one three tf.layers.dense (modeling.py attention_layer: query_layer, key_layer,
+value_layer), the PyTorch one three nn.Linear (modeling.py BertSelfAttention: self.query,
+self.key, self.value), at the data's commit 729963dd."""
+
+
 def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
     rid = row["id"]
     seq = int(_find(r"seq len (\d+)", row["model_details"], rid, "the sequence").group(1))
@@ -333,7 +340,8 @@ def _bert(row: dict[str, str], node: str, closest: bool) -> Case:
     predictions = bert_predictions(row["framework"], seq, priced)
     workload = (f"gpt:layers=24,hidden=1024,heads=16,seq={priced},vocab={BERT_VOCAB},"
                 "causal=false,positional=learned,positions=512,token_types=2,"
-                f"norm_position=post,tied=true,predictions={predictions}")
+                f"norm_position=post,tied=true,predictions={predictions},"
+                f"separate_projections={str(BERT_SEPARATE_PROJECTIONS).lower()}")
     precision = _precision(row["precision"])
     return Case(rid, "dle", row["model"], workload, _system(row, node),
                 {**_data_parallel(row, precision), "loss": loss_of(row["framework"], precision),

@@ -17,8 +17,13 @@ from dataclasses import dataclass, field
 
 COST_HYPER_KEYS = ("hidden", "seq", "heads", "kv_heads", "ffn", "vocab", "attention_kernel",
                    "experts", "top_k", "capacity_factor", "memory", "relative", "layout",
-                   "predictions", "inplace")
+                   "predictions", "inplace", "bias", "projections")
 """Hyper-parameters (besides shapes and counts) that cost rules read."""
+
+
+def _hashable(value: object) -> object:
+    """A hyper value as a key part: lists (a layer's `projections`) as tuples."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ class Layer:
                 self.input_grad_flops, self.weight_grad_flops, self.fwd_bytes,
                 self.input_grad_bytes, self.weight_grad_bytes, self.kernel, self.stride,
                 self.groups, self.in_features, self.out_features,
-                tuple(self.hyper.get(key) for key in COST_HYPER_KEYS))
+                tuple(_hashable(self.hyper.get(key)) for key in COST_HYPER_KEYS))
 
     def split_extent(self, scheme: str) -> int:
         """How many units a vertical split divides among workers under `scheme`.

@@ -54,7 +54,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
                          samples_per_epoch: int = DEFAULT_SAMPLES_PER_EPOCH, *,
                          positions: int | None = None, token_types: int = 0,
                          norm_position: str = "pre", bias: bool = True,
-                         attention_bias: bool | None = None, dropout: bool = True,
+                         attention_bias: bool | None = None,
+                         separate_projections: bool = False, dropout: bool = True,
                          attention_dropout: bool | None = None,
                          rope_theta: float | None = None, attention_kernel: str = "fa2",
                          eager: bool = False, experts: int = 0, top_k: int = 0,
@@ -68,6 +69,7 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
     `ffn` defaults to `default_ffn`, `kv_heads` to `heads` (multi-head attention), `positions`
     (rows of a learned position table) to `seq`. `bias` adds biases to every linear and norm,
     `attention_bias` to the attention's projections (None: as `bias`),
+    `separate_projections` runs Q, K, V (and a gated MLP's gate and up) as separate GEMMs,
     `dropout` the hidden (residual) dropouts, `attention_dropout` the attention probabilities'
     (None: as `dropout`), `rope_theta` RoPE's base (None: 10,000), `eager` the
     element-wise code run op by op (RMSNorms, a gated activation, RoPE; TransformerShape).
@@ -90,7 +92,8 @@ def transformer_workload(name: str, layers: int, hidden: int, heads: int, seq: i
         tied_embeddings=tied_embeddings, causal=causal, positional=positional,
         positions=(seq if positional == "learned" else 0) if positions is None else positions,
         token_types=token_types, norm_position=norm_position, bias=bias,
-        attention_bias=attention_bias, dropout=dropout,
+        attention_bias=attention_bias, separate_projections=separate_projections,
+        dropout=dropout,
         attention_dropout=attention_dropout, rope_theta=rope_theta,
         attention_kernel=attention_kernel, eager=eager, experts=experts, top_k=top_k,
         expert_ffn=expert_ffn, shared_ffn=shared_ffn, capacity_factor=capacity_factor,
@@ -142,6 +145,11 @@ def _spec(shape: TransformerShape, kind: str, role: str, block: int | None,
             "ffn": shape.ffn, "vocab": shape.vocab, "gated": shape.gated, **memory, **options}
 
 
+def _separate(shape: TransformerShape) -> dict[str, object]:
+    """The projection layers' option for `separate_projections` (none when fused)."""
+    return {"separate": True} if shape.separate_projections else {}
+
+
 def _norm(shape: TransformerShape, role: str, block: int | None) -> dict[str, object]:
     options: dict[str, object] = {"bias": shape.bias} if shape.norm == "layernorm" else {}
     if shape.eager_norms:
@@ -165,7 +173,8 @@ def _prefix_specs(shape: TransformerShape) -> list[dict[str, object]]:
 def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
     post = shape.norm_position == "post"
     specs = [] if post else [_norm(shape, "attn_norm", i)]
-    specs.append(_spec(shape, "attn_qkv", "attn_qkv", i, bias=shape.attention_bias))
+    specs.append(_spec(shape, "attn_qkv", "attn_qkv", i, bias=shape.attention_bias,
+                       **_separate(shape)))
     if shape.positional == "rope":
         specs.append(_spec(shape, "rope", "rope", i, **({"eager": True} if shape.eager else {})))
     if shape.flash_attention:
@@ -185,7 +194,7 @@ def _block_specs(shape: TransformerShape, i: int) -> list[dict[str, object]]:
               _spec(shape, "residual_add", "attn_residual", i, dropout=shape.dropout),
               _norm(shape, "attn_norm" if post else "mlp_norm", i)]
     specs += _moe_specs(shape, i) if shape.is_moe_block(i) else [
-        _spec(shape, "mlp_up", "mlp_up", i, bias=shape.bias),
+        _spec(shape, "mlp_up", "mlp_up", i, bias=shape.bias, **_separate(shape)),
         _spec(shape, "mlp_act", "mlp_act", i, **_eager_act(shape)),
         _spec(shape, "mlp_down", "mlp_down", i, bias=shape.bias)]
     specs.append(_spec(shape, "residual_add", "mlp_residual", i, dropout=shape.dropout))

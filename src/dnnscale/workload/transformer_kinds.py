@@ -368,7 +368,8 @@ def rmsnorm(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
 @register_kind("attn_qkv", kernel=KernelClass.GEMM, splits=megatron("column"),
                tensor_extent_key="kv_heads", fp8_gemm=True)
 def attn_qkv(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-             needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
+             needs_input_grad: bool, bias: bool = True, separate: bool = False,
+             **shape: object) -> Layer:
     """The fused Q, K, V projection h -> h + 2·h_kv (3h for multi-head attention; grouped-query
     attention shares each K/V head among a/k query heads). Megatron splits it by heads
     (column parallel, Shoeybi et al. 2019 §3).
@@ -381,9 +382,16 @@ def attn_qkv(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
     mem_transformer.py: qkv_net applied to cat([mems, w])) project all s_k rows, the memory's
     queries too, and form the input gradient of the whole concatenation, of which the memory's
     rows are dropped (the stop-gradient): so all three phases run on s_k rows.
+
+    `separate`: Q, K and V are three Linear modules (BERT's reference code and its PyTorch and
+    Hugging Face ports, torchtitan's wq / wk / wv): `projections` [h, h_kv, h_kv], the output
+    widths of the three GEMMs each phase runs (model/gpu_compute.projection_shares); the counts
+    are the fused projection's.
     """
     dims, hyper = _dims("attn_qkv", name, shape, ("hidden", "heads"))
     assert dims.h is not None
+    if _flag(name, "separate", separate):
+        hyper["projections"] = [dims.h, dims.h_kv, dims.h_kv]
     concatenation = 2.0 * dims.keys * dims.h * bytes_per_value if dims.m else 0.0
     return _token_linear("attn_qkv", name, input_shape, bytes_per_value, needs_input_grad, dims,
                          hyper, dims.h, dims.h + 2 * dims.h_kv, bias, tokens=dims.keys,
@@ -637,12 +645,17 @@ def _mlp_inner(dims: _Dims) -> int:
 @register_kind("mlp_up", kernel=KernelClass.GEMM, splits=megatron("column"),
                tensor_extent_key="ffn", fp8_gemm=True)
 def mlp_up(name: str, input_shape: tuple[int, ...], bytes_per_value: int,
-           needs_input_grad: bool, bias: bool = True, **shape: object) -> Layer:
+           needs_input_grad: bool, bias: bool = True, separate: bool = False,
+           **shape: object) -> Layer:
     """The MLP's first linear, h -> f, or h -> 2f (gate and up projections fused) when `gated`
     (SwiGLU, Shazeer 2020; Llama); column parallel. FLOPs per phase 2·s·h·f (x2 gated);
-    params h·f (x2 gated) + bias."""
+    params h·f (x2 gated) + bias. `separate` with `gated`: the gate and up projections are two
+    Linear modules (torchtitan's w1 and w3, Hugging Face's gate_proj and up_proj):
+    `projections` [f, f] (as `attn_qkv`)."""
     dims, hyper = _dims("mlp_up", name, shape, ("hidden", "ffn"))
-    assert dims.h is not None
+    assert dims.h is not None and dims.f is not None
+    if _flag(name, "separate", separate) and dims.gated:
+        hyper["projections"] = [dims.f, dims.f]
     return _token_linear("mlp_up", name, input_shape, bytes_per_value, needs_input_grad, dims,
                          hyper, dims.h, _mlp_inner(dims), bias)
 

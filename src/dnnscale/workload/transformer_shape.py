@@ -60,6 +60,11 @@ class TransformerShape:
     projections theirs (None on construction: as `bias`). Transformer-XL's reference code has
     none there beside biased MLP linears (mem_transformer.py: qkv_net, o_net and r_net are
     nn.Linear(..., bias=False)).
+    `separate_projections`: Q, K and V are three Linear modules, and a gated MLP's gate and up
+    projections two, as BERT's reference code and its ports, Hugging Face's Llama family and
+    torchtitan write them; each phase runs their GEMMs one by one and sums their input
+    gradients (model/gpu_compute.projection_shares, input_gradient_sum_values). Megatron,
+    Transformer Engine and llm-foundry's MPT fuse them (the default, false).
 
     Transformer-XL (Dai et al. 2019, "Transformer-XL: Attentive Language Models Beyond a
     Fixed-Length Context"): `memory` (mem_len, 0: none) is the number of hidden states of the
@@ -115,6 +120,7 @@ class TransformerShape:
     norm_position: str = "pre"
     bias: bool = True
     attention_bias: bool | None = None
+    separate_projections: bool = False
     dropout: bool = True
     attention_dropout: bool | None = None
     rope_theta: float | None = None
@@ -146,7 +152,8 @@ class TransformerShape:
             raise InputError("transformer.predictions", f"the LM head runs on at most the seq = "
                              f"{self.seq} positions of a sequence, got {self.predictions}")
         for name in ("gated", "flash_attention", "tied_embeddings", "causal", "bias",
-                     "attention_bias", "dropout", "attention_dropout", "eager"):
+                     "attention_bias", "separate_projections", "dropout", "attention_dropout",
+                     "eager"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"transformer.{name}", f"must be true or false, got "
                                  f"{getattr(self, name)!r}")

@@ -238,7 +238,7 @@ _GPT_NUMBERS = ("capacity",)
 """Keys whose value is a real number: capacity (the experts' capacity factor)."""
 _GPT_BOOLS = {"gated": "gated", "flash": "flash_attention", "flash_attention": "flash_attention",
               "tied": "tied_embeddings", "causal": "causal", "bias": "bias",
-              "attention_bias": "attention_bias",
+              "attention_bias": "attention_bias", "separate_projections": "separate_projections",
               "dropout": "dropout", "attention_dropout": "attention_dropout", "eager": "eager"}
 _GPT_CHOICES = {"norm": ("layernorm", "rmsnorm"), "positional": POSITIONALS,
                 "attention_kernel": ATTENTION_KERNELS, "norm_position": NORM_POSITIONS}
@@ -297,7 +297,8 @@ def gpt_from_name(argument: str) -> Workload:
     vocab=51200``; optional keys ffn, kv_heads, positions, token_types (the rows of BERT's
     segment table; default 0, none), samples (per epoch), rope_theta
     (RoPE's base, with positional=rope), gated, flash, tied, causal, bias, attention_bias (the
-    attention projections'; default: as bias), dropout (the hidden
+    attention projections'; default: as bias), separate_projections (Q, K, V and a gated MLP's
+    gate and up as separate GEMMs; default false, fused), dropout (the hidden
     dropouts), attention_dropout (the attention probabilities'; default: as dropout) (each
     true/false), norm (layernorm|rmsnorm), positional (learned|rope|relative|none),
     attention_kernel (fa2|triton, with flash=true), norm_position (pre|post), eager (true: the
