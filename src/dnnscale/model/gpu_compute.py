@@ -306,7 +306,7 @@ def gpu_phase_times_s(layer: Layer, fraction: float, minibatch: int, device: Dev
         phase_s = 0.0
         for share in shares:  # one GEMM per projection: each reads the whole input
             work_flops = share * fraction * minibatch * flops if kernel_class else 0.0
-            work_bytes = ((input_part + (1.0 - input_part) * share if len(shares) > 1 else 1.0)
+            work_bytes = ((input_part + (1.0 - input_part) * share)
                           * fraction * minibatch * bytes_moved * bytes_scale)
             flop_eta = (fixed_eta if fixed_eta is not None else
                         efficiency(device, kernel_class, work_flops / max(1, calls), runs_in)

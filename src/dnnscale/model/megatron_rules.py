@@ -117,15 +117,22 @@ def megatron_shard(layer: Layer, degree: int, context: SplitContext,
                        replace(context, sequence_parallel=sequence_parallel))
 
 
+def _tensor_rule(layer: Layer, shard: Shard, degree: int) -> str | None:
+    """The Megatron rule that splits a non-expert `layer` over a tensor group of `degree` > 1
+    in `shard`, else None (no tensor split, or an expert layer's own split)."""
+    record = record_of(layer)
+    if degree > 1 and shard.scheme == TENSOR and not record.expert:
+        return record.splits.get("megatron")
+    return None
+
+
 def output_share(layer: Layer, shard: Shard, degree: int, context: SplitContext) -> float:
     """The share of `layer`'s output a member of its `shard` holds once the split's operator
     has run: a row-parallel GEMM's whole output (its partial sums all-reduced) on the member's
     token share, 1/t of that under sequence parallelism (reduce-scattered); any other layer its
     share of the work. What a member's bias add and bias gradient run on (Megatron adds a
     row-parallel layer's bias after the reduction: RowParallelLinear, skip_bias_add)."""
-    record = record_of(layer)
-    if (degree > 1 and shard.scheme == TENSOR and not record.expert
-            and record.splits.get("megatron") == "row"):
+    if _tensor_rule(layer, shard, degree) == "row":
         return context.token_fraction / (degree if context.sequence_parallel else 1)
     return shard.work_fraction
 
@@ -135,9 +142,7 @@ def input_share(layer: Layer, shard: Shard, degree: int, context: SplitContext) 
     whole input on the member's token share (all-gathered first under sequence parallelism);
     any other layer its share of the work. What the member's input gradient covers before the
     split's backward operator reduces it."""
-    record = record_of(layer)
-    if (degree > 1 and shard.scheme == TENSOR and not record.expert
-            and record.splits.get("megatron") == "column"):
+    if _tensor_rule(layer, shard, degree) == "column":
         return context.token_fraction
     return shard.work_fraction
 

@@ -27,7 +27,8 @@ from dnnscale.model.gpu_compute import (TRANSPOSES_PER_CALL, bias_gradient_s,
                                         fp8_cast_launches, gpu_phase_times_s,
                                         input_gradient_sum_s, projection_shares,
                                         reduces_bias_gradient, transposes_layout)
-from dnnscale.model.megatron_rules import input_share, output_share
+from dnnscale.model.megatron_rules import (  # importing it registers Megatron's sharding rules
+    input_share, output_share)
 from dnnscale.model.mesh_split import NO_SPLIT, MeshSplit
 from dnnscale.model.quota import collective_after_compute_s
 from dnnscale.model.sharding import PHASE_FORWARD, Shard, SplitContext, shard_layer
