@@ -279,6 +279,9 @@ def test_deepspeed_llama70b_config_and_megatron_deepspeed_flags() -> None:
         "activation_checkpointing": {"partition_activations": False,
                                      "contiguous_memory_optimization": False,
                                      "cpu_checkpointing": False},
+        # the plan priced each member's own s/t of the sequence sent whole (pp_scatter_gather
+        # false); DeepSpeed's defaults would partition it again
+        "pipeline": {"pipe_partitioned": False, "grad_partitioned": False},
     }
     assert lines(result.files[1].text) == [
         "--deepspeed", "--deepspeed_config ds_config.json", "--zero-stage 1",

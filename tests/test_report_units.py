@@ -245,18 +245,21 @@ def test_ranked_csv_writes_every_plan_field_of_a_gpu_plan() -> None:
         sequence_parallel=True, micro_batch=1, global_batch=16, precision="bf16",
         amp="autocast"))
     unset = dnnscale.predict(w, c, dict(tp=2, pp=2, dp=2, micro_batch=1, global_batch=16,
-                                        schedule="interleaved", virtual_stages=2))
+                                        schedule="interleaved", virtual_stages=2,
+                                        pp_scatter_gather=True))
     rows = list(csv.DictReader(io.StringIO(ranked_csv([set_, unset]))))
     picked = ("expert", "expert_tensor", "context", "cp_algorithm", "zero3_fetch", "overlap_tp",
-              "overlap_pp", "grad_bytes", "grad_accumulation", "loss", "amp", "overlap_tp_method")
+              "overlap_pp", "grad_bytes", "grad_accumulation", "loss", "amp", "overlap_tp_method",
+              "pp_scatter_gather")
     assert tuple(rows[0])[-len(picked):] == picked  # appended after the older columns
     assert [rows[0][k] for k in picked] == ["2", "1", "2", "alltoall", "buckets", "True",
                                             "False", "2", "fused", "inplace", "autocast",
-                                            "micro_pipeline"]
+                                            "micro_pipeline", "False"]
     # interleaved on 2 stages overlaps its sends by default (Pipeline.overlaps_p2p); bf16
     # gradients default to fp32, Megatron's width (plan/modern.py)
     assert [rows[1][k] for k in picked] == ["1", "2", "1", "ring", "blocks", "False", "True",
-                                            "4", "fused", "inplace", "half", "userbuffers"]
+                                            "4", "fused", "inplace", "half", "userbuffers",
+                                            "True"]
 
 
 def test_families_and_change_points() -> None:

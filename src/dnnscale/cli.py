@@ -213,6 +213,12 @@ def predict(workload: Optional[str] = typer.Option(
                 None, "--overlap-pp/--no-overlap-pp",
                 help="GPU: pipeline sends overlap compute (interleaved schedule only; default "
                 "on there, as Megatron runs it)"),
+            pp_scatter_gather: Optional[bool] = typer.Option(
+                None, "--pp-scatter-gather/--no-pp-scatter-gather",
+                help="GPU: each tensor-parallel member sends 1/tp of the pipeline boundary "
+                "tensor it holds and the receivers all-gather it (DeepSpeed's default "
+                "pipe_partitioned); default off: the tensor it holds whole, as Megatron-Core "
+                "sends it"),
             zero3_fetch: Optional[str] = typer.Option(
                 None, "--zero3-fetch", help="GPU, --zero 3: blocks (FSDP: one all-gather and "
                 "reduce-scatter per transformer block, the default) | buckets (DeepSpeed's "
@@ -298,7 +304,8 @@ def predict(workload: Optional[str] = typer.Option(
              overlap_dp=overlap_dp, ep=ep, cp=cp, cp_algorithm=cp_algorithm,
              expert_imbalance=expert_imbalance, etp=etp, overlap_tp=overlap_tp,
              overlap_tp_method=overlap_tp_method, overlap_pp=overlap_pp, zero3_fetch=zero3_fetch,
-             grad_accumulation=grad_accumulation, loss=loss, amp=amp))
+             grad_accumulation=grad_accumulation, loss=loss, amp=amp,
+             pp_scatter_gather=pp_scatter_gather))
     if isinstance(plan, Config):
         refuse_sync_flags(plan)
     w = resolve_workload(plan_workload(workload, file_workload), input_shape,

@@ -13,9 +13,9 @@ gradient_accumulation_steps (DeepSpeed checks train = micro · accumulation · D
 zero_optimization.stage and .overlap_comm, bf16.enabled, fp16.enabled (+ loss_scale 0: dynamic),
 communication_data_type, data_types.grad_accum_dtype (fp32 where a 16-bit model's plan prices
 4-byte gradients under ZeRO, so that DeepSpeed accumulates them as priced: its default is the
-model's dtype), activation_checkpointing; for a mixture of experts with pp and tp > 1,
-pipeline.pipe_partitioned and .grad_partitioned false (Megatron-DeepSpeed's GPTModelPipe asserts
-them off for MoE; DeepSpeed's defaults are true). The launch needs
+model's dtype), activation_checkpointing; with pp and tp > 1, pipeline.pipe_partitioned and .grad_partitioned
+as the plan's pp_scatter_gather (DeepSpeed's defaults are true; Megatron-DeepSpeed's
+GPTModelPipe asserts them off for MoE, which plan/engines.py refuses). The launch needs
 CUDA_DEVICE_MAX_CONNECTIONS=1 with sequence parallelism (a note says so).
 
 Mixture of experts, as DeepSpeed-MoE in Megatron-DeepSpeed (megatron/arguments.py,
@@ -95,9 +95,9 @@ def ds_config(plan: ParallelPlan, shape: TransformerShape | None = None) -> dict
         config["activation_checkpointing"] = {"partition_activations": False,
                                               "contiguous_memory_optimization": False,
                                               "cpu_checkpointing": False}
-    if shape is not None and shape.is_moe and plan.pipeline.stages > 1 and \
-            plan.tensor.degree > 1:
-        config["pipeline"] = {"pipe_partitioned": False, "grad_partitioned": False}
+    if plan.pipeline.stages > 1 and plan.tensor.degree > 1:  # the sends the plan priced
+        partitioned = plan.pipeline.scatter_gather
+        config["pipeline"] = {"pipe_partitioned": partitioned, "grad_partitioned": partitioned}
     return config
 
 

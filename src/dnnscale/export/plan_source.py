@@ -138,7 +138,8 @@ PLAN_DICT_PATHS = {
     "cp_algorithm": "context.algorithm", "etp": "expert.tensor", "loss": "memory.loss",
     "overlap_tp": "tensor.overlap", "overlap_pp": "pipeline.overlap_p2p",
     "zero3_fetch": "data.aggregation.fetch", "grad_accumulation": "batch.grad_accumulation",
-    "amp": "precision.amp", "overlap_tp_method": "tensor.overlap_method"}
+    "amp": "precision.amp", "overlap_tp_method": "tensor.overlap_method",
+    "pp_scatter_gather": "pipeline.scatter_gather"}
 """Plan field -> where `ParallelPlan.to_dict()` holds it (global_batch: micro · accumulation ·
 replicas · ep), so that an error names the key the file has."""
 
@@ -179,6 +180,7 @@ def _from_plan_dict(plan: dict[str, Any], where: str) -> ParallelPlan:
               "overlap_tp": tensor.get("overlap", False),
               "overlap_tp_method": tensor.get("overlap_method", USERBUFFERS),
               "overlap_pp": pipeline.get("overlap_p2p"),
+              "pp_scatter_gather": pipeline.get("scatter_gather", False),
               "zero3_fetch": aggregation.get("fetch", "blocks"),
               "grad_accumulation": batch.get("grad_accumulation", "fused"),
               "precision": precision.get("compute"), "amp": precision.get("amp", "half"),

@@ -313,22 +313,45 @@ class StepContext:
         """Each stage's pipeline sends per micro-batch: its activation forward to the next
         stage and its input gradient backward to the previous, b·(s/cp)·h values each, over the
         tier between adjacent stages (v times with v virtual stages), two members of a pp group
-        (plan/mesh.placement)."""
+        (plan/mesh.placement); each send is `p2p_send_s`."""
         stages = len(self.stages)
         if stages <= 1:
             return (0.0,) * stages
         shape = self.workload.transformer
         bytes_per_value = self.plan.precision.activation_bytes or self.workload.bytes_per_value
-        tier = self.placement[MeshDim.PP].tier_of(2)
         out = []
         for index, stage in enumerate(self.stages):
             values = shape.seq * shape.hidden if shape is not None else stage.boundary_values
             payload = (values * self.plan.batch.micro_batch * bytes_per_value
                        * self.split.token_fraction)
             sends = (index < stages - 1) + (index > 0)
-            out.append(sends * self.plan.pipeline.virtual_stages * transfer_time_s(
-                payload, 1, tier.bandwidth_bytes_per_s, tier.latency_s))
+            out.append(sends * self.plan.pipeline.virtual_stages * self.p2p_send_s(payload))
         return tuple(out)
+
+    def p2p_send_s(self, payload_bytes: float) -> float:
+        """One boundary tensor of `payload_bytes` from a stage's member to the next stage's.
+
+        Formula: each of the t tensor members holds y = x, or y = x/t under sequence
+        parallelism, and sends it whole over the tier between adjacent stages (α + y/B); with
+        Pipeline.scatter_gather it sends y/t, and the receivers all-gather y over the tensor
+        group (collective_after_compute_s: on its tier, plus the call).
+        Units: bytes -> s.
+        Source: Megatron-Core core/pipeline_parallel/schedules.py get_tensor_shapes (the
+        shape (s/cp/t, b, h) under sequence parallelism, (s/cp, b, h) without); Narayanan et
+        al., SC'21 §4.1 (the scatter/gather optimisation: t times fewer bytes between nodes,
+        then an all-gather over NVLink); DeepSpeed runtime/pipe/engine.py (pipe_partitioned,
+        grad_partitioned: a PartitionedTensor of 1/t sent, .full() all-gathers it on the
+        slice-parallel group) and runtime/config.py (both on by default).
+        """
+        tier = self.placement[MeshDim.PP].tier_of(2)
+        t = self.plan.tensor.degree
+        held = payload_bytes / t if self.plan.tensor.sequence_parallel else payload_bytes
+        if t <= 1 or not self.plan.pipeline.scatter_gather:
+            return transfer_time_s(held, 1, tier.bandwidth_bytes_per_s, tier.latency_s)
+        wire_s = transfer_time_s(held / t, 1, tier.bandwidth_bytes_per_s, tier.latency_s)
+        return wire_s + collective_after_compute_s(self.system, "allgather", held,
+                                                   self.placement[MeshDim.TP].span,
+                                                   self.topology)
 
     def update_time_s(self, replicas: int) -> float:
         """The slowest stage's optimizer step: on a CPU the worker's passes over the

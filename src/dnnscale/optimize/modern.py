@@ -48,7 +48,8 @@ from dnnscale.optimize.space import MAX_CHOICES
 from dnnscale.plan.modern import PRECISION_PRESETS, amp_precision
 from dnnscale.plan.engines import (ENGINE_AMP, ENGINE_NAMES, EngineFacts, check_engine,
                                    priced_grad_bytes, priced_grad_accumulation, priced_loss,
-                                   priced_overlap_tp_method, priced_zero3_fetch,
+                                   priced_overlap_tp_method, priced_pp_scatter_gather,
+                                   priced_zero3_fetch,
                                    search_violation)
 from dnnscale.plan.plan import (CP_ALGORITHMS, RECOMPUTE, SCHEDULES, Batch, Collective,
                                 ContextParallel, DataParallel, ExpertParallel, MemoryPolicy,
@@ -139,6 +140,10 @@ class ModernSpace:
     """How the plans that overlap their tensor-parallel exchanges do: the engine's where one is
     named (plan/engines.priced_overlap_tp_method: torchtitan's micro-pipeline), else
     Transformer Engine's userbuffers."""
+    pp_scatter_gather: bool = False
+    """Whether every plan's pipeline stages send 1/tp of a boundary tensor from each tensor
+    member (Pipeline.scatter_gather): the engine's where one is named (plan/engines.
+    priced_pp_scatter_gather: DeepSpeed's dense models), else Megatron-Core's whole tensors."""
 
     def precision_of(self, zero: int) -> Precision:
         """The precision of the plans at ZeRO stage `zero`: the preset, with the engine's
@@ -181,15 +186,17 @@ class Group(NamedTuple):
         return _mesh_split(self.ep, self.cp, self.cp_algorithm, space.expert_imbalance,
                            self.etp)
 
-    def pipeline_part(self) -> Pipeline:
-        """The plan's Pipeline (stages, schedule, virtual stages, sends' overlap)."""
-        return Pipeline(self.pipeline, self.schedule, self.virtual_stages, self.overlap_pp)
+    def pipeline_part(self, space: ModernSpace) -> Pipeline:
+        """The plan's Pipeline (stages, schedule, virtual stages, sends' overlap, the space's
+        partitioned sends)."""
+        return Pipeline(self.pipeline, self.schedule, self.virtual_stages, self.overlap_pp,
+                        space.pp_scatter_gather)
 
     def plan(self, space: ModernSpace, replicas: int) -> ParallelPlan:
         return ParallelPlan(
             tensor=TensorSplit(self.tensor, "megatron", self.sequence_parallel, self.overlap_tp,
                                self.overlap_method(space)),
-            pipeline=self.pipeline_part(),
+            pipeline=self.pipeline_part(space),
             data=DataParallel(replicas, Collective("ring", self.zero, self.overlap_dp,
                                                    self.fetch(space))),
             batch=Batch(self.micro_batch, self.micro_batches(space, replicas),
@@ -207,8 +214,9 @@ class Group(NamedTuple):
                            cp_algorithm=self.cp_algorithm, etp=self.etp,
                            overlap_tp=self.overlap_tp,
                            overlap_tp_method=self.overlap_method(space),
-                           overlap_pp=self.pipeline_part().overlaps_p2p,
+                           overlap_pp=self.pipeline_part(space).overlaps_p2p,
                            zero3_fetch=self.fetch(space),
+                           pp_scatter_gather=space.pp_scatter_gather,
                            grad_accumulation=space.grad_accumulation,
                            recompute=self.recompute, loss=space.loss, amp=space.amp)
 
@@ -387,7 +395,8 @@ def make_modern_space(workload: Workload, system: System, global_batch: int,
                         shape if engine is not None else None, etp, tp_overlap, pp_overlap,
                         priced_zero3_fetch(engine), priced_grad_accumulation(engine),
                         _loss(loss, engine), _amp(amp, engine, precision),
-                        priced_overlap_tp_method(engine))
+                        priced_overlap_tp_method(engine),
+                        priced_pp_scatter_gather(engine, shape))
     if not groups_of(space, workload):  # every combination the user left open breaks a rule
         _no_group(space, workload, shape.layers)
     return space

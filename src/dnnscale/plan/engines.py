@@ -81,6 +81,11 @@ gradients to autograd's .grad accumulation, or to its ZeRO optimizers' gradient 
 torchtitan (DDP or FSDP2 under autograd) always add; TensorFlow 1 BERT's per-micro-batch
 clipping ('clip_add') is no engine's.
 
+Pipeline sends (Pipeline.scatter_gather, ENGINE_PP_SCATTER_GATHER): DeepSpeed's pipeline engine
+partitions each boundary tensor over the tensor group by default and its ds_config switches it
+(the export writes the plan's choice; off for MoE, which GPTModelPipe asserts); Megatron-Core
+sends whole tensors without sequence parallelism and has no switch (an engine difference).
+
 `workload_violation` holds the limits that read the workload's shape too (MoE or not).
 """
 
@@ -130,6 +135,9 @@ class EngineFacts:
     """How they do (TensorSplit.overlap_method, plan/plan.py TP_OVERLAP_METHODS)."""
     overlap_pp: bool = False
     """The pipeline's sends overlap compute (Pipeline.overlaps_p2p)."""
+    pp_scatter_gather: bool = False
+    """Each tensor member sends 1/tp of a boundary tensor, all-gathered by the receivers
+    (Pipeline.scatter_gather)."""
     zero3_fetch: str = "blocks"
     """ZeRO-3's gather granularity (Collective.fetch, plan/plan.py ZERO3_FETCH)."""
     grad_accumulation: str = "fused"
@@ -158,6 +166,7 @@ def plan_facts(plan: ParallelPlan) -> EngineFacts:
                        etp=plan.expert.tensor, overlap_tp=plan.tensor.overlap,
                        overlap_tp_method=plan.tensor.overlap_method,
                        overlap_pp=plan.pipeline.overlaps_p2p, zero3_fetch=collective.fetch,
+                       pp_scatter_gather=plan.pipeline.scatter_gather,
                        grad_accumulation=plan.batch.grad_accumulation,
                        micro_batches=plan.batch.accumulation, recompute=plan.memory.recompute,
                        loss=plan.memory.loss, amp=plan.precision.amp)
@@ -341,6 +350,11 @@ def workload_violation(engine: str, facts: EngineFacts,
             return Violation("zero", "DeepSpeed's MoE is not supported with ZeRO-3 (its engine "
                              "asserts \"Native DeepSpeed MoE is not supported with ZeRO Stage "
                              "3\"); use zero 0, 1 or 2")
+        if facts.pp_scatter_gather and facts.pp > 1 and facts.tp > 1:
+            return Violation("pp_scatter_gather", "Megatron-DeepSpeed's GPTModelPipe asserts "
+                             "pipe_partitioned and grad_partitioned off for a mixture of "
+                             "experts with pp and tp > 1 (megatron/model/gpt_model.py); use "
+                             "pp_scatter_gather false")
         if shape.shared_ffn not in (0, shape.routed_ffn):
             return Violation("", f"DeepSpeed's one shared expert is the residual MoE's dense MLP, "
                              f"as wide as a routed expert ({shape.routed_ffn}); a shared width "
@@ -543,6 +557,37 @@ def _zero3_fetch_difference(engine: str, facts: EngineFacts) -> Violation | None
                      f"priced zero3_fetch {facts.zero3_fetch}: use zero3_fetch {runs}")
 
 
+ENGINE_PP_SCATTER_GATHER = {"megatron": False, "deepspeed": True, "torchtitan": False}
+"""Whether each engine's pipeline stages send 1/tp of the boundary tensor a tensor member holds
+and all-gather it on arrival (Pipeline.scatter_gather): DeepSpeed's PipelineEngine does by
+default (runtime/config.py: pipeline.pipe_partitioned and grad_partitioned true; the export
+writes the plan's choice); Megatron-Core sends the tensor it holds whole, (s/cp, b, h), or
+(s/(cp·tp), b, h) under sequence parallelism (core/pipeline_parallel/schedules.py
+get_tensor_shapes: no scatter-gather option since Megatron-LM's legacy
+--no-scatter-gather-tensors-in-pipeline); torchtitan sends its sequence-sharded tensors
+whole."""
+
+
+def _pp_scatter_gather_difference(engine: str, facts: EngineFacts) -> Violation | None:
+    """Where Megatron-LM sends whole boundary tensors that the plan priced partitioned."""
+    if engine != "megatron" or not facts.pp_scatter_gather or facts.pp <= 1 or facts.tp <= 1:
+        return None
+    return Violation("pp_scatter_gather", "Megatron-LM (Megatron-Core) sends the whole "
+                     "boundary tensor each tensor member holds between pipeline stages (s/tp "
+                     "of the sequence under sequence parallelism, all of it without; "
+                     "core/pipeline_parallel/schedules.py get_tensor_shapes); the plan priced "
+                     "1/tp of it sent and all-gathered: use pp_scatter_gather false")
+
+
+def priced_pp_scatter_gather(engine: str | None, shape: TransformerShape | None) -> bool:
+    """Whether `optimize --engine` prices partitioned pipeline sends: the engine's default
+    (ENGINE_PP_SCATTER_GATHER), off for DeepSpeed's mixtures of experts (workload_violation),
+    and off without an engine (Megatron-Core's whole tensors)."""
+    if engine is None or (shape is not None and shape.is_moe):
+        return False
+    return ENGINE_PP_SCATTER_GATHER[engine]
+
+
 ENGINE_TP_OVERLAP = {"megatron": USERBUFFERS, "torchtitan": MICRO_PIPELINE}
 """How each engine overlaps its tensor-parallel exchanges with the GEMMs (plan/plan.py
 TP_OVERLAP_METHODS; DeepSpeed has no such option): Megatron-LM's --tp-comm-overlap runs
@@ -579,7 +624,7 @@ def engine_differences(engine: str, facts: EngineFacts) -> tuple[Violation, ...]
         list(_torchtitan_differences(facts)) if engine == "torchtitan" else
         [_deepspeed_width_difference(facts)] if engine == "deepspeed" else [])
     found = (_zero3_fetch_difference(engine, facts), _tp_overlap_difference(engine, facts),
-             *fixed,
+             _pp_scatter_gather_difference(engine, facts), *fixed,
              _grad_accumulation_difference(engine, facts), _loss_difference(engine, facts),
              _amp_difference(engine, facts))
     return tuple(violation for violation in found if violation is not None)

@@ -35,6 +35,10 @@ Plan YAML (and `optimize --json`'s plans, `export`'s input) use these names::
                         # backward reduce-scatters of gradients summed over several Linears)
     overlap_pp: true    # pipeline sends overlap compute (interleaved only; default: on there,
                         # Megatron's overlap_p2p_comm)
+    pp_scatter_gather: false  # each tensor member sends 1/tp of the boundary tensor it holds
+                        # and the receivers all-gather it (DeepSpeed's pipe_partitioned, on in
+                        # DeepSpeed; Megatron-LM before Megatron-Core); false: the tensor it
+                        # holds whole (Megatron-Core), s/tp of it under sequence parallelism
     grad_bytes: 4       # bytes per gradient value accumulated and reduced (default: 4 under
                         # bf16/fp8, Megatron's fp32 main grads; 2 under fp16; 4 under fp32/tf32)
     grad_accumulation: fused  # how micro-batches' gradients accumulate: fused (Megatron's
@@ -92,7 +96,7 @@ MODERN_FIELDS = ("tp", "pp", "dp", "micro_batch", "global_batch", "schedule", "v
                  "zero", "recompute", "precision", "sequence_parallel", "overlap_dp",
                  "grad_bytes", "ep", "cp", "cp_algorithm", "expert_imbalance", "etp",
                  "overlap_tp", "overlap_pp", "zero3_fetch", "grad_accumulation", "loss",
-                 "amp", "overlap_tp_method")
+                 "amp", "overlap_tp_method", "pp_scatter_gather")
 MAX_DEGREE = 1 << 20
 """The largest tp, pp or dp a plan may name (a million devices per dimension; MAX_MACHINES)."""
 MAX_VIRTUAL_STAGES = 1024
@@ -203,7 +207,8 @@ def modern_plan_from_dict(data: dict[str, Any], where: str = "plan") -> Parallel
                            _flag(values, "overlap_tp", where),
                            _choice(values, "overlap_tp_method", TP_OVERLAP_METHODS,
                                    USERBUFFERS, where)),
-        pipeline=Pipeline(pp, schedule, virtual, overlap_pp),
+        pipeline=Pipeline(pp, schedule, virtual, overlap_pp,
+                          _flag(values, "pp_scatter_gather", where)),
         data=DataParallel(dp, Collective("ring", zero, _flag(values, "overlap_dp", where),
                                          _choice(values, "zero3_fetch", ZERO3_FETCH, "blocks",
                                                  where))),
@@ -262,6 +267,7 @@ def check_parallel_plan(plan: object, where: str = "plan") -> ParallelPlan:
     require_int(f"{where}.pp", plan.pipeline.stages, maximum=MAX_DEGREE)
     if plan.pipeline.overlap_p2p is not None:
         require_bool(f"{where}.overlap_pp", plan.pipeline.overlap_p2p)
+    require_bool(f"{where}.pp_scatter_gather", plan.pipeline.scatter_gather)
     _one_of(f"{where}.schedule", plan.pipeline.schedule, SCHEDULES)
     require_int(f"{where}.virtual_stages", plan.pipeline.virtual_stages,
                 maximum=MAX_VIRTUAL_STAGES)
@@ -327,7 +333,8 @@ def modern_plan_to_dict(plan: ParallelPlan) -> dict[str, Any]:
             **({"overlap_tp_method": plan.tensor.overlap_method}
                if plan.tensor.overlap else {}),
             **({"overlap_pp": plan.pipeline.overlap_p2p}
-               if plan.pipeline.overlap_p2p is not None else {})}
+               if plan.pipeline.overlap_p2p is not None else {}),
+            **({"pp_scatter_gather": True} if plan.pipeline.scatter_gather else {})}
 
 
 def plan_label(plan: ParallelPlan) -> str:
@@ -346,7 +353,8 @@ def plan_label(plan: ParallelPlan) -> str:
               f"loss-{d['loss']}" if d["loss"] != "inplace" else "",
               d.get("amp", ""),
               "no-pp-overlap" if d["schedule"] == "interleaved"
-              and not plan.pipeline.overlaps_p2p else ""]
+              and not plan.pipeline.overlaps_p2p else "",
+              "pp-scatter-gather" if d.get("pp_scatter_gather") else ""]
     mesh = (f" EP{d['ep']}" if d["ep"] > 1 else "") + (
         f" ETP{d['etp']}" if "etp" in d else "") + (
         f" CP{d['cp']}{'' if d['cp_algorithm'] == 'ring' else '-a2a'}" if d["cp"] > 1 else "")

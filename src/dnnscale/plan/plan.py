@@ -83,12 +83,19 @@ class Pipeline:
     """`stages` pipeline stages run with `schedule`; `virtual_stages` chunks per device for the
     interleaved schedule (1 otherwise). overlap_p2p: a stage's sends and receives travel while
     it computes the next chunk (Megatron's overlap_p2p_comm, on by default with the
-    interleaved schedule and only there); None: the engine's default."""
+    interleaved schedule and only there); None: the engine's default. scatter_gather: each of
+    a tensor group's t members sends 1/t of the boundary tensor and the receivers all-gather it
+    over the tensor group (Megatron-LM's scatter_gather_tensors_in_pipeline before
+    Megatron-Core; DeepSpeed's pipeline.pipe_partitioned and grad_partitioned, on by default);
+    False: each member sends the whole tensor it holds (Megatron-Core), which under sequence
+    parallelism is s/t of the sequence already (DeepSpeed partitions that again). It changes
+    nothing at tp = 1."""
 
     stages: int = 1
     schedule: str = "1f1b"
     virtual_stages: int = 1
     overlap_p2p: bool | None = None
+    scatter_gather: bool = False
 
     @property
     def overlaps_p2p(self) -> bool:

@@ -19,7 +19,8 @@ COLUMNS = ("rank", "plan", "machines", "tensor", "pipeline", "replicas", "ps_sha
 GPU_COLUMNS = ("schedule", "virtual_stages", "zero_stage", "recompute", "sequence_parallel",
                "overlap_dp", "precision", "mfu", "tokens_per_s", "expert", "expert_tensor",
                "context", "cp_algorithm", "zero3_fetch", "overlap_tp", "overlap_pp",
-               "grad_bytes", "grad_accumulation", "loss", "amp", "overlap_tp_method")
+               "grad_bytes", "grad_accumulation", "loss", "amp", "overlap_tp_method",
+               "pp_scatter_gather")
 """A GPU plan's columns after COLUMNS: empty for Adam's configurations (tensor, pipeline and
 replicas are the plan's tp, pp and dp; micro_batch and accumulation its batch). New columns
 are appended, so a reader by position keeps working. expert_tensor is the routed experts'
@@ -30,7 +31,8 @@ grad_bytes is the bytes per value the gradients are stored and reduced in; grad_
 how the micro-batches' gradients accumulate (fused, add or clip_add); loss the loss kernel;
 amp how a 16-bit plan's memory-bound kernels run (half, autocast or tf-amp); overlap_tp_method
 how an overlap of the tensor-parallel exchanges runs (userbuffers or micro_pipeline, written
-whether or not the plan overlaps them)."""
+whether or not the plan overlaps them); pp_scatter_gather whether each tensor member sends
+1/tp of a pipeline stage's boundary tensor (Pipeline.scatter_gather)."""
 
 
 def aggregation_name(prediction: Prediction) -> str:
@@ -77,7 +79,7 @@ def _gpu_cells(p: Prediction) -> list[object]:
             plan.tensor.overlap, plan.pipeline.overlaps_p2p,
             "" if plan.precision.grad_bytes is None else plan.precision.grad_bytes,
             plan.batch.grad_accumulation, plan.memory.loss, plan.precision.amp,
-            plan.tensor.overlap_method]
+            plan.tensor.overlap_method, plan.pipeline.scatter_gather]
 
 
 def write_ranked_csv(predictions: Sequence[Prediction], path: str, field: str = "--csv") -> None:

@@ -109,13 +109,22 @@ layers.py: "TODO: temporary commented") the fused path is commented out and ever
 gradient is a plain matmul that autograd adds into .grad."""
 
 
+VTRAIN_SCATTER_GATHER = True
+"""How the rows' pipeline stages send: each tensor member 1/t of the boundary tensor, all-gathered
+by the receivers. With pp > 1, Megatron-DeepSpeed's pretrain_gpt.py builds GPTModelPipe, run by
+DeepSpeed's PipelineEngine, whose pipe_partitioned and grad_partitioned are on by default
+(deepspeed/runtime/config.py) for dense models (GPTModelPipe asserts them off only with experts);
+vTrain's configuration files set no pipeline option."""
+
+
 def row_plan(row: Row) -> ParallelPlan:
-    """The row's plan: Megatron TP, 1F1B PP, plain all-reduce DP without bucketing, full
-    recompute, fp16 mixed precision with Adam, gradients accumulated by autograd
-    (VTRAIN_GRAD_ACCUMULATION)."""
+    """The row's plan: Megatron TP, 1F1B PP with partitioned sends (VTRAIN_SCATTER_GATHER),
+    plain all-reduce DP without bucketing, full recompute, fp16 mixed precision with Adam,
+    gradients accumulated by autograd (VTRAIN_GRAD_ACCUMULATION)."""
     micro_batches = row.global_batch // (row.data * row.micro_batch)
     return ParallelPlan(tensor=TensorSplit(row.tensor, "megatron"),
-                        pipeline=Pipeline(row.pipeline, "1f1b"),
+                        pipeline=Pipeline(row.pipeline, "1f1b",
+                                          scatter_gather=VTRAIN_SCATTER_GATHER),
                         data=DataParallel(row.data, Collective("ring", 0, overlap=False)),
                         batch=Batch(row.micro_batch, micro_batches, VTRAIN_GRAD_ACCUMULATION),
                         memory=MemoryPolicy("full"), precision=FP16_MIXED, optimizer="adam")
