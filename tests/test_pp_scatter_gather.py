@@ -105,7 +105,7 @@ def test_plan_field_round_trip_and_bad_values() -> None:
     assert modern_plan_from_dict(modern_plan_to_dict(plan)) == plan
     assert "pp_scatter_gather" not in modern_plan_to_dict(modern_plan_from_dict({"pp": 2}))
     assert plan_label(plan).endswith("pp-scatter-gather")
-    for bad in ("yes", 1, None.__class__):
+    for bad in ("yes", 1, [True]):
         with pytest.raises(InputError, match=r"plan\.pp_scatter_gather"):
             modern_plan_from_dict({"pp": 2, "pp_scatter_gather": bad})
 

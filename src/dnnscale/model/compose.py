@@ -320,12 +320,15 @@ class StepContext:
         shape = self.workload.transformer
         bytes_per_value = self.plan.precision.activation_bytes or self.workload.bytes_per_value
         out = []
+        send_s: dict[float, float] = {}  # a transformer's stages all send one size
         for index, stage in enumerate(self.stages):
             values = shape.seq * shape.hidden if shape is not None else stage.boundary_values
             payload = (values * self.plan.batch.micro_batch * bytes_per_value
                        * self.split.token_fraction)
+            if payload not in send_s:
+                send_s[payload] = self.p2p_send_s(payload)
             sends = (index < stages - 1) + (index > 0)
-            out.append(sends * self.plan.pipeline.virtual_stages * self.p2p_send_s(payload))
+            out.append(sends * self.plan.pipeline.virtual_stages * send_s[payload])
         return tuple(out)
 
     def p2p_send_s(self, payload_bytes: float) -> float:
