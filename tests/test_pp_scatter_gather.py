@@ -119,6 +119,11 @@ def test_engines_megatron_differs_deepspeed_moe_refuses() -> None:
                                      "sequence_parallel": True})
     assert "pp_scatter_gather" in [v.field for v in
                                    engine_differences("megatron", plan_facts(with_sp))]
+    titan = engine_differences("torchtitan", plan_facts(with_sp))
+    assert [v.message for v in titan if v.field == "pp_scatter_gather"] == [
+        "torchtitan's pipeline stages (torch.distributed.pipelining) send each member's local "
+        "output whole (s/tp of the sequence under its sequence parallelism); the plan priced "
+        "1/tp of it sent and all-gathered: use pp_scatter_gather false"]
     whole = modern_plan_from_dict({"tp": 2, "pp": 2, "dp": 2})
     assert "pp_scatter_gather" not in [v.field for v in
                                        engine_differences("megatron", plan_facts(whole))]

@@ -568,15 +568,24 @@ get_tensor_shapes: no scatter-gather option since Megatron-LM's legacy
 whole."""
 
 
+PP_WHOLE_SENDS = {
+    "megatron": "Megatron-LM (Megatron-Core) sends the whole boundary tensor each tensor member "
+                "holds between pipeline stages (s/tp of the sequence under sequence "
+                "parallelism, all of it without; core/pipeline_parallel/schedules.py "
+                "get_tensor_shapes)",
+    "torchtitan": "torchtitan's pipeline stages (torch.distributed.pipelining) send each "
+                  "member's local output whole (s/tp of the sequence under its sequence "
+                  "parallelism)"}
+"""How the engines that never partition a pipeline send say so (ENGINE_PP_SCATTER_GATHER)."""
+
+
 def _pp_scatter_gather_difference(engine: str, facts: EngineFacts) -> Violation | None:
-    """Where Megatron-LM sends whole boundary tensors that the plan priced partitioned."""
-    if engine != "megatron" or not facts.pp_scatter_gather or facts.pp <= 1 or facts.tp <= 1:
+    """Where an engine sends whole boundary tensors that the plan priced partitioned."""
+    if ENGINE_PP_SCATTER_GATHER[engine] or not facts.pp_scatter_gather or facts.pp <= 1 or \
+            facts.tp <= 1:
         return None
-    return Violation("pp_scatter_gather", "Megatron-LM (Megatron-Core) sends the whole "
-                     "boundary tensor each tensor member holds between pipeline stages (s/tp "
-                     "of the sequence under sequence parallelism, all of it without; "
-                     "core/pipeline_parallel/schedules.py get_tensor_shapes); the plan priced "
-                     "1/tp of it sent and all-gathered: use pp_scatter_gather false")
+    return Violation("pp_scatter_gather", f"{PP_WHOLE_SENDS[engine]}; the plan priced 1/tp of "
+                     f"it sent and all-gathered: use pp_scatter_gather false")
 
 
 def priced_pp_scatter_gather(engine: str | None, shape: TransformerShape | None) -> bool:
