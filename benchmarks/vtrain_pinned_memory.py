@@ -16,13 +16,15 @@ The saturating curve η(x) = η_max · x / (x + x½) through both gives x½ = 32
 = 3.65 MB. This script pins those two constants beside benchmarks/vtrain.py's published ones,
 fits the other seven on the same single-node split, and scores the held-out shapes, the
 fitted rows, the 109 multi-node rows and published-dev with the result. Nothing here changes
-a packaged profile; it writes results/vtrain/pinned-memory/. About 8 minutes on 2 cores.
+a packaged profile; it writes results/vtrain/pinned-memory/. About 6 minutes on 2 cores;
+--reuse-profiles scores the profiles written before, in seconds.
 
-    .venv/bin/python benchmarks/vtrain_pinned_memory.py
+    .venv/bin/python benchmarks/vtrain_pinned_memory.py [--reuse-profiles]
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -36,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from dnnscale.calibrate.gpu_fit import predict_all  # noqa: E402
-from dnnscale.system.gpu_profile import save_gpu_profile  # noqa: E402
+from dnnscale.system.gpu_profile import load_gpu_profile, save_gpu_profile  # noqa: E402
 from dnnscale.validate.vtrain import load_rows, predict_row  # noqa: E402
 
 OUT = ROOT / "results" / "vtrain" / "pinned-memory"
@@ -54,15 +56,17 @@ def _module(name: str):  # type: ignore[no-untyped-def]
     return module
 
 
-def _summary(rows, predicted) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    ratios = [p / r.measured_s for r, p in zip(rows, predicted)]
-    errors = sorted(abs(x - 1) for x in ratios)
-    return {"rows": len(rows), "median": statistics.median(errors),
-            "p90": errors[int(0.9 * (len(errors) - 1))], "max": errors[-1],
-            "bias": statistics.median(ratios)}
+def _summary(vtrain, rows, predicted) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """benchmarks/vtrain.py's summary (median, p90, max) and the median predicted / measured."""
+    return {**vtrain._summary(rows, predicted),
+            "bias": statistics.median(p / r.measured_s for r, p in zip(rows, predicted))}
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reuse-profiles", action="store_true",
+                        help="skip the fits: score results/vtrain/pinned-memory/profile-*.yaml")
+    args = parser.parse_args()
     vtrain = _module("vtrain")
     vtrain.PUBLISHED = vtrain.PUBLISHED + (
         ("memory_max", MEMORY_MAX), ("memory_half_log10_bytes", math.log10(MEMORY_HALF_BYTES)))
@@ -71,23 +75,26 @@ def main() -> None:
     train = [r for r in single if (r.hidden, r.layers) in vtrain.TRAIN_SHAPES]
     held_out = [r for r in single if (r.hidden, r.layers) not in vtrain.TRAIN_SHAPES]
     started = time.perf_counter()
-    held_fit, _ = vtrain._fit(train, 2, "pinned memory: 4 of 8 single-node shapes")
-    full_fit, _ = vtrain._fit(single, 2, "pinned memory: all 1,440 single-node rows")
-    save_gpu_profile(held_fit.profile, OUT / "profile-held-out.yaml")
-    profile_path = OUT / "profile-a100.yaml"
-    save_gpu_profile(full_fit.profile, profile_path)
-    multi_pred = [predict_row(r, full_fit.profile) for r in multi]
+    held_path, profile_path = OUT / "profile-held-out.yaml", OUT / "profile-a100.yaml"
+    if args.reuse_profiles:
+        held, full = load_gpu_profile(held_path), load_gpu_profile(profile_path)
+    else:
+        held = vtrain._fit(train, 2, "pinned memory: 4 of 8 single-node shapes")[0].profile
+        full = vtrain._fit(single, 2, "pinned memory: all 1,440 single-node rows")[0].profile
+        save_gpu_profile(held, held_path)
+        save_gpu_profile(full, profile_path)
+    multi_pred = [predict_row(r, full) for r in multi]
     summary = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "adopted": False,
         "pinned": {"memory_max": MEMORY_MAX, "memory_half_bytes": MEMORY_HALF_BYTES,
                    **dict(vtrain.PUBLISHED)},
-        "fitted": full_fit.profile.extra.get("fitted", {}),
-        "single_node_held_out": _summary(held_out, predict_all(predict_row, held_out,
-                                                               held_fit.profile)),
-        "single_node_fitted_rows": _summary(single, predict_all(predict_row, single,
-                                                                full_fit.profile)),
-        "multi_node": _summary(multi, multi_pred),
+        "fitted": full.extra.get("fitted", {}),
+        "single_node_held_out": _summary(vtrain, held_out,
+                                         predict_all(predict_row, held_out, held)),
+        "single_node_fitted_rows": _summary(vtrain, single,
+                                            predict_all(predict_row, single, full)),
+        "multi_node": _summary(vtrain, multi, multi_pred),
         "groups": [{k: g[k] for k in ("model", "kendall_tau", "regret")}
                    for g in vtrain._groups(multi, multi_pred)],
         "published_dev": _published_dev(profile_path),
@@ -114,9 +121,8 @@ def _published_dev(profile_path: Path) -> dict[str, object]:
     finally:
         gpu.default_profile_path = packaged
     overall = json.loads((OUT / "published_dev" / "summary.json").read_text())["overall"]
-    return {"rows": overall["rows"], "median": overall["median_relative_error"],
-            "p90": overall["p90_relative_error"], "max": overall["max_relative_error"],
-            "bias": overall["bias"]}
+    return {key: overall[key] for key in ("rows", "median_relative_error", "p90_relative_error",
+                                          "max_relative_error", "bias")}
 
 
 if __name__ == "__main__":
