@@ -81,10 +81,10 @@ gradients to autograd's .grad accumulation, or to its ZeRO optimizers' gradient 
 torchtitan (DDP or FSDP2 under autograd) always add; TensorFlow 1 BERT's per-micro-batch
 clipping ('clip_add') is no engine's.
 
-Pipeline sends (Pipeline.scatter_gather, ENGINE_PP_SCATTER_GATHER): DeepSpeed's pipeline engine
+Pipeline sends (Pipeline.scatter_gather, PP_WHOLE_SENDS): DeepSpeed's pipeline engine
 partitions each boundary tensor over the tensor group by default and its ds_config switches it
 (the export writes the plan's choice; off for MoE, which GPTModelPipe asserts); Megatron-Core
-sends whole tensors without sequence parallelism and has no switch (an engine difference).
+and torchtitan send the tensor a member holds whole and have no switch (an engine difference).
 
 `workload_violation` holds the limits that read the workload's shape too (MoE or not).
 """
@@ -557,17 +557,6 @@ def _zero3_fetch_difference(engine: str, facts: EngineFacts) -> Violation | None
                      f"priced zero3_fetch {facts.zero3_fetch}: use zero3_fetch {runs}")
 
 
-ENGINE_PP_SCATTER_GATHER = {"megatron": False, "deepspeed": True, "torchtitan": False}
-"""Whether each engine's pipeline stages send 1/tp of the boundary tensor a tensor member holds
-and all-gather it on arrival (Pipeline.scatter_gather): DeepSpeed's PipelineEngine does by
-default (runtime/config.py: pipeline.pipe_partitioned and grad_partitioned true; the export
-writes the plan's choice); Megatron-Core sends the tensor it holds whole, (s/cp, b, h), or
-(s/(cp·tp), b, h) under sequence parallelism (core/pipeline_parallel/schedules.py
-get_tensor_shapes: no scatter-gather option since Megatron-LM's legacy
---no-scatter-gather-tensors-in-pipeline); torchtitan sends its sequence-sharded tensors
-whole."""
-
-
 PP_WHOLE_SENDS = {
     "megatron": "Megatron-LM (Megatron-Core) sends the whole boundary tensor each tensor member "
                 "holds between pipeline stages (s/tp of the sequence under sequence "
@@ -576,12 +565,17 @@ PP_WHOLE_SENDS = {
     "torchtitan": "torchtitan's pipeline stages (torch.distributed.pipelining) send each "
                   "member's local output whole (s/tp of the sequence under its sequence "
                   "parallelism)"}
-"""How the engines that never partition a pipeline send say so (ENGINE_PP_SCATTER_GATHER)."""
+"""The engines whose pipeline stages never send 1/tp of the boundary tensor a tensor member
+holds (Pipeline.scatter_gather), and how they send: Megatron-Core the tensor whole, (s/cp, b,
+h), or (s/(cp·tp), b, h) under sequence parallelism (no scatter-gather option since Megatron-LM's
+legacy --no-scatter-gather-tensors-in-pipeline); torchtitan its sequence-sharded tensors. Every
+other engine partitions by default: DeepSpeed's PipelineEngine (runtime/config.py:
+pipeline.pipe_partitioned and grad_partitioned true; the export writes the plan's choice)."""
 
 
 def _pp_scatter_gather_difference(engine: str, facts: EngineFacts) -> Violation | None:
     """Where an engine sends whole boundary tensors that the plan priced partitioned."""
-    if ENGINE_PP_SCATTER_GATHER[engine] or not facts.pp_scatter_gather or facts.pp <= 1 or \
+    if engine not in PP_WHOLE_SENDS or not facts.pp_scatter_gather or facts.pp <= 1 or \
             facts.tp <= 1:
         return None
     return Violation("pp_scatter_gather", f"{PP_WHOLE_SENDS[engine]}; the plan priced 1/tp of "
@@ -590,11 +584,11 @@ def _pp_scatter_gather_difference(engine: str, facts: EngineFacts) -> Violation 
 
 def priced_pp_scatter_gather(engine: str | None, shape: TransformerShape | None) -> bool:
     """Whether `optimize --engine` prices partitioned pipeline sends: the engine's default
-    (ENGINE_PP_SCATTER_GATHER), off for DeepSpeed's mixtures of experts (workload_violation),
-    and off without an engine (Megatron-Core's whole tensors)."""
+    (on unless it is in PP_WHOLE_SENDS), off for DeepSpeed's mixtures of experts
+    (workload_violation), and off without an engine (Megatron-Core's whole tensors)."""
     if engine is None or (shape is not None and shape.is_moe):
         return False
-    return ENGINE_PP_SCATTER_GATHER[engine]
+    return engine not in PP_WHOLE_SENDS
 
 
 ENGINE_TP_OVERLAP = {"megatron": USERBUFFERS, "torchtitan": MICRO_PIPELINE}
