@@ -38,7 +38,7 @@ micro-batch one, not as a proof.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -172,55 +172,55 @@ def violations(measured_s: Sequence[float], orderings: Sequence[Ordering]) -> li
     return sorted((v for v in out if v.ratio > 1.0), key=lambda v: -v.ratio)
 
 
-def _feasible(log_t: np.ndarray, orderings: Sequence[Ordering], epsilon: float,
-              free_rows: int) -> bool:
-    """Is there a predictor keeping every ordering within ε of all but `free_rows` rows?"""
+def _feasibility(log_t: np.ndarray, orderings: Sequence[Ordering],
+                 free_rows: int) -> Callable[[float], bool]:
+    """A test of ε: is there a predictor keeping every ordering within ε of all but `free_rows`
+    rows? The problem is built once; only the rows' bands move with ε."""
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import lil_matrix
 
-    n = len(log_t)
+    n, base = len(log_t), len(orderings)
     gaps = [math.log(o.weight_greater / o.weight_lesser) for o in orderings]
     # A freed row's value in the maximal solution of the difference constraints is a kept row's
     # band edge plus the gaps along a simple path, which crosses each ordering at most once.
     big_m = float(log_t.max() - log_t.min()) + sum(abs(g) for g in gaps) + 1.0
-    lo = log_t + math.log(max(1.0 - epsilon, 1e-9))
-    hi = log_t + math.log1p(epsilon)
-    matrix = lil_matrix((len(orderings) + 2 * n + 1, 2 * n))
-    lower, upper = [], []
+    matrix = lil_matrix((base + 2 * n + 1, 2 * n))
+    lower = np.full(base + 2 * n + 1, -np.inf)
+    upper = np.full(base + 2 * n + 1, np.inf)
     for k, (o, gap) in enumerate(zip(orderings, gaps)):
         matrix[k, o.lesser] += 1.0
         matrix[k, o.greater] -= 1.0
-        lower.append(-np.inf)
-        upper.append(gap)
-    base = len(orderings)
-    for i in range(n):
-        matrix[base + 2 * i, i] = 1.0
-        matrix[base + 2 * i, n + i] = -big_m
-        lower.append(-np.inf)
-        upper.append(hi[i])
-        matrix[base + 2 * i + 1, i] = 1.0
-        matrix[base + 2 * i + 1, n + i] = big_m
-        lower.append(lo[i])
-        upper.append(np.inf)
+        upper[k] = gap
+    below, above = base + 2 * np.arange(n), base + 2 * np.arange(n) + 1
+    for i in range(n):  # x_i − M·z_i ≤ band top; x_i + M·z_i ≥ band bottom
+        matrix[below[i], i], matrix[below[i], n + i] = 1.0, -big_m
+        matrix[above[i], i], matrix[above[i], n + i] = 1.0, big_m
     matrix[base + 2 * n, n:] = 1.0
-    lower.append(0.0)
-    upper.append(float(free_rows))
+    lower[base + 2 * n], upper[base + 2 * n] = 0.0, float(free_rows)
+    csr = matrix.tocsr()
     span = big_m + 1.0
     bounds = Bounds(np.r_[log_t - span, np.zeros(n)], np.r_[log_t + span, np.ones(n)])
-    result = milp(c=np.zeros(2 * n),
-                  constraints=LinearConstraint(matrix.tocsr(), lower, upper),
-                  integrality=np.r_[np.zeros(n), np.ones(n)], bounds=bounds)
-    return bool(result.status == 0)
+    integrality = np.r_[np.zeros(n), np.ones(n)]
+
+    def feasible(epsilon: float) -> bool:
+        upper[below] = log_t + math.log1p(epsilon)
+        lower[above] = log_t + math.log(max(1.0 - epsilon, 1e-9))
+        result = milp(c=np.zeros(2 * n), constraints=LinearConstraint(csr, lower, upper),
+                      integrality=integrality, bounds=bounds)
+        return bool(result.status == 0)
+
+    return feasible
 
 
 def _least_epsilon(log_t: np.ndarray, orderings: Sequence[Ordering], free_rows: int,
                    tolerance: float) -> float:
     """The largest ε found infeasible, within `tolerance` below the least feasible one: a bound
     no admissible predictor beats (0 when the measured times keep the orderings)."""
-    if _feasible(log_t, orderings, 0.0, free_rows):
+    feasible = _feasibility(log_t, orderings, free_rows)
+    if feasible(0.0):
         return 0.0
     low, high = 0.0, 1.0
-    while not _feasible(log_t, orderings, high, free_rows):
+    while not feasible(high):
         low, high = high, 2 * high
         if high > MAX_RELATIVE_ERROR:
             raise InputError("orderings", "no predictor keeps them within "
@@ -228,7 +228,7 @@ def _least_epsilon(log_t: np.ndarray, orderings: Sequence[Ordering], free_rows: 
                                           "they contradict each other")
     while high - low > tolerance:
         middle = (low + high) / 2
-        if _feasible(log_t, orderings, middle, free_rows):
+        if feasible(middle):
             high = middle
         else:
             low = middle
